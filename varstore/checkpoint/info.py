@@ -1,0 +1,178 @@
+"""The read-only checkpoint interface every format's reader implements.
+
+`VariableInfo` describes one stored variable without reading its bytes;
+`CheckpointReader` is the lazy, read-only mapping of names to arrays that
+`open_checkpoint` returns for varstore's own HDF5/Zarr checkpoints and for
+every foreign format (TF bundle, Keras, safetensors, npz, plain HDF5/Zarr).
+No file I/O here: subclasses do it.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import fnmatch
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+
+__all__ = ["VariableInfo", "SkippedEntry", "CheckpointReader", "checked_out"]
+
+
+@dataclasses.dataclass(frozen=True)
+class VariableInfo:
+    """What a checkpoint records about one variable, read from metadata only.
+
+    Attributes:
+      name: full name as the source tool reports it ("conv1/weights",
+        "layers/dense/vars/0", "dense/kernel:0").
+      shape: tuple of ints; () for a scalar.
+      dtype: logical dtype name (see varstore.dtypes.dtype_name): "float32",
+        "bfloat16", "S5", ...
+      nbytes: bytes of the value (prod(shape) * itemsize).
+      trainable: the trainable flag, or None where the format has none.
+      collections: collection names, () where the format has none.
+      checksum: "crc32c:<8 hex digits>" (or the format's own, e.g. TF's
+        masked crc32c "tf-crc32c-masked:<hex>"), or None.
+      device: device the variable lived on when saved ("cpu:0"), or None.
+      attributes: any other per-variable attributes, JSON-compatible.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+    trainable: bool | None = None
+    collections: tuple[str, ...] = ()
+    checksum: str | None = None
+    device: str | None = None
+    attributes: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False, hash=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-compatible dict (the schema of `varstore ls --json` entries)."""
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "nbytes": self.nbytes,
+            "trainable": self.trainable,
+            "collections": list(self.collections),
+            "checksum": self.checksum,
+            "device": self.device,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class SkippedEntry:
+    """An object of a foreign file that is not a variable, and why (e.g. a compound dataset)."""
+
+    name: str
+    reason: str
+
+
+class CheckpointReader(abc.ABC):
+    """A read-only, lazy view of one checkpoint: names -> arrays.
+
+    Opening reads metadata only; `reader[name]` reads that variable's bytes
+    and nothing else. Use as a context manager or call close().
+
+    Attributes:
+      path: the checkpoint's path as opened.
+      format: short format name: "varstore-hdf5", "varstore-zarr", "tf",
+        "keras3", "keras2", "safetensors", "npz", "hdf5", "zarr".
+      step: the global step recorded with the checkpoint, or None.
+      metadata: user metadata (JSON-compatible dict), {} where none.
+      format_version: the format's version string, or None.
+      skipped: objects present in the file that are not variables, with reasons.
+    """
+
+    format: str = "unknown"
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.step: int | None = None
+        self.metadata: dict[str, Any] = {}
+        self.format_version: str | None = None
+        self.skipped: list[SkippedEntry] = []
+
+    # -- subclasses implement these three
+    @abc.abstractmethod
+    def keys(self) -> list[str]:
+        """Variable names in storage order."""
+
+    @abc.abstractmethod
+    def info(self, name: str) -> VariableInfo:
+        """Metadata of one variable; raises UnknownVariableError (a KeyError) naming it and the file if absent."""
+
+    @abc.abstractmethod
+    def read(self, name: str, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
+        """Reads one variable's value as a host NumPy array of its logical dtype.
+
+        Args:
+          name: a key of this checkpoint.
+          out: optional C-contiguous array of the variable's shape and dtype to
+            read into (no extra copy); returned when given.
+
+        Raises:
+          UnknownVariableError (a KeyError): unknown name.
+          CorruptCheckpointError / ChecksumError: damaged bytes (checksums are
+            checked where the format records them).
+        """
+
+    # -- shared behaviour
+    def verify(self) -> None:
+        """Reads every variable and checks every checksum the format records.
+
+        Raises:
+          ChecksumError / CorruptCheckpointError naming the first bad variable and the file.
+        """
+        for name in self.keys():
+            self.read(name)
+
+    def infos(self) -> list[VariableInfo]:
+        """`info(name)` for every key, in order."""
+        return [self.info(name) for name in self.keys()]
+
+    def filter(self, pattern: str) -> list[str]:
+        """Keys matching a shell glob ("encoder/*")."""
+        return [k for k in self.keys() if fnmatch.fnmatchcase(k, pattern)]
+
+    def __getitem__(self, name: str) -> npt.NDArray[Any]:
+        return self.read(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in set(self.keys())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def close(self) -> None:
+        """Releases file handles; further reads raise."""
+
+    def __enter__(self) -> "CheckpointReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.format} '{self.path}' {len(self)} variables>"
+
+
+def checked_out(name: str, shape: tuple[int, ...], dtype: np.dtype,
+                out: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
+    """Returns `out` after checking it fits (C-contiguous, same shape and dtype), or a new empty array."""
+    if out is None:
+        return np.empty(shape, dtype=dtype)
+    if tuple(out.shape) != tuple(shape) or out.dtype != dtype or not out.flags.c_contiguous:
+        raise ValueError(
+            f"cannot read variable '{name}' into an array of shape {tuple(out.shape)} and dtype "
+            f"{out.dtype}: need a C-contiguous array of shape {tuple(shape)} and dtype {dtype}")
+    return out

@@ -1,0 +1,137 @@
+"""Every exception varstore raises, rooted at VarstoreError.
+
+Messages say what went wrong, where (variable name and file), expected vs.
+found, and what to do. Classes also derive from the matching builtin
+(ValueError, TypeError, KeyError, OSError) so callers written against
+TensorFlow or NumPy conventions keep working. Nothing else lives here.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "VarstoreError",
+    "ShapeMismatchError",
+    "DtypeMismatchError",
+    "VariableExistsError",
+    "VariableNotFoundError",
+    "InvalidNameError",
+    "ReshapeError",
+    "InitializationCycleError",
+    "InitializerError",
+    "DeviceError",
+    "MissingDependencyError",
+    "CheckpointError",
+    "CheckpointNotFoundError",
+    "NotACheckpointError",
+    "CorruptCheckpointError",
+    "ChecksumError",
+    "UnsupportedDtypeError",
+    "UnsupportedFormatError",
+    "UnsafeFormatError",
+    "RestoreError",
+    "UnknownVariableError",
+    "CheckpointLockedError",
+]
+
+
+class VarstoreError(Exception):
+    """Root of every error varstore raises."""
+
+
+# ----------------------------------------------------------------- core
+class ShapeMismatchError(VarstoreError, ValueError):
+    """A value's shape does not match the variable's shape (assign, reuse, restore)."""
+
+
+class DtypeMismatchError(VarstoreError, TypeError):
+    """A value's dtype cannot be cast safely ("same_kind") to the variable's dtype."""
+
+
+class VariableExistsError(VarstoreError, ValueError):
+    """get_variable without reuse named a variable that already exists (as TF1)."""
+
+
+class VariableNotFoundError(VarstoreError, ValueError):
+    """get_variable with reuse=True named a variable that does not exist (as TF1)."""
+
+
+class InvalidNameError(VarstoreError, ValueError):
+    """A variable or scope name is empty, has '..' or empty parts, control characters, or a leading/trailing '/'."""
+
+
+class ReshapeError(VarstoreError, ValueError):
+    """A variable's shape is fixed at creation; it cannot be reshaped in place."""
+
+
+class InitializationCycleError(VarstoreError, RuntimeError):
+    """Initializers that read each other's initialized_value() form a cycle."""
+
+
+class InitializerError(VarstoreError, ValueError):
+    """An initializer was misused (bad shape for identity/orthogonal, bad argument)."""
+
+
+class DeviceError(VarstoreError, RuntimeError):
+    """A device string is malformed, or a device is unavailable with soft placement off."""
+
+
+class MissingDependencyError(VarstoreError, ImportError):
+    """An optional dependency is missing; the message names the extra to install."""
+
+
+# ----------------------------------------------------------- checkpoints
+class CheckpointError(VarstoreError, OSError):
+    """Something is wrong with a checkpoint file or directory."""
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """No checkpoint exists at the given path."""
+
+
+class NotACheckpointError(CheckpointError):
+    """The file exists but is not in any format varstore reads (wrong magic, empty, foreign)."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """The checkpoint is damaged: truncated, inconsistent metadata, or unreadable bytes."""
+
+
+class ChecksumError(CorruptCheckpointError):
+    """A variable's bytes do not match the checksum recorded when it was written."""
+
+
+class UnsupportedDtypeError(VarstoreError, TypeError):
+    """A dtype varstore cannot store or read (object arrays, unknown dtype codes)."""
+
+
+class UnsupportedFormatError(CheckpointError):
+    """A recognised format that varstore does not read or write (or a missing feature of one)."""
+
+
+class UnsafeFormatError(UnsupportedFormatError):
+    """A pickle-based file (PyTorch .pt/.bin, npz object arrays): refused, never unpickled."""
+
+
+class RestoreError(VarstoreError, KeyError):
+    """strict restore found missing or unexpected variable names; lists them all."""
+
+    def __init__(self, message: str, missing: list[str] | None = None,
+                 unexpected: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.missing = list(missing or [])
+        self.unexpected = list(unexpected or [])
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return self.message
+
+
+class CheckpointLockedError(CheckpointError):
+    """Another process holds the CheckpointManager directory's lock."""
+
+
+class UnknownVariableError(VarstoreError, KeyError):
+    """A name that is not in the checkpoint (CheckpointReader.info / read)."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
