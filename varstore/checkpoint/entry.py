@@ -1,0 +1,40 @@
+"""SaveEntry: one variable to be written, with its value fetched only when written.
+
+Lets `save_entries` stream a model (or a foreign checkpoint being converted)
+variable by variable, so memory stays near the largest variable. No I/O here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["SaveEntry"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SaveEntry:
+    """One variable to write.
+
+    Attributes:
+      name: full variable name ("conv1/weights"); validated by the writer.
+      shape: tuple of ints.
+      dtype: NumPy dtype of the value (logical dtype: bfloat16 stays bfloat16).
+      get: returns the value as a host NumPy array of `shape` and `dtype`
+        (C-contiguous or not); called once, when this entry is written.
+      trainable: the trainable flag to record.
+      collections: collection names to record.
+      device: device the value came from ("cpu:0"), or None.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    get: Callable[[], npt.NDArray[Any]]
+    trainable: bool = True
+    collections: tuple[str, ...] = ()
+    device: str | None = None
