@@ -1,0 +1,516 @@
+"""Byte-level decoding of TensorFlow's tensor bundle (.index table + .data shards), no TensorFlow needed.
+
+Parses the LevelDB-style table of the `.index` file (footer, block handles,
+prefix-compressed block entries, restart points, masked crc32c block
+trailers), the protobuf messages stored in it (BundleHeaderProto,
+BundleEntryProto, TensorShapeProto, TensorSliceProto) with a hand-written
+wire-format decoder, TF's OrderedCode slice keys, and TF's on-disk layout of
+string tensors. Formats as written by tensorflow/core/lib/io/table_builder.cc
+and tensorflow/core/util/tensor_bundle/tensor_bundle.cc.
+
+Every length and offset is checked against the bytes actually present, so
+hostile input raises CorruptCheckpointError (or UnsupportedFormatError),
+never IndexError, struct.error or MemoryError. Knows nothing about
+CheckpointReader, variables or names; tf_checkpoint.py builds on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from typing import Any
+
+import crc32c as _crc32c
+import numpy as np
+
+from varstore import dtypes as _dtypes
+from varstore.errors import ChecksumError, CorruptCheckpointError, UnsupportedFormatError
+
+__all__ = [
+    "TABLE_MAGIC",
+    "FOOTER_SIZE",
+    "crc32c",
+    "mask_crc",
+    "unmask_crc",
+    "BundleHeader",
+    "BundleEntry",
+    "read_table",
+    "parse_header",
+    "parse_entry",
+    "tf_dtype",
+    "encode_tensor_name_slice",
+    "is_slice_key",
+    "decode_string_tensor",
+    "data_filename",
+]
+
+#: Last 8 bytes of every table, little-endian (LevelDB's kTableMagicNumber).
+TABLE_MAGIC = 0xDB4775248B80FB57
+#: Footer: two BlockHandles (varints, padded to 40 bytes) + 8-byte magic.
+FOOTER_SIZE = 48
+_BLOCK_TRAILER_SIZE = 5  # 1-byte compression type + 4-byte masked crc32c
+_MASK_DELTA = 0xA282EAD8
+_MAX_DIMS = 254  # TensorShape::MaxDimensions()
+
+#: TF DataType enum -> (TF name, logical dtype name or None when only listed as skipped).
+_TF_DTYPES: dict[int, tuple[str, str | None]] = {
+    1: ("DT_FLOAT", "float32"),
+    2: ("DT_DOUBLE", "float64"),
+    3: ("DT_INT32", "int32"),
+    4: ("DT_UINT8", "uint8"),
+    5: ("DT_INT16", "int16"),
+    6: ("DT_INT8", "int8"),
+    7: ("DT_STRING", "string"),
+    8: ("DT_COMPLEX64", "complex64"),
+    9: ("DT_INT64", "int64"),
+    10: ("DT_BOOL", "bool"),
+    11: ("DT_QINT8", None),
+    12: ("DT_QUINT8", None),
+    13: ("DT_QINT32", None),
+    14: ("DT_BFLOAT16", "bfloat16"),
+    15: ("DT_QINT16", None),
+    16: ("DT_QUINT16", None),
+    17: ("DT_UINT16", "uint16"),
+    18: ("DT_COMPLEX128", "complex128"),
+    19: ("DT_HALF", "float16"),
+    20: ("DT_RESOURCE", None),
+    21: ("DT_VARIANT", None),
+    22: ("DT_UINT32", "uint32"),
+    23: ("DT_UINT64", "uint64"),
+    24: ("DT_FLOAT8_E5M2", "float8_e5m2"),
+    25: ("DT_FLOAT8_E4M3FN", "float8_e4m3fn"),
+}
+
+
+# ------------------------------------------------------------------ crc32c
+def crc32c(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
+    """crc32c (Castagnoli) of `data`, continuing from `crc` (0 to start)."""
+    return _crc32c.crc32c(data, crc) & 0xFFFFFFFF
+
+
+def mask_crc(crc: int) -> int:
+    """LevelDB/TF crc mask: rotate right by 15 bits and add 0xa282ead8 (mod 2**32)."""
+    crc &= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def unmask_crc(masked: int) -> int:
+    """Inverse of mask_crc."""
+    rot = (masked - _MASK_DELTA) & 0xFFFFFFFF
+    return ((rot >> 17) | (rot << 15)) & 0xFFFFFFFF
+
+
+# ----------------------------------------------------------------- varints
+def _varint(buf: bytes, pos: int, end: int, what: str, max_bytes: int = 10) -> tuple[int, int]:
+    """Decodes an unsigned base-128 varint at buf[pos:end]; returns (value, next position)."""
+    result = 0
+    shift = 0
+    for i in range(max_bytes):
+        if pos >= end:
+            raise CorruptCheckpointError(f"{what}: truncated varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result & 0xFFFFFFFFFFFFFFFF, pos
+        shift += 7
+    raise CorruptCheckpointError(f"{what}: varint longer than {max_bytes} bytes")
+
+
+def _signed64(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+# ------------------------------------------------------- protobuf decoding
+_Fields = dict[int, list[Any]]
+
+
+def _parse_message(buf: bytes, what: str) -> _Fields:
+    """Decodes protobuf wire format into {field number: [values]}.
+
+    Varint and fixed fields give ints, length-delimited fields give bytes.
+    Groups (wire types 3/4) and unknown wire types are corrupt here.
+    """
+    fields: _Fields = {}
+    pos, end = 0, len(buf)
+    while pos < end:
+        tag, pos = _varint(buf, pos, end, what)
+        number, wire = tag >> 3, tag & 7
+        if number == 0:
+            raise CorruptCheckpointError(f"{what}: protobuf field number 0")
+        if wire == 0:
+            value, pos = _varint(buf, pos, end, what)
+        elif wire == 1:
+            if pos + 8 > end:
+                raise CorruptCheckpointError(f"{what}: truncated fixed64 field {number}")
+            value = int.from_bytes(buf[pos:pos + 8], "little")
+            pos += 8
+        elif wire == 2:
+            length, pos = _varint(buf, pos, end, what)
+            if length > end - pos:
+                raise CorruptCheckpointError(
+                    f"{what}: field {number} claims {length} bytes, only {end - pos} left")
+            value = bytes(buf[pos:pos + length])
+            pos += length
+        elif wire == 5:
+            if pos + 4 > end:
+                raise CorruptCheckpointError(f"{what}: truncated fixed32 field {number}")
+            value = int.from_bytes(buf[pos:pos + 4], "little")
+            pos += 4
+        else:
+            raise CorruptCheckpointError(f"{what}: unsupported protobuf wire type {wire} (field {number})")
+        fields.setdefault(number, []).append(value)
+    return fields
+
+
+def _last_int(fields: _Fields, number: int, what: str, default: int = 0) -> int:
+    values = fields.get(number)
+    if not values:
+        return default
+    value = values[-1]
+    if not isinstance(value, int):
+        raise CorruptCheckpointError(f"{what}: field {number} should be a number")
+    return value
+
+
+def _messages(fields: _Fields, number: int, what: str) -> list[bytes]:
+    values = fields.get(number, [])
+    if not all(isinstance(v, bytes) for v in values):
+        raise CorruptCheckpointError(f"{what}: field {number} should be a message")
+    return values
+
+
+# ------------------------------------------------------------------- table
+@dataclasses.dataclass(frozen=True)
+class _BlockHandle:
+    offset: int
+    size: int
+
+
+def _block_handle(buf: bytes, pos: int, end: int, what: str) -> tuple[_BlockHandle, int]:
+    offset, pos = _varint(buf, pos, end, what)
+    size, pos = _varint(buf, pos, end, what)
+    return _BlockHandle(offset, size), pos
+
+
+def _read_block(data: bytes, handle: _BlockHandle, label: str) -> bytes:
+    """Returns a block's contents after checking bounds, compression type and masked crc32c."""
+    end = len(data) - FOOTER_SIZE
+    if handle.offset > end or handle.size > end - handle.offset - _BLOCK_TRAILER_SIZE:
+        raise CorruptCheckpointError(
+            f"{label}: block at offset {handle.offset} with {handle.size} bytes lies outside the "
+            f"{len(data)}-byte file")
+    start, stop = handle.offset, handle.offset + handle.size
+    contents = data[start:stop]
+    kind = data[stop]
+    stored = int.from_bytes(data[stop + 1:stop + 5], "little")
+    actual = crc32c(data[start:stop + 1])
+    if unmask_crc(stored) != actual:
+        raise ChecksumError(
+            f"{label}: table block at offset {start} fails its crc32c check (stored "
+            f"{unmask_crc(stored):08x}, computed {actual:08x}); the .index file is damaged")
+    if kind == 1:
+        raise UnsupportedFormatError(
+            f"{label}: table block at offset {start} is snappy-compressed; varstore reads only "
+            f"uncompressed tables (TensorFlow writes them uncompressed since 1.2). Re-save the "
+            f"checkpoint with a recent TensorFlow")
+    if kind != 0:
+        raise CorruptCheckpointError(f"{label}: unknown block compression type {kind} at offset {start}")
+    return contents
+
+
+def _block_entries(block: bytes, label: str) -> list[tuple[bytes, bytes]]:
+    """Decodes one block's prefix-compressed (key, value) entries."""
+    size = len(block)
+    if size < 4:
+        raise CorruptCheckpointError(f"{label}: table block of {size} bytes is too short")
+    num_restarts = int.from_bytes(block[size - 4:], "little")
+    if num_restarts > (size - 4) // 4:
+        raise CorruptCheckpointError(f"{label}: table block claims {num_restarts} restart points")
+    limit = size - 4 - 4 * num_restarts
+    restarts = [int.from_bytes(block[limit + 4 * i:limit + 4 * i + 4], "little")
+                for i in range(num_restarts)]
+    if any(r > limit for r in restarts):
+        raise CorruptCheckpointError(f"{label}: table block restart point outside the block")
+    restart_set = set(restarts)
+    entries: list[tuple[bytes, bytes]] = []
+    pos = 0
+    key = b""
+    what = f"{label}: table entry"
+    while pos < limit:
+        at = pos
+        shared, pos = _varint(block, pos, limit, what, 5)
+        non_shared, pos = _varint(block, pos, limit, what, 5)
+        value_len, pos = _varint(block, pos, limit, what, 5)
+        if shared > len(key):
+            raise CorruptCheckpointError(f"{what}: shares {shared} bytes with a {len(key)}-byte previous key")
+        if at in restart_set and shared:
+            raise CorruptCheckpointError(f"{what}: restart point at {at} shares a key prefix")
+        if non_shared > limit - pos or value_len > limit - pos - non_shared:
+            raise CorruptCheckpointError(f"{what}: key/value run past the end of the block")
+        key = key[:shared] + bytes(block[pos:pos + non_shared])
+        pos += non_shared
+        value = bytes(block[pos:pos + value_len])
+        pos += value_len
+        entries.append((key, value))
+    return entries
+
+
+def read_table(data: bytes, label: str) -> list[tuple[bytes, bytes]]:
+    """All (key, value) pairs of a LevelDB-format table, in key order.
+
+    Args:
+      data: the whole `.index` file.
+      label: the file name, used in error messages.
+
+    Raises:
+      CorruptCheckpointError: bad magic, handles outside the file, malformed
+        blocks, or keys out of order.
+      ChecksumError: a block's masked crc32c does not match.
+      UnsupportedFormatError: a compressed (snappy) block.
+    """
+    if len(data) < FOOTER_SIZE:
+        raise CorruptCheckpointError(
+            f"{label}: {len(data)} bytes is too short for a TensorFlow checkpoint index "
+            f"(the table footer alone is {FOOTER_SIZE} bytes)")
+    footer = data[len(data) - FOOTER_SIZE:]
+    if int.from_bytes(footer[40:], "little") != TABLE_MAGIC:
+        raise CorruptCheckpointError(
+            f"{label}: not a TensorFlow checkpoint index (table magic number missing at the end)")
+    _metaindex, pos = _block_handle(footer, 0, 40, f"{label}: footer")
+    index_handle, _ = _block_handle(footer, pos, 40, f"{label}: footer")
+    index = _read_block(data, index_handle, label)
+    pairs: list[tuple[bytes, bytes]] = []
+    for _separator, handle_bytes in _block_entries(index, label):
+        handle, used = _block_handle(handle_bytes, 0, len(handle_bytes), f"{label}: index entry")
+        if used != len(handle_bytes):
+            raise CorruptCheckpointError(f"{label}: index entry has trailing bytes after its block handle")
+        pairs.extend(_block_entries(_read_block(data, handle, label), label))
+    for (a, _), (b, _) in zip(pairs, pairs[1:]):
+        if not a < b:
+            raise CorruptCheckpointError(f"{label}: table keys are not in strictly increasing order")
+    return pairs
+
+
+# -------------------------------------------------------- bundle messages
+@dataclasses.dataclass(frozen=True)
+class BundleHeader:
+    """BundleHeaderProto: number of data shards, byte order, format version."""
+
+    num_shards: int
+    big_endian: bool
+    producer: int
+    min_consumer: int
+
+
+@dataclasses.dataclass(frozen=True)
+class BundleEntry:
+    """BundleEntryProto: where one tensor (or one slice of it) lives.
+
+    Attributes:
+      dtype: TF DataType enum value (reference types folded to their base type).
+      shape: dimension sizes.
+      shard_id, offset, size: data shard number, byte offset and byte count.
+      crc32c: the masked crc32c of the stored bytes.
+      slices: for a partitioned variable, one tuple of (start, length) per
+        slice; length -1 means the whole dimension. Empty otherwise.
+    """
+
+    dtype: int
+    shape: tuple[int, ...]
+    shard_id: int
+    offset: int
+    size: int
+    crc32c: int
+    slices: tuple[tuple[tuple[int, int], ...], ...]
+
+
+def parse_header(value: bytes, label: str) -> BundleHeader:
+    """Decodes the "" entry (BundleHeaderProto)."""
+    what = f"{label}: bundle header"
+    fields = _parse_message(value, what)
+    num_shards = _signed64(_last_int(fields, 1, what))
+    endianness = _last_int(fields, 2, what)
+    producer = min_consumer = 0
+    versions = _messages(fields, 3, what)
+    if versions:
+        vfields = _parse_message(versions[-1], what)
+        producer = _signed64(_last_int(vfields, 1, what))
+        min_consumer = _signed64(_last_int(vfields, 2, what))
+    if num_shards < 1 or num_shards > 99999:
+        raise CorruptCheckpointError(f"{what}: invalid number of data shards {num_shards}")
+    if endianness not in (0, 1):
+        raise CorruptCheckpointError(f"{what}: invalid endianness {endianness}")
+    return BundleHeader(num_shards, endianness == 1, producer, min_consumer)
+
+
+def _parse_shape(buf: bytes, what: str) -> tuple[int, ...]:
+    fields = _parse_message(buf, what)
+    if _last_int(fields, 3, what):
+        raise CorruptCheckpointError(f"{what}: shape has unknown rank")
+    dims = []
+    for dim in _messages(fields, 2, what):
+        size = _signed64(_last_int(_parse_message(dim, what), 1, what))
+        if size < 0:
+            raise CorruptCheckpointError(f"{what}: shape has an unknown or negative dimension ({size})")
+        dims.append(size)
+    if len(dims) > _MAX_DIMS:
+        raise CorruptCheckpointError(f"{what}: shape has {len(dims)} dimensions (at most {_MAX_DIMS})")
+    return tuple(dims)
+
+
+def _parse_slice(buf: bytes, what: str) -> tuple[tuple[int, int], ...]:
+    extents = []
+    for extent in _messages(_parse_message(buf, what), 1, what):
+        efields = _parse_message(extent, what)
+        start = _signed64(_last_int(efields, 1, what))
+        length = _signed64(_last_int(efields, 2, what, default=-1)) if 2 in efields else -1
+        if start < 0 or length < -1:
+            raise CorruptCheckpointError(f"{what}: invalid slice extent start={start} length={length}")
+        extents.append((start, length))
+    return tuple(extents)
+
+
+def parse_entry(key: bytes, value: bytes, label: str) -> BundleEntry:
+    """Decodes one BundleEntryProto; raises CorruptCheckpointError naming the key."""
+    what = f"{label}: entry {key.decode('utf-8', 'replace')!r}"
+    fields = _parse_message(value, what)
+    dtype = _last_int(fields, 1, what)
+    if dtype > 100:  # DT_*_REF
+        dtype -= 100
+    shapes = _messages(fields, 2, what)
+    shape = _parse_shape(shapes[-1], what) if shapes else ()
+    shard_id = _signed64(_last_int(fields, 3, what))
+    offset = _signed64(_last_int(fields, 4, what))
+    size = _signed64(_last_int(fields, 5, what))
+    crc = _last_int(fields, 6, what) & 0xFFFFFFFF
+    slices = tuple(_parse_slice(s, what) for s in _messages(fields, 7, what))
+    if shard_id < 0 or offset < 0 or size < 0:
+        raise CorruptCheckpointError(
+            f"{what}: negative shard id, offset or size ({shard_id}, {offset}, {size})")
+    for extents in slices:
+        if len(extents) != len(shape):
+            raise CorruptCheckpointError(
+                f"{what}: a slice has {len(extents)} dimensions, the tensor has {len(shape)}")
+        for (start, length), dim in zip(extents, shape):
+            if length == -1 and start != 0 or length >= 0 and start + length > dim:
+                raise CorruptCheckpointError(
+                    f"{what}: slice extent start={start} length={length} outside dimension {dim}")
+    return BundleEntry(dtype, shape, shard_id, offset, size, crc, slices)
+
+
+def tf_dtype(enum: int) -> tuple[str, str | None]:
+    """(TF DataType name, logical dtype name) for an enum; the name is None when unsupported.
+
+    The logical name is "string" for DT_STRING (read as "S<n>").
+    """
+    return _TF_DTYPES.get(enum, (f"DataType({enum})", None))
+
+
+def numpy_dtype(logical: str, big_endian: bool) -> np.dtype:
+    """NumPy dtype for a numeric logical name in the bundle's byte order."""
+    dt = _dtypes.as_dtype(logical)
+    if dt.itemsize > 1 and dt.kind in "iufc":
+        dt = dt.newbyteorder(">" if big_endian else "<")
+    return dt
+
+
+# ------------------------------------------------------------ OrderedCode
+def _write_num_increasing(value: int) -> bytes:
+    payload = value.to_bytes((value.bit_length() + 7) // 8, "big") if value else b""
+    return bytes([len(payload)]) + payload
+
+
+def _write_string(value: bytes) -> bytes:
+    return _escape(value) + b"\x00\x01"
+
+
+def _escape(value: bytes) -> bytes:
+    out = bytearray()
+    for byte in value:
+        if byte == 0:
+            out += b"\x00\xff"
+        elif byte == 0xFF:
+            out += b"\xff\x00"
+        else:
+            out.append(byte)
+    return bytes(out)
+
+
+_LENGTH_TO_HEADER = [(0, 0), (0x80, 0), (0xC0, 0), (0xE0, 0), (0xF0, 0), (0xF8, 0),
+                     (0xFC, 0), (0xFE, 0), (0xFF, 0), (0xFF, 0x80), (0xFF, 0xC0)]
+
+
+def _write_signed_num_increasing(value: int) -> bytes:
+    x = ~value if value < 0 else value
+    if x < 64:
+        return bytes([(0x80 ^ value) & 0xFF])
+    length = x.bit_length() // 7 + 1  # kBitsToLength in ordered_code.cc
+    raw = bytearray((value & ((1 << 80) - 1)).to_bytes(10, "big")[10 - length:])
+    raw[0] ^= _LENGTH_TO_HEADER[length][0]
+    raw[1] ^= _LENGTH_TO_HEADER[length][1]
+    return bytes(raw)
+
+
+def encode_tensor_name_slice(name: bytes, extents: tuple[tuple[int, int], ...]) -> bytes:
+    """The table key of one stored slice, as checkpoint::EncodeTensorNameSlice.
+
+    Args:
+      name: the full tensor's key.
+      extents: (start, length) per dimension; length -1 for a whole dimension.
+    """
+    out = _write_num_increasing(0) + _write_string(name) + _write_num_increasing(len(extents))
+    for start, length in extents:
+        out += _write_signed_num_increasing(start) + _write_signed_num_increasing(length)
+    return out
+
+
+def is_slice_key(key: bytes) -> bool:
+    """True for the keys of slice entries (they start with OrderedCode's 0, a NUL byte)."""
+    return key[:1] == b"\x00"
+
+
+# ------------------------------------------------------------ data layout
+def data_filename(prefix: str, shard_id: int, num_shards: int) -> str:
+    """`<prefix>.data-00000-of-00001`, as tensor_bundle's DataFilename."""
+    return f"{prefix}.data-{shard_id:05d}-of-{num_shards:05d}"
+
+
+def decode_string_tensor(raw: bytes, count: int, what: str) -> tuple[list[bytes], int]:
+    """Decodes a DT_STRING tensor's stored bytes; returns (elements, crc32c of the bytes).
+
+    Layout (tensor_bundle.cc WriteStringTensor): `count` varint64 lengths, a
+    4-byte masked crc32c of the lengths (each hashed as a little-endian
+    uint32, or uint64 when above 2**32-1), then the string bytes back to back.
+    The returned crc covers the hashed lengths, the 4 checksum bytes and the
+    string bytes, to compare with the entry's crc32c.
+
+    Raises:
+      CorruptCheckpointError: lengths run past `raw`.
+      ChecksumError: the lengths' checksum does not match.
+    """
+    pos, end = 0, len(raw)
+    if count > end:  # every element needs at least one length byte
+        raise CorruptCheckpointError(f"{what}: {count} strings cannot fit in {end} bytes")
+    lengths = []
+    crc = 0
+    for _ in range(count):
+        length, pos = _varint(raw, pos, end, what)
+        lengths.append(length)
+        crc = crc32c(struct.pack("<I" if length <= 0xFFFFFFFF else "<Q", length), crc)
+    if pos + 4 > end:
+        raise CorruptCheckpointError(f"{what}: string lengths run past the stored bytes")
+    stored = raw[pos:pos + 4]
+    if unmask_crc(int.from_bytes(stored, "little")) != crc:
+        raise ChecksumError(f"{what}: the checksum of the string lengths does not match")
+    crc = crc32c(stored, crc)
+    pos += 4
+    if sum(lengths) != end - pos:
+        raise CorruptCheckpointError(
+            f"{what}: string lengths add up to {sum(lengths)} bytes, {end - pos} are stored")
+    elements = []
+    for length in lengths:
+        elements.append(bytes(raw[pos:pos + length]))
+        pos += length
+    crc = crc32c(raw[end - sum(lengths):end], crc)
+    return elements, crc
