@@ -1,0 +1,429 @@
+"""Benchmark methods: one small class per way of saving and loading the same variables.
+
+Each method saves a workload (raw bytes, plain h5py, plain zarr 3, safetensors,
+npz, varstore's HDF5 and Zarr, torch and tensorstore when importable), loads it
+back, and reads one named variable. Every method keeps the same layout (one
+array per variable, the workload's full names) so the numbers compare like for
+like. Methods never time themselves, never drop caches and never spawn
+processes: `_worker.py` does that around them. Optional libraries are imported
+inside the methods, so a worker only imports what its method needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from _workloads import DTYPE, SLEEP_S, Workload
+
+__all__ = ["Method", "METHODS", "fsync_file", "fsync_tree", "remove", "touch_pages"]
+
+Arrays = dict[str, npt.NDArray[Any]]
+PAGE = 4096
+
+
+# -- durability and cleanup helpers ---------------------------------------------------------
+
+def fsync_file(path: Path) -> None:
+    """fsyncs one file's data and metadata (any fd flushes the inode's dirty pages)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(path: Path) -> None:
+    """Makes `path` durable: fsyncs the file, or every file and folder under it, then its parent folder."""
+    path = Path(path)
+    if path.is_dir():
+        for root, _dirs, files in os.walk(path):
+            for name in files:
+                fsync_file(Path(root) / name)
+            _fsync_dir(Path(root))
+    else:
+        fsync_file(path)
+    _fsync_dir(path.parent)
+
+
+def remove(path: Path) -> None:
+    """Removes a file or folder if it exists."""
+    path = Path(path)
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
+def files_under(path: Path) -> Iterator[Path]:
+    """`path` itself if a file, else every file below it."""
+    path = Path(path)
+    if path.is_dir():
+        for root, _dirs, files in os.walk(path):
+            for name in files:
+                yield Path(root) / name
+    elif path.exists():
+        yield path
+
+
+def touch_pages(arrays: Any) -> int:
+    """Reads one byte per 4 KiB page of every array (so mmap-backed loads really read); returns a checksum."""
+    values = arrays.values() if isinstance(arrays, dict) else [arrays]
+    total = 0
+    for a in values:
+        flat = np.asarray(a).reshape(-1).view(np.uint8)
+        total += int(flat[::PAGE].sum(dtype=np.uint64))
+    return total
+
+
+# -- the registry ---------------------------------------------------------------------------
+
+class Method:
+    """One way to save and load a workload. Subclasses fill in the hooks below.
+
+    Attributes:
+      name: the name used on the command line and in the table ("h5py").
+      label: one line saying exactly what is done.
+      modules: importable modules it needs; missing ones skip the method.
+      suffix: checkpoint path suffix (".h5", ".zarr", ...).
+      touches_pages: loads return memory maps, so the worker reads every page in the timed region.
+      restores_in_place: has a W4 (restore into a store with expensive initializers).
+      durable_option: its non-durable save differs from the durable one.
+    """
+
+    name = ""
+    label = ""
+    modules: tuple[str, ...] = ()
+    suffix = ""
+    touches_pages = False
+    restores_in_place = False
+    durable_option = True
+
+    def unavailable(self) -> str | None:
+        """None when usable, else why not (e.g. "torch is not installed")."""
+        for module in self.modules:
+            if importlib.util.find_spec(module) is None:
+                return f"{module} is not installed"
+        return None
+
+    def imports(self) -> None:
+        """Imports what the method needs, before the worker's memory baseline."""
+        for module in self.modules:
+            importlib.import_module(module)
+
+    def make_model(self, workload: Workload) -> Any:
+        """The in-memory model to save (not timed): by default a dict of one array per variable."""
+        return workload.read_arrays()
+
+    def save(self, model: Any, path: Path, durable: bool) -> None:
+        """Writes `model` to `path`; when `durable`, every written file and folder is fsynced."""
+        raise NotImplementedError
+
+    def prepare_load(self, workload: Workload, path: Path) -> Any:
+        """Untimed setup for `load` (e.g. preallocated destination arrays)."""
+        return None
+
+    def load(self, state: Any, workload: Workload, path: Path) -> Any:
+        """Reads every variable; returns a dict name -> array (or one flat array for raw)."""
+        raise NotImplementedError
+
+    def read_one(self, workload: Workload, path: Path, name: str) -> npt.NDArray[Any]:
+        """Opens the checkpoint and returns one variable's value (W3: time to first array)."""
+        raise NotImplementedError
+
+    def prepare_restore(self, workload: Workload, path: Path) -> Any:
+        """W4 setup: a store whose variables have initializers that sleep `SLEEP_S`."""
+        raise NotImplementedError
+
+    def restore(self, state: Any, workload: Workload, path: Path) -> tuple[Arrays, int]:
+        """W4: restores into the store from `prepare_restore`; returns (values, initializer calls)."""
+        raise NotImplementedError
+
+
+class Raw(Method):
+    name = "raw"
+    label = "one ndarray.tofile of all bytes (+ fsync); np.fromfile back; the disk limit"
+    suffix = ".bin"
+
+    def make_model(self, workload: Workload) -> Any:
+        return workload.read_flat()
+
+    def save(self, model: Any, path: Path, durable: bool) -> None:
+        with open(path, "wb") as f:
+            model.tofile(f)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        if durable:
+            _fsync_dir(path.parent)
+
+    def load(self, state: Any, workload: Workload, path: Path) -> Any:
+        return np.fromfile(path, dtype=DTYPE)
+
+    def read_one(self, workload: Workload, path: Path, name: str) -> npt.NDArray[Any]:
+        spec = workload.by_name(name)
+        with open(path, "rb") as f:
+            f.seek(spec.offset)
+            return np.fromfile(f, dtype=DTYPE, count=spec.size).reshape(spec.shape)
+
+
+class H5py(Method):
+    name = "h5py"
+    label = "plain h5py, one dataset per variable (defaults); read_direct into preallocated arrays"
+    modules = ("h5py",)
+    suffix = ".h5"
+
+    def save(self, model: Arrays, path: Path, durable: bool) -> None:
+        import h5py
+
+        with h5py.File(path, "w") as f:
+            for name, value in model.items():
+                f.create_dataset(name, data=value)
+        if durable:
+            fsync_tree(path)
+
+    def prepare_load(self, workload: Workload, path: Path) -> Any:
+        return {v.name: np.empty(v.shape, DTYPE) for v in workload.variables}
+
+    def load(self, state: Arrays, workload: Workload, path: Path) -> Any:
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            for name, out in state.items():
+                f[name].read_direct(out)
+        return state
+
+    def read_one(self, workload: Workload, path: Path, name: str) -> npt.NDArray[Any]:
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            return f[name][()]
+
+
+class Zarr3(Method):
+    name = "zarr3"
+    label = "plain zarr 3, one array per variable, default chunks and codecs (zstd)"
+    modules = ("zarr",)
+    suffix = ".zarr"
+    compressors: Any = "auto"
+
+    def save(self, model: Arrays, path: Path, durable: bool) -> None:
+        import zarr
+
+        group = zarr.open_group(path, mode="w")
+        for name, value in model.items():
+            group.create_array(name, data=value, compressors=self.compressors)
+        if durable:
+            fsync_tree(path)
+
+    def load(self, state: Any, workload: Workload, path: Path) -> Any:
+        import zarr
+
+        group = zarr.open_group(path, mode="r")
+        return {v.name: group[v.name][...] for v in workload.variables}
+
+    def read_one(self, workload: Workload, path: Path, name: str) -> npt.NDArray[Any]:
+        import zarr
+
+        return zarr.open_group(path, mode="r")[name][...]
+
+
+class Zarr3NoCompression(Zarr3):
+    name = "zarr3-nocomp"
+    label = "plain zarr 3, one array per variable, default chunks, no compressor"
+    compressors = None
+
+
+class Safetensors(Method):
+    name = "safetensors"
+    label = "safetensors.numpy save_file / load_file; safe_open + get_tensor for W3"
+    modules = ("safetensors",)
+    suffix = ".safetensors"
+
+    def save(self, model: Arrays, path: Path, durable: bool) -> None:
+        from safetensors.numpy import save_file
+
+        save_file(model, str(path))
+        if durable:
+            fsync_tree(path)
+
+    def load(self, state: Any, workload: Workload, path: Path) -> Any:
+        from safetensors.numpy import load_file
+
+        return load_file(str(path))
+
+    def read_one(self, workload: Workload, path: Path, name: str) -> npt.NDArray[Any]:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="np") as f:
+            return f.get_tensor(name)
+
+
+class Npz(Method):
+    name = "npz"
+    label = "numpy savez (uncompressed) / np.load(allow_pickle=False)"
+    suffix = ".npz"
+
+    def save(self, model: Arrays, path: Path, durable: bool) -> None:
+        with open(path, "wb") as f:
+            np.savez(f, **model)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        if durable:
+            _fsync_dir(path.parent)
+
+    def load(self, state: Any, workload: Workload, path: Path) -> Any:
+        with np.load(path, allow_pickle=False) as z:
+            return {name: z[name] for name in z.files}
+
+    def read_one(self, workload: Workload, path: Path, name: str) -> npt.NDArray[Any]:
+        with np.load(path, allow_pickle=False) as z:
+            return z[name]
+
+
+class Torch(Method):
+    name = "torch"
+    label = "torch.save of a dict of tensors / torch.load(mmap=True, weights_only=True), pages touched"
+    modules = ("torch",)
+    suffix = ".pt"
+    touches_pages = True
+
+    def make_model(self, workload: Workload) -> Any:
+        import torch
+
+        return {k: torch.from_numpy(v) for k, v in workload.read_arrays().items()}
+
+    def save(self, model: Any, path: Path, durable: bool) -> None:
+        import torch
+
+        with open(path, "wb") as f:
+            torch.save(model, f)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        if durable:
+            _fsync_dir(path.parent)
+
+    def load(self, state: Any, workload: Workload, path: Path) -> Any:
+        import torch
+
+        loaded = torch.load(str(path), mmap=True, weights_only=True)
+        return {k: t.numpy() for k, t in loaded.items()}
+
+    def read_one(self, workload: Workload, path: Path, name: str) -> npt.NDArray[Any]:
+        import torch
+
+        return torch.load(str(path), mmap=True, weights_only=True)[name].numpy()
+
+
+class Tensorstore(Method):
+    name = "tensorstore"
+    label = "tensorstore zarr3 driver, one array per variable, all writes/reads issued concurrently"
+    modules = ("tensorstore",)
+    suffix = ".ts"
+
+    @staticmethod
+    def _spec(path: Path, name: str, shape: tuple[int, ...] | None = None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path / name)}}
+        if shape is not None:
+            spec.update(metadata={"shape": list(shape), "data_type": "float32"}, create=True,
+                        delete_existing=True)
+        return spec
+
+    def save(self, model: Arrays, path: Path, durable: bool) -> None:
+        import tensorstore as ts
+
+        stores = [(ts.open(self._spec(path, k, v.shape)), v) for k, v in model.items()]
+        writes = [store.result().write(value) for store, value in stores]
+        for w in writes:
+            w.result()
+        if durable:
+            fsync_tree(path)
+
+    def load(self, state: Any, workload: Workload, path: Path) -> Any:
+        import tensorstore as ts
+
+        opened = {v.name: ts.open(self._spec(path, v.name)) for v in workload.variables}
+        reads = {k: f.result().read() for k, f in opened.items()}
+        return {k: r.result() for k, r in reads.items()}
+
+    def read_one(self, workload: Workload, path: Path, name: str) -> npt.NDArray[Any]:
+        import tensorstore as ts
+
+        return ts.open(self._spec(path, name)).result().read().result()
+
+
+# -- varstore -------------------------------------------------------------------------------
+
+class _SleepyInitializer:
+    """An initializer that sleeps `SLEEP_S` and counts its calls (W4 must see 0)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, shape: Any, dtype: Any = DTYPE, *args: Any, **kwargs: Any) -> npt.NDArray[Any]:
+        self.calls += 1
+        time.sleep(SLEEP_S)
+        return np.zeros(shape, dtype=dtype)
+
+
+class Varstore(Method):
+    """varstore's own checkpoints: save a VariableStore, restore into an existing one."""
+
+    name = "varstore-h5"
+    label = "varstore save(store) / restore into existing variables, HDF5"
+    modules = ("varstore",)
+    suffix = ".h5"
+    format = "hdf5"
+    restores_in_place = True
+
+    def unavailable(self) -> str | None:
+        reason = super().unavailable()
+        if reason:
+            return reason
+        try:
+            importlib.import_module("varstore.checkpoint").__dict__["save"]
+            importlib.import_module("varstore.checkpoint").__dict__["restore"]
+            importlib.import_module("varstore.scopes").__dict__["VariableStore"]
+        except (ImportError, KeyError) as err:
+            return f"varstore checkpoint layer not importable yet ({err!r})"
+        return None
+
+    def imports(self) -> None:
+        import varstore.checkpoint  # noqa: F401
+        import varstore.scopes  # noqa: F401
+
+    def make_model(self, workload: Workload) -> Any:
+        raise NotImplementedError("wired once the checkpoint layer lands")
+
+
+class VarstoreZarr(Varstore):
+    name = "varstore-zarr"
+    label = "varstore save(store) / restore into existing variables, Zarr v3"
+    suffix = ".zarr"
+    format = "zarr"
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (Raw(), H5py(), Zarr3(), Zarr3NoCompression(), Safetensors(), Npz(),
+              Varstore(), VarstoreZarr(), Torch(), Tensorstore())
+}

@@ -1,0 +1,234 @@
+#!/usr/bin/env python
+"""Side-by-side checkpoint benchmark: varstore against the raw-write limit and its peers.
+
+One command: builds the workloads deterministically in a temporary folder,
+runs every (method, workload, phase) in a fresh subprocess, repeated, prints one
+table of medians and writes results.json, results.md and chart.png beside this
+file (or under --out-dir). See README.md here for what is measured and how.
+
+    python docs/benchmarks/run.py                     # full scale, ~1.2 GB W1
+    python docs/benchmarks/run.py --scale 0.1 --repeat 3 --methods raw,h5py,varstore-h5
+
+This script orchestrates only: workloads live in _workloads.py, methods in
+_methods.py, the timed code in _worker.py, the table and chart in _report.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _methods import METHODS, remove  # noqa: E402
+from _report import format_table, summarize, write_chart, write_json, write_markdown  # noqa: E402
+from _workloads import SLEEP_S, build_workloads  # noqa: E402
+
+WORKLOADS = ("W1", "W2", "W3", "W4")
+DEFAULT_METHODS = ("raw", "h5py", "zarr3", "zarr3-nocomp", "safetensors", "npz",
+                   "varstore-h5", "varstore-zarr", "torch", "tensorstore")
+RSS_NOTE = ("peak RSS is the worker's peak resident memory during the timed region (VmHWM, reset "
+            "when the timer starts) minus its RSS after imports and before the model or any "
+            "destination array was allocated: it counts the in-memory model for saves and the "
+            "loaded arrays for loads, plus whatever the method needs on top (file pages it maps "
+            "included); results.json also has extra_rss_mib, the peak above the RSS at the "
+            "timer's start.")
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="shrink the workloads: W1 bytes x scale (same 384 variables), "
+                        "W2 variable count x scale (default 1.0 = 1.2 GB and 50,000)")
+    p.add_argument("--repeat", type=int, default=3, help="repeats per cell, each a fresh process (default 3)")
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help="comma-separated; raw is always added (every ratio needs it)")
+    p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated subset of W1,W2,W3,W4")
+    p.add_argument("--cache", choices=("drop", "fadvise", "none"), default="drop",
+                   help="cold cache before each load: drop = sync + drop_caches (root), falling back to "
+                        "fadvise = POSIX_FADV_DONTNEED on each checkpoint file; none = warm")
+    p.add_argument("--budget-s", type=float, default=120.0,
+                   help="stop repeating a cell once its timed seconds pass this (at least one run)")
+    p.add_argument("--timeout-s", type=float, default=1800.0, help="kill a worker after this many seconds")
+    p.add_argument("--workdir", type=Path, default=None,
+                   help="parent of the temporary folder for workloads and checkpoints (default: /tmp)")
+    p.add_argument("--out-dir", type=Path, default=HERE, help="where results.json/.md and chart.png go")
+    p.add_argument("--no-verify", action="store_true",
+                   help="skip checking loaded bytes against the source (done once per cell, untimed)")
+    p.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("numpy", "h5py", "zarr", "safetensors", "varstore", "torch", "tensorstore"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _machine() -> str:
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{platform.machine()}, {os.cpu_count()} cores, {mem_gib:.0f} GiB RAM, {platform.system()}"
+
+
+def _run_worker(task: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """Runs one measurement in a fresh interpreter; returns its result dict (raises on failure)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        result_path = Path(f.name)
+    task = dict(task, result=str(result_path))
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(task)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        if proc.returncode != 0:
+            raise RuntimeError(f"worker {task['method']} {task['workload']} {task['phase']} failed "
+                               f"(exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        return json.loads(result_path.read_text())
+    finally:
+        result_path.unlink(missing_ok=True)
+
+
+def _plan(method: Any, workloads: list[str]) -> list[tuple[str, str]]:
+    """(workload, phase) cells for one method, in an order where each load follows its save."""
+    cells = []
+    wanted = set(workloads)
+    if wanted & {"W1", "W3", "W4"}:
+        if "W1" in wanted:
+            cells += [("W1", "save"), ("W1", "save-nofsync"), ("W1", "load")]
+        if "W3" in wanted:
+            cells.append(("W3", "read-one"))
+        if "W4" in wanted and method.restores_in_place:
+            cells.append(("W4", "restore"))
+    if "W2" in wanted:
+        cells += [("W2", "save"), ("W2", "save-nofsync"), ("W2", "load")]
+    return cells
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    if args.worker is not None:
+        from _worker import run_worker
+
+        run_worker(json.loads(args.worker))
+        return 0
+
+    names = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [n for n in names if n not in METHODS]
+    if unknown:
+        print(f"unknown methods {unknown}; choose from {', '.join(METHODS)}", file=sys.stderr)
+        return 2
+    if "raw" not in names:
+        names.insert(0, "raw")
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    if set(workloads) - set(WORKLOADS):
+        print(f"unknown workloads {set(workloads) - set(WORKLOADS)}", file=sys.stderr)
+        return 2
+
+    skipped: list[dict[str, str]] = []
+    methods = []
+    for n in names:
+        reason = METHODS[n].unavailable()
+        if reason:
+            skipped.append({"method": n, "reason": reason})
+            print(f"skip {n}: {reason}", flush=True)
+        else:
+            methods.append(METHODS[n])
+
+    parent = args.workdir or Path(tempfile.gettempdir())
+    parent.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="varstore-bench-", dir=parent))
+    samples: list[dict[str, Any]] = []
+    started = time.time()
+    try:
+        t0 = time.perf_counter()
+        built = build_workloads(workdir, args.scale)
+        print(f"workloads built in {workdir} in {time.perf_counter() - t0:.1f} s: "
+              + "; ".join(f"{w.name} {len(w.variables)} variables, {w.nbytes / 1e9:.3f} GB"
+                          for w in built.values()), flush=True)
+        for method in methods:
+            for workload, phase in _plan(method, workloads):
+                source = "W1" if workload in ("W3", "W4") else workload
+                checkpoint = workdir / "checkpoints" / f"{method.name}-{source}{method.suffix}"
+                if phase not in ("save", "save-nofsync") and not checkpoint.exists():
+                    # W3/W4 without W1 in the list: write the checkpoint once, untimed.
+                    _run_worker(dict(method=method.name, workload=source, phase="save", workdir=str(workdir),
+                                     checkpoint=str(checkpoint), cache=args.cache), args.timeout_s)
+                checkpoint.parent.mkdir(parents=True, exist_ok=True)
+                spent = 0.0
+                for rep in range(args.repeat):
+                    task = dict(method=method.name, workload=workload, phase=phase, workdir=str(workdir),
+                                checkpoint=str(checkpoint), cache=args.cache,
+                                verify=(rep == 0 and not args.no_verify))
+                    res = _run_worker(task, args.timeout_s)
+                    os.sync()  # a non-durable save's dirty pages must not slow the next run
+                    res.update(method=method.name, workload=workload, phase=phase, repeat=rep)
+                    samples.append(res)
+                    spent += res["seconds"]
+                    print(f"  {method.name:14s} {workload} {phase:13s} #{rep}: {res['seconds']:8.3f} s  "
+                          f"peak RSS {res['peak_rss_bytes'] / 2**20:7.0f} MiB"
+                          + (f"  init calls {res['initializer_calls']}" if res["initializer_calls"] is not None
+                             else ""), flush=True)
+                    if spent > args.budget_s and rep + 1 < args.repeat:
+                        print(f"  {method.name} {workload} {phase}: {spent:.0f} s > budget, "
+                              f"{rep + 1} repeat(s) kept", flush=True)
+                        break
+            for w in ("W1", "W2"):
+                remove(workdir / "checkpoints" / f"{method.name}-{w}{method.suffix}")
+    finally:
+        if args.keep:
+            print(f"kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    rows = summarize(samples)
+    caches = sorted({c for r in rows for c in (r["cache"] or [])})
+    meta = {
+        "command": "python docs/benchmarks/run.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+        "date": datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
+        "duration_s": round(time.time() - started, 1),
+        "machine": _machine(),
+        "versions": _versions(),
+        "scale": args.scale,
+        "repeat": args.repeat,
+        "budget_s": args.budget_s,
+        "cache": ", ".join(caches) if caches else args.cache,
+        "workloads": {
+            **{k: f"{w.description}: {len(w.variables)} variables, {w.nbytes / 1e9:.3f} GB" for k, w in built.items()},
+            "W3": "open the W1 checkpoint, read 'layer_12/attn/q/kernel' (cold cache)",
+            "W4": f"restore W1 into existing variables whose initializers sleep {SLEEP_S * 1000:.0f} ms "
+                  "(cold cache; timed until every value is readable)",
+        },
+        "rss_note": RSS_NOTE,
+        "notes": [f"{m.name}: {m.label}" for m in methods],
+    }
+    print()
+    print(format_table(rows))
+    for s in skipped:
+        print(f"skipped {s['method']}: {s['reason']}")
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    chart = write_chart(args.out_dir / "chart.png", rows)
+    write_json(args.out_dir / "results.json", meta, rows, skipped, samples)
+    write_markdown(args.out_dir / "results.md", meta, rows, skipped, chart)
+    print(f"\nwrote {args.out_dir / 'results.json'}, results.md" + (", chart.png" if chart else
+                                                                    " (no chart: matplotlib missing)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
