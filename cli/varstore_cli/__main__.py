@@ -1,5 +1,5 @@
-"""`python -m varstore_cli ...` runs the varstore command line."""
+"""`python -m varstore_cli ...` runs the `varstore` command."""
 
 from varstore_cli.main import cli
 
-cli()
+cli(prog_name="varstore")

@@ -1,0 +1,409 @@
+"""The varstore subcommands: ls, show, diff, verify, convert.
+
+Each command parses its options, calls the public library API
+(`varstore.convert.open_checkpoint`, `varstore.convert.convert`,
+`varstore.inspect`), and prints a table or a versioned JSON document
+(schemas in docs/cli.md). Commands never catch library errors: main.py turns
+them into one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import json
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import click
+
+from varstore.checkpoint.info import CheckpointReader, VariableInfo
+from varstore.errors import UnknownVariableError
+from varstore.inspect import diff_checkpoints, scope_tree, variable_stats
+from varstore_cli import formatting as fmt
+
+__all__ = ["COMMANDS", "ATTRIBUTES_SUFFIX", "make_progress", "parse_rename"]
+
+#: Suffix of TF2 object-based checkpoint keys, hidden by `ls --strip-attributes`.
+ATTRIBUTES_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+
+FORMAT_HELP = ("Read PATH as this format instead of detecting it: varstore-hdf5, varstore-zarr, tf, "
+               "keras3, keras2, safetensors, npz, hdf5, zarr.")
+
+
+# ------------------------------------------------------------------ helpers
+def _open(path: str, format: str | None = None) -> CheckpointReader:
+    from varstore.convert import open_checkpoint  # the converters are imported only when needed
+
+    return open_checkpoint(path, format=format)
+
+
+def _compact(value: Any) -> str:
+    # allow_nan=False: the schemas spell non-finite numbers as strings, so a NaN here is a bug
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+def _echo_json(document: dict[str, Any]) -> None:
+    """Prints one JSON document: top-level keys one per line, list items one per line.
+
+    The layout is for reading and grepping only; consumers parse it as JSON.
+    """
+    lines = ["{"]
+    items = list(document.items())
+    for index, (key, value) in enumerate(items):
+        comma = "," if index < len(items) - 1 else ""
+        if isinstance(value, list) and value and all(isinstance(v, (dict, list)) for v in value):
+            lines.append(f"  {_compact(key)}: [")
+            lines += [f"    {_compact(v)}{',' if i < len(value) - 1 else ''}" for i, v in enumerate(value)]
+            lines.append(f"  ]{comma}")
+        else:
+            lines.append(f"  {_compact(key)}: {_compact(value)}{comma}")
+    lines.append("}")
+    click.echo("\n".join(lines))
+
+
+def _strip(name: str, strip_attributes: bool) -> str:
+    if strip_attributes and name.endswith(ATTRIBUTES_SUFFIX):
+        return name[: -len(ATTRIBUTES_SUFFIX)]
+    return name
+
+
+def _elements(info: VariableInfo) -> int:
+    return math.prod(info.shape)
+
+
+def _plural(count: int, word: str, plural: str | None = None) -> str:
+    return f"{count:,} " + (word if count == 1 else plural or word + "s")
+
+
+def _checkpoint_json(reader: CheckpointReader) -> dict[str, Any]:
+    return {
+        "path": str(reader.path),
+        "format": reader.format,
+        "format_version": reader.format_version,
+        "step": reader.step,
+        "metadata": reader.metadata,
+    }
+
+
+def _describe(reader: CheckpointReader) -> str:
+    parts = [reader.format]
+    if reader.format_version is not None:
+        parts.append(f"version {reader.format_version}")
+    if reader.step is not None:
+        parts.append(f"step {reader.step}")
+    return f"{reader.path}  ({', '.join(parts)})"
+
+
+def _resolve_name(reader: CheckpointReader, name: str) -> str:
+    """`name` itself, or its TF2 key with the attribute suffix, or an error with suggestions."""
+    keys = reader.keys()
+    if name in keys:
+        return name
+    if name + ATTRIBUTES_SUFFIX in keys:
+        return name + ATTRIBUTES_SUFFIX
+    close = difflib.get_close_matches(name, keys, n=3)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    raise UnknownVariableError(
+        f"no variable '{name}' in '{reader.path}' ({reader.format}, {len(keys)} variables){hint}; "
+        f"`varstore ls {reader.path}` lists them")
+
+
+# ----------------------------------------------------------------------- ls
+@click.command("ls")
+@click.argument("path", type=click.Path())
+@click.option("--filter", "pattern", metavar="GLOB", help="Only names matching this shell glob ('encoder/*').")
+@click.option("--json", "as_json", is_flag=True, help="Print the varstore.ls/1 JSON document.")
+@click.option("--tree", is_flag=True, help="Show the scope tree with per-scope totals.")
+@click.option("--strip-attributes", is_flag=True,
+              help=f"Show TF2 object-checkpoint keys without '{ATTRIBUTES_SUFFIX}'.")
+@click.option("--format", "format_", metavar="F", help=FORMAT_HELP)
+def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_attributes: bool,
+               format_: str | None) -> None:
+    """List the variables of a checkpoint.
+
+    One line per variable of PATH: name, shape, dtype, size, trainable flag and
+    collections; then totals, and the entries that are not variables with the
+    reason they were skipped."""
+    with _open(path, format_) as reader:
+        infos = reader.infos()
+        if pattern is not None:
+            infos = [i for i in infos if fnmatch.fnmatchcase(i.name, pattern)
+                     or fnmatch.fnmatchcase(_strip(i.name, strip_attributes), pattern)]
+        shown = [VariableInfo(_strip(i.name, strip_attributes), tuple(i.shape), i.dtype, i.nbytes,
+                              i.trainable, tuple(i.collections), i.checksum, i.device, i.attributes)
+                 for i in infos] if strip_attributes else infos
+        totals = {"variables": len(infos), "elements": sum(_elements(i) for i in infos),
+                  "nbytes": sum(i.nbytes for i in infos)}
+        if as_json:
+            variables = []
+            for original, info in zip(infos, shown):
+                entry = info.to_json()
+                entry["key"] = original.name
+                variables.append(entry)
+            document: dict[str, Any] = {"schema": "varstore.ls/1", **_checkpoint_json(reader),
+                                        "filter": pattern, "variables": variables, "totals": totals,
+                                        "skipped": [{"name": s.name, "reason": s.reason}
+                                                    for s in reader.skipped]}
+            if tree:
+                document["tree"] = scope_tree(shown).to_json()
+            _echo_json(document)
+            return
+        click.echo(_describe(reader))
+        if tree:
+            lines = fmt.tree_lines(scope_tree(shown), label=".")
+        else:
+            rows = [[i.name, fmt.format_shape(i.shape), i.dtype, fmt.human_size(i.nbytes),
+                     fmt.format_flag(i.trainable), fmt.format_collections(i.collections)] for i in shown]
+            lines = fmt.table(rows, ["name", "shape", "dtype", "size", "trainable", "collections"],
+                              right=(3,)) if rows else []
+        for line in lines:
+            click.echo(line)
+        filtered = f" matching '{pattern}'" if pattern is not None else ""
+        click.echo(f"total: {_plural(totals['variables'], 'variable')}{filtered}, "
+                   f"{_plural(totals['elements'], 'element')}, {fmt.human_size(totals['nbytes'])}")
+        if reader.skipped:
+            click.echo(f"skipped {_plural(len(reader.skipped), 'entry', 'entries')}:")
+            for line in fmt.table([[s.name, s.reason] for s in reader.skipped]):
+                click.echo("  " + line)
+
+
+# --------------------------------------------------------------------- show
+@click.command("show")
+@click.argument("path", type=click.Path())
+@click.argument("name")
+@click.option("--values", "count", type=click.IntRange(min=0), default=10, show_default=True, metavar="N",
+              help="Print the first N values (in C order); 0 prints none.")
+@click.option("--json", "as_json", is_flag=True, help="Print the varstore.show/1 JSON document.")
+@click.option("--format", "format_", metavar="F", help=FORMAT_HELP)
+def show_command(path: str, name: str, count: int, as_json: bool, format_: str | None) -> None:
+    """Show one variable: metadata, statistics, first values.
+
+    Statistics are min, max, mean, std (over the finite elements) and the
+    counts of NaN, inf and zero elements."""
+    with _open(path, format_) as reader:
+        key = _resolve_name(reader, name)
+        info = reader.info(key)
+        value = reader.read(key)
+        stats = variable_stats(value)
+        first = value.reshape(-1)[:count]
+        if as_json:
+            _echo_json({"schema": "varstore.show/1", **_checkpoint_json(reader),
+                        "variable": {**info.to_json(), "attributes": info.attributes},
+                        "stats": stats.to_json(), "values": fmt.json_values(first)})
+            return
+        rows = [
+            ["name", info.name],
+            ["checkpoint", _describe(reader)],
+            ["shape", fmt.format_shape(info.shape)],
+            ["dtype", info.dtype],
+            ["size", f"{fmt.human_size(info.nbytes)} ({_plural(stats.count, 'element')})"],
+            ["trainable", fmt.format_flag(info.trainable)],
+            ["collections", fmt.format_collections(info.collections)],
+            ["checksum", info.checksum or "-"],
+            ["device", info.device or "-"],
+        ]
+        rows += [[f"attribute {k}", json.dumps(v, ensure_ascii=False)] for k, v in sorted(info.attributes.items())]
+        if stats.kind == "complex":
+            rows.append(["stats of", "|x| (magnitude) of the finite elements"])
+        rows += [["min", fmt.format_number(stats.min)], ["max", fmt.format_number(stats.max)],
+                 ["mean", fmt.format_number(stats.mean)], ["std", fmt.format_number(stats.std)],
+                 ["nan", fmt.format_number(stats.nan_count)], ["inf", fmt.format_number(stats.inf_count)],
+                 ["zeros", fmt.format_number(stats.zeros)]]
+        if count:
+            rows.append([f"values[:{len(first)}]" if len(first) < stats.count else "values",
+                         fmt.format_values(first)])
+        for line in fmt.table(rows):
+            click.echo(line)
+
+
+# --------------------------------------------------------------------- diff
+@click.command("diff")
+@click.argument("a", type=click.Path())
+@click.argument("b", type=click.Path())
+@click.option("--rtol", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Relative tolerance: equal when |a-b| <= atol + rtol*max(|a|,|b|).")
+@click.option("--atol", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Absolute tolerance.")
+@click.option("--json", "as_json", is_flag=True, help="Print the varstore.diff/1 JSON document.")
+@click.pass_context
+def diff_command(ctx: click.Context, a: str, b: str, rtol: float, atol: float, as_json: bool) -> None:
+    """Compare two checkpoints name by name.
+
+    Lists the variables added, removed, with changed shape or dtype, and those
+    whose values differ. Exit status 0 when equal, 1 when they differ, 2 on
+    error (as diff(1))."""
+    with _open(a) as reader_a, _open(b) as reader_b:
+        result = diff_checkpoints(reader_a, reader_b, rtol=rtol, atol=atol)
+        if as_json:
+            _echo_json({"schema": "varstore.diff/1", "a": _checkpoint_json(reader_a),
+                        "b": _checkpoint_json(reader_b), **result.to_json()})
+        else:
+            click.echo(f"--- {_describe(reader_a)}")
+            click.echo(f"+++ {_describe(reader_b)}")
+            rows = [["added", n, _brief(reader_b.info(n))] for n in result.added]
+            rows += [["removed", n, _brief(reader_a.info(n))] for n in result.removed]
+            rows += [["shape", c.name, f"{fmt.format_shape(c.shape_a)} -> {fmt.format_shape(c.shape_b)}"]
+                     for c in result.shape_changed]
+            rows += [["dtype", c.name, f"{c.dtype_a} -> {c.dtype_b}"] for c in result.dtype_changed]
+            for d in result.values_differ:
+                detail = f"{d.mismatched:,} of {_plural(d.count, 'element')} differ"
+                if d.max_abs_diff is not None:
+                    detail += (f", max abs diff {fmt.format_number(d.max_abs_diff)}"
+                               f", max rel diff {fmt.format_number(d.max_rel_diff)}")
+                rows.append(["values", d.name, detail])
+            for line in fmt.table(rows):
+                click.echo(line)
+            summary = [f"{len(result.equal):,} equal", f"{len(result.added):,} added",
+                       f"{len(result.removed):,} removed", f"{len(result.shape_changed):,} shape changed",
+                       f"{len(result.dtype_changed):,} dtype changed",
+                       f"{len(result.values_differ):,} values differ"]
+            tolerance = f" (rtol {rtol:g}, atol {atol:g})" if rtol or atol else " (exact)"
+            verdict = "checkpoints differ" if result.differs else "checkpoints are equal"
+            click.echo(f"{verdict}{tolerance}: {', '.join(summary)}")
+    ctx.exit(1 if result.differs else 0)
+
+
+def _brief(info: VariableInfo) -> str:
+    return f"{fmt.format_shape(info.shape)} {info.dtype}"
+
+
+# ------------------------------------------------------------------- verify
+@click.command("verify")
+@click.argument("path", type=click.Path())
+@click.option("--format", "format_", metavar="F", help=FORMAT_HELP)
+def verify_command(path: str, format_: str | None) -> None:
+    """Check a checkpoint's structure and checksums.
+
+    Reads every variable of PATH and checks every checksum the format records.
+    Exit status 0 when all is well; 2 with the first bad variable named."""
+    with _open(path, format_) as reader:
+        infos = reader.infos()
+        reader.verify()
+        checked = sum(1 for i in infos if i.checksum is not None)
+        total = sum(i.nbytes for i in infos)
+        how = (f"{_plural(checked, 'checksum')} matched" if checked
+               else "no checksums recorded; every variable read back")
+        click.echo(f"ok: {_describe(reader)}: {_plural(len(infos), 'variable')}, "
+                   f"{fmt.human_size(total)}, {how}")
+
+
+# ------------------------------------------------------------------ convert
+def parse_rename(values: tuple[str, ...]) -> list[tuple[str, str]]:
+    """`--rename OLD=NEW` options as (old, new) prefix pairs, in the order given."""
+    pairs = []
+    for value in values:
+        old, sep, new = value.partition("=")
+        if not sep or not old:
+            raise click.BadParameter(f"expected OLD=NEW (a name prefix and its replacement), got {value!r}",
+                                     param_hint="'--rename'")
+        pairs.append((old, new))
+    return pairs
+
+
+def make_progress(enabled: bool, stream: TextIO | None = None, mininterval_s: float = 0.1
+                  ) -> tuple[Callable[[int, int, str], None] | None, Callable[[], None]]:
+    """A tqdm progress callback for `convert(progress=...)` and a function that closes the bar.
+
+    Args:
+      enabled: False gives (None, no-op): no bar.
+      stream: where the bar is drawn (default sys.stderr).
+      mininterval_s: least time between redraws (seconds).
+
+    Returns:
+      (callback(done_bytes, total_bytes, name), close). Without tqdm installed
+      the callback is None: conversions work, they just show no bar.
+    """
+    if not enabled:
+        return None, lambda: None
+    try:
+        from tqdm import tqdm
+    except ImportError:  # tqdm comes with the [convert] extra; no bar without it
+        return None, lambda: None
+    state: dict[str, Any] = {}
+
+    def update(done_bytes: int, total_bytes: int, name: str) -> None:
+        bar = state.get("bar")
+        if bar is None:
+            bar = state["bar"] = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
+                                      file=stream or sys.stderr, leave=False, dynamic_ncols=True,
+                                      mininterval=mininterval_s)
+        bar.total = total_bytes
+        bar.set_postfix_str(name, refresh=False)
+        bar.update(done_bytes - bar.n)
+
+    def close() -> None:
+        if "bar" in state:
+            state["bar"].close()
+
+    return update, close
+
+
+def _stderr_is_terminal() -> bool:
+    stream = click.get_text_stream("stderr")
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+def _report_json(report: Any) -> dict[str, Any]:
+    if hasattr(report, "to_json"):
+        return dict(report.to_json())
+    raise TypeError(f"convert() returned {type(report).__name__} without to_json()")
+
+
+@click.command("convert")
+@click.argument("src", type=click.Path())
+@click.argument("dst", type=click.Path())
+@click.option("--from", "from_format", metavar="F", help=f"Source format (default: detected). {FORMAT_HELP}")
+@click.option("--to", "to_format", metavar="F",
+              help="Destination format (default: from DST's suffix): h5, zarr, safetensors, npz.")
+@click.option("--filter", "pattern", metavar="GLOB", help="Convert only names matching this shell glob.")
+@click.option("--rename", "renames", metavar="OLD=NEW", multiple=True,
+              help="Replace the name prefix OLD by NEW (repeatable; applied in order).")
+@click.option("--dtype", metavar="D", help="Cast every floating variable to this dtype (e.g. float16, bfloat16).")
+@click.option("--json", "as_json", is_flag=True, help="Print the varstore.convert/1 JSON document; no progress bar.")
+def convert_command(src: str, dst: str, from_format: str | None, to_format: str | None, pattern: str | None,
+                    renames: tuple[str, ...], dtype: str | None, as_json: bool) -> None:
+    """Convert a checkpoint to another format.
+
+    Streams SRC to DST variable by variable, so memory stays near the largest
+    variable. A progress bar is drawn when stderr is a terminal (never with
+    --json or when piped)."""
+    rename = parse_rename(renames)
+    from varstore.convert import convert
+
+    progress, close = make_progress(enabled=not as_json and _stderr_is_terminal())
+    try:
+        report = convert(src, dst, from_format=from_format, to_format=to_format, filter=pattern,
+                         rename=rename, dtype=dtype, progress=progress)
+    finally:
+        close()
+    document = _report_json(report)
+    if as_json:
+        _echo_json({"schema": "varstore.convert/1", **document})
+        return
+    click.echo(_convert_summary(Path(src), Path(dst), document))
+    skipped = document.get("skipped") or []
+    if skipped:
+        click.echo(f"skipped {_plural(len(skipped), 'entry', 'entries')}:")
+        for line in fmt.table([[s["name"], s["reason"]] for s in skipped]):
+            click.echo("  " + line)
+
+
+def _convert_summary(src: Path, dst: Path, document: dict[str, Any]) -> str:
+    variables = document.get("variables")
+    count = len(variables) if isinstance(variables, list) else variables
+    nbytes = document.get("nbytes")
+    parts = []
+    if count is not None:
+        parts.append(_plural(int(count), "variable"))
+    if nbytes is not None:
+        parts.append(fmt.human_size(int(nbytes)))
+    source = f"{src} ({document['from_format']})" if document.get("from_format") else str(src)
+    target = f"{dst} ({document['to_format']})" if document.get("to_format") else str(dst)
+    return f"converted {source} -> {target}" + (f": {', '.join(parts)}" if parts else "")
+
+
+COMMANDS = [ls_command, show_command, diff_command, verify_command, convert_command]

@@ -1,0 +1,105 @@
+"""The `varstore` command: the click group, global options, and the one error -> exit-code bridge.
+
+Every library error (VarstoreError) and every OSError (a missing path, a
+permission problem) leaving a command becomes ONE line
+"varstore: error: <message>" on stderr and exit status 2, here and nowhere
+else; `--debug` (or VARSTORE_DEBUG=1) prints the traceback first. Commands
+themselves live in commands.py and never catch library errors.
+
+Exit statuses: 0 success; 1 `diff` found differences (as diff(1)); 2 any
+error, including usage errors (click's own); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Any
+
+import click
+
+from varstore import __version__
+from varstore.errors import VarstoreError
+from varstore_cli import commands
+
+__all__ = ["cli", "error_message", "EXIT_OK", "EXIT_DIFFER", "EXIT_ERROR"]
+
+EXIT_OK = 0
+EXIT_DIFFER = 1
+EXIT_ERROR = 2
+
+
+def error_message(err: BaseException) -> str:
+    """The one-line message shown for an error (newlines folded, OSErrors with their path)."""
+    if isinstance(err, VarstoreError):
+        text = str(err)
+    elif isinstance(err, OSError) and err.strerror:
+        where = f"'{err.filename}'" if err.filename is not None else ""
+        text = f"{where}: {err.strerror}" if where else err.strerror
+        if err.filename2 is not None:
+            text += f" (and '{err.filename2}')"
+    else:
+        text = str(err) or type(err).__name__
+    return " ".join(part.strip() for part in text.splitlines() if part.strip()) or type(err).__name__
+
+
+class _CommandError(click.ClickException):
+    """A library error on its way to stderr: one line, exit 2."""
+
+    exit_code = EXIT_ERROR
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"varstore: error: {self.message}", err=True)
+
+
+class _Group(click.Group):
+    """click.Group whose invoke() is the single place errors become exit codes."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except BrokenPipeError:  # `varstore ls big.h5 | head`: stop quietly
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
+            ctx.exit(EXIT_ERROR)
+        except (VarstoreError, OSError) as err:
+            _maybe_traceback(ctx)
+            raise _CommandError(error_message(err)) from err
+        except KeyboardInterrupt:
+            click.echo("varstore: interrupted", err=True)
+            ctx.exit(130)
+        except Exception as err:  # a bug, not bad input: still one line unless --debug
+            _maybe_traceback(ctx)
+            raise _CommandError(
+                f"internal error: {type(err).__name__}: {error_message(err)} "
+                f"(please report it; run with --debug for the traceback)") from err
+
+
+def _maybe_traceback(ctx: click.Context) -> None:
+    debug = bool((ctx.obj or {}).get("debug")) or os.environ.get("VARSTORE_DEBUG") == "1"
+    if debug:
+        traceback.print_exc(file=sys.stderr)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="varstore")
+@click.option("--debug", is_flag=True, help="Show the Python traceback of an error.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """List, show, diff, verify and convert checkpoints: varstore HDF5/Zarr,
+    TensorFlow, Keras, safetensors, npz, plain HDF5 and Zarr.
+
+    Exit status: 0 success, 1 `diff` found differences, 2 error.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+for _command in commands.COMMANDS:
+    cli.add_command(_command)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    cli()
