@@ -1,0 +1,103 @@
+"""Smoke test of docs/benchmarks/run.py: a tiny run in a subprocess yields the expected table and files.
+
+No timing assertions: only that every method/workload/phase is there, numbers are
+positive, loaded bytes were checked against the source, and W4 ran no initializer.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "docs" / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+from _workloads import w1_layout, w2_layout  # noqa: E402
+
+
+def _varstore_checkpoint_ready() -> bool:
+    try:
+        from varstore.checkpoint import restore, save  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_w1_layout_is_a_1_2_gb_transformer_at_full_scale():
+    layout = w1_layout(1.0)
+    names = [n for n, _ in layout]
+    nbytes = sum(math.prod(s) for _, s in layout) * 4
+    assert len(layout) == 384 and len(set(names)) == 384
+    assert nbytes == 24 * (12 * 1024 * 1024 + 13 * 1024) * 4 == 1_209_237_504
+    assert dict(layout)["layer_03/attn/q/kernel"] == (1024, 1024)
+    assert dict(layout)["layer_23/mlp/up/kernel"] == (1024, 4096)
+    assert dict(layout)["layer_00/ln_2/beta"] == (1024,)
+
+
+def test_scale_shrinks_bytes_but_keeps_w1_names():
+    small = w1_layout(0.01)
+    assert [n for n, _ in small] == [n for n, _ in w1_layout(1.0)]
+    assert dict(small)["layer_03/attn/q/kernel"] == (102, 102)
+    assert len(w2_layout(1.0)) == 50_000 and w2_layout(1.0)[7] == ("small/v000007", (64,))
+    assert len(w2_layout(0.001)) == 50
+
+
+def test_tiny_run_writes_every_cell(tmp_path):
+    methods = ["raw", "h5py", "npz", "safetensors", "varstore-h5"]
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "run.py"), "--scale", "0.001", "--repeat", "1",
+         "--methods", ",".join(methods), "--cache", "fadvise",
+         "--workdir", str(tmp_path / "work"), "--out-dir", str(out)],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "median s" in proc.stdout and "peak RSS MiB" in proc.stdout
+
+    data = json.loads((out / "results.json").read_text())
+    skipped = {s["method"] for s in data["skipped"]}
+    ran = [m for m in methods if m not in skipped]
+    if _varstore_checkpoint_ready():
+        assert "varstore-h5" in ran
+    assert {"raw", "h5py", "npz"} <= set(ran)
+
+    cells = {(r["method"], r["workload"], r["phase"]): r for r in data["results"]}
+    for m in ran:
+        expected = [("W1", "save"), ("W1", "save-nofsync"), ("W1", "load"), ("W3", "read-one"),
+                    ("W2", "save"), ("W2", "save-nofsync"), ("W2", "load")]
+        if m.startswith("varstore"):
+            expected.append(("W4", "restore"))
+        for workload, phase in expected:
+            row = cells[(m, workload, phase)]
+            assert row["repeats"] == 1
+            assert row["median_s"] > 0 and row["gb_per_s"] > 0 and row["bytes"] > 0
+            assert row["peak_rss_mib"] >= 0
+            assert row["ratio_to_raw"] > 0
+            if phase in ("load", "read-one", "restore"):
+                assert row["verified"] is True
+                assert row["cache"] == ["fadvise"]
+            if phase == "restore":
+                assert row["initializer_calls"] == 0
+    assert cells[("raw", "W1", "save")]["ratio_to_raw"] == 1.0
+    assert cells[("raw", "W1", "save")]["bytes"] == 24 * (12 * 32 * 32 + 13 * 32) * 4  # hidden 32
+    assert cells[("raw", "W3", "read-one")]["bytes"] == 32 * 32 * 4
+    assert cells[("raw", "W2", "load")]["bytes"] == 50 * 64 * 4
+    assert data["meta"]["scale"] == 0.001 and data["meta"]["repeat"] == 1
+
+    md = (out / "results.md").read_text()
+    assert "| raw | W1 | save |" in md
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not any((tmp_path / "work").iterdir()), "the run must clean up its temporary folder"
+
+
+def test_unknown_method_is_rejected(tmp_path):
+    proc = subprocess.run([sys.executable, str(BENCH / "run.py"), "--methods", "nope",
+                           "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "unknown methods ['nope']" in proc.stderr
