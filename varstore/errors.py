@@ -31,6 +31,7 @@ __all__ = [
     "RestoreError",
     "UnknownVariableError",
     "CheckpointLockedError",
+    "InvalidMetadataError",
 ]
 
 
@@ -135,3 +136,7 @@ class UnknownVariableError(VarstoreError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
+
+
+class InvalidMetadataError(VarstoreError, TypeError):
+    """Checkpoint metadata (user metadata, step) is not JSON-compatible."""
