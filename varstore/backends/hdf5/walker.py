@@ -1,0 +1,260 @@
+"""Read-only walker for HDF5 files that varstore did not write (Keras weights, plain h5py files).
+
+Lists every dataset with its shape, dtype and attributes, and every object
+that is not a plain array (soft, dangling and external links, compound,
+variable-length, reference, opaque and virtual datasets, named datatypes)
+with the reason it is not read. Reads one dataset at a time. Never follows
+external links, never writes. The importers in varstore.convert (keras.py,
+generic.py) use it so they never import h5py themselves; it knows nothing
+about variables, names rules or checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import IO, Any
+
+import h5py
+import numpy as np
+import numpy.typing as npt
+
+from varstore.errors import CorruptCheckpointError, UnknownVariableError, UnsupportedFormatError
+
+__all__ = ["DatasetEntry", "GroupEntry", "SkippedObject", "HDF5Walker", "json_attrs"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetEntry:
+    """One readable array dataset.
+
+    Attributes:
+      path: path inside the file without the leading "/" ("layers/dense/vars/0").
+      shape: dimension sizes; () for a scalar dataset.
+      dtype: NumPy dtype in native byte order (HDF5 converts on read).
+      attrs: the dataset's attributes, JSON-compatible (see json_attrs).
+      chunks: chunk shape, or None for contiguous storage.
+      compression: filter name ("gzip", "lzf", ...) or None.
+    """
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    attrs: dict[str, Any]
+    chunks: tuple[int, ...] | None = None
+    compression: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupEntry:
+    """One group: path without the leading "/" ("" for the root) and its attributes."""
+
+    path: str
+    attrs: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class SkippedObject:
+    """An object that is not read, with the reason (shown by `varstore ls`)."""
+
+    path: str
+    reason: str
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, h5py.Empty):
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray):
+        return [_json_value(v) for v in value.tolist()] if value.dtype.kind != "O" else [
+            _json_value(v) for v in value.reshape(-1)]
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, np.generic):
+        return _json_value(value.item())
+    if isinstance(value, complex):
+        return [value.real, value.imag]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def json_attrs(attrs: h5py.AttributeManager) -> dict[str, Any]:
+    """An object's attributes as JSON-compatible values.
+
+    bytes become str (UTF-8, invalid bytes replaced), arrays become lists,
+    complex numbers become [real, imag], empty attributes become None, and
+    an attribute h5py cannot read becomes "<unreadable: reason>".
+    """
+    result: dict[str, Any] = {}
+    for key in attrs:
+        try:
+            result[key] = _json_value(attrs[key])
+        except (OSError, TypeError, ValueError) as err:
+            result[key] = f"<unreadable: {err}>"
+    return result
+
+
+def _skip_reason(ds: h5py.Dataset) -> str | None:
+    """Why a dataset is not a plain array, or None when it is one."""
+    dt = ds.dtype
+    if ds.shape is None:
+        return "empty dataset (null dataspace), holds no array"
+    if ds.is_virtual:
+        return "virtual dataset (maps data from other files); varstore does not follow it"
+    if ds.external:
+        return "raw data stored in external files; varstore does not follow them"
+    if h5py.check_vlen_dtype(dt) is not None or h5py.check_string_dtype(dt) is not None and dt.kind == "O":
+        return "variable-length data (strings or sequences need Python objects)"
+    if h5py.check_ref_dtype(dt) is not None:
+        return "object or region references, not numbers"
+    if dt.names:
+        fields = ", ".join(f"{n}: {dt.fields[n][0]}" for n in dt.names)
+        return f"compound dtype ({fields}); only plain numeric arrays are variables"
+    if dt.subdtype is not None:
+        return f"array-of-arrays dtype {dt}; only plain numeric arrays are variables"
+    if dt.kind == "V":
+        return f"opaque dtype {dt}; only plain numeric arrays are variables"
+    if dt.kind == "O":
+        return "object dtype, not numbers"
+    if dt.kind not in "biufcS":
+        return f"dtype {dt} is not a plain numeric array"
+    return None
+
+
+def _native(dt: np.dtype) -> np.dtype:
+    return dt.newbyteorder("=") if dt.byteorder not in ("=", "|") else dt
+
+
+class HDF5Walker:
+    """Opens an HDF5 file read-only and lists its contents without reading data.
+
+    Attributes:
+      label: the file name used in messages.
+      datasets: readable array datasets, in h5py's (name) order.
+      groups: every group reached through hard links, the root first.
+      skipped: objects that are not read, with reasons.
+      root_attrs: the root group's attributes (JSON-compatible).
+    """
+
+    def __init__(self, source: os.PathLike[str] | str | IO[bytes], label: str | None = None) -> None:
+        """Opens `source` (a path, or a seekable binary file object) and walks it.
+
+        Raises:
+          CorruptCheckpointError: h5py cannot open or walk the file.
+        """
+        self.label = label or str(getattr(source, "name", source))
+        try:
+            self._file = h5py.File(source, "r")
+        except (OSError, ValueError) as err:
+            raise CorruptCheckpointError(f"cannot open HDF5 file '{self.label}': {err}") from err
+        self.datasets: list[DatasetEntry] = []
+        self.groups: list[GroupEntry] = []
+        self.skipped: list[SkippedObject] = []
+        self._by_path: dict[str, DatasetEntry] = {}
+        self._reasons: dict[str, str] = {}
+        try:
+            self.root_attrs = json_attrs(self._file.attrs)
+            self._walk(self._file, "", set())
+        except (OSError, KeyError, RuntimeError, ValueError) as err:
+            self._file.close()
+            raise CorruptCheckpointError(f"cannot walk HDF5 file '{self.label}': {err}") from err
+
+    def _skip(self, path: str, reason: str) -> None:
+        self.skipped.append(SkippedObject(path, reason))
+        self._reasons[path] = reason
+
+    def _walk(self, group: h5py.Group, prefix: str, seen: set[Any]) -> None:
+        seen.add(group.id)
+        self.groups.append(GroupEntry(prefix, json_attrs(group.attrs) if prefix else self.root_attrs))
+        for name in group:
+            path = f"{prefix}/{name}" if prefix else name
+            link = group.get(name, getlink=True)
+            if isinstance(link, h5py.SoftLink):
+                target = link.path
+                if group.get(name) is None:
+                    self._skip(path, f"dangling soft link to '{target}'")
+                else:
+                    self._skip(path, f"soft link to '{target}' (not followed; the target is "
+                                     f"listed under its own name)")
+                continue
+            if isinstance(link, h5py.ExternalLink):
+                self._skip(path, f"external link to '{link.filename}:{link.path}'; "
+                                 f"varstore never follows external links")
+                continue
+            if not isinstance(link, h5py.HardLink):
+                self._skip(path, f"link of unknown type {type(link).__name__}")
+                continue
+            obj = group[name]
+            if isinstance(obj, h5py.Group):
+                if obj.id in seen:
+                    self._skip(path, "another hard link to a group already listed")
+                    continue
+                self._walk(obj, path, seen)
+            elif isinstance(obj, h5py.Dataset):
+                reason = _skip_reason(obj)
+                if reason is not None:
+                    self._skip(path, reason)
+                    continue
+                entry = DatasetEntry(
+                    path=path, shape=tuple(int(d) for d in obj.shape), dtype=_native(obj.dtype),
+                    attrs=json_attrs(obj.attrs),
+                    chunks=tuple(obj.chunks) if obj.chunks else None,
+                    compression=obj.compression)
+                self.datasets.append(entry)
+                self._by_path[path] = entry
+            elif isinstance(obj, h5py.Datatype):
+                self._skip(path, "named datatype, holds no data")
+            else:
+                self._skip(path, f"HDF5 object of unknown kind {type(obj).__name__}")
+
+    def dataset(self, path: str) -> DatasetEntry:
+        """The entry of one readable dataset.
+
+        Raises:
+          UnsupportedFormatError: `path` is a skipped object (says why).
+          UnknownVariableError: nothing readable at `path`.
+        """
+        entry = self._by_path.get(path.lstrip("/"))
+        if entry is None:
+            reason = self._reasons.get(path.lstrip("/"))
+            if reason is not None:
+                raise UnsupportedFormatError(f"cannot read '{path}' in '{self.label}': {reason}")
+            raise UnknownVariableError(f"no dataset '{path}' in HDF5 file '{self.label}'")
+        return entry
+
+    entry = dataset  # the name generic readers use for both walkers
+
+    def group_attrs(self, path: str) -> dict[str, Any] | None:
+        """Attributes of the group at `path` ("" for the root), or None when there is none."""
+        for group in self.groups:
+            if group.path == path.strip("/"):
+                return group.attrs
+        return None
+
+    def read(self, path: str, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
+        """Reads one dataset, into `out` when given (C-contiguous, its shape and native dtype).
+
+        Raises:
+          UnsupportedFormatError / UnknownVariableError: as `dataset`.
+          CorruptCheckpointError: HDF5 cannot read the data (damaged chunks,
+            a missing filter plugin); the message names the dataset and file.
+        """
+        entry = self.dataset(path)
+        result = out if out is not None else np.empty(entry.shape, dtype=entry.dtype)
+        try:
+            ds = self._file[entry.path]
+            if result.size:
+                ds.read_direct(result)
+        except (OSError, KeyError, RuntimeError, ValueError, TypeError) as err:
+            raise CorruptCheckpointError(
+                f"cannot read dataset '{entry.path}' from HDF5 file '{self.label}': {err}") from err
+        return result
+
+    def close(self) -> None:
+        """Closes the file; further reads raise."""
+        try:
+            self._file.close()
+        except (OSError, ValueError):
+            pass

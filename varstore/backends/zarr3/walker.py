@@ -1,0 +1,174 @@
+"""Read-only walker for Zarr v2 / v3 hierarchies that varstore did not write.
+
+Lists every array with its shape, dtype, chunking and attributes, and every
+array that is not a plain fixed-size array (variable-length strings,
+structured or object dtypes) with the reason it is not read. Reads one array
+at a time. The importer varstore.convert.generic uses it so it never imports
+zarr itself; it knows nothing about variables or checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import zarr
+
+from varstore.errors import CorruptCheckpointError, UnknownVariableError, UnsupportedFormatError
+
+__all__ = ["ArrayEntry", "SkippedObject", "ZarrWalker"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayEntry:
+    """One readable array.
+
+    Attributes:
+      path: path inside the hierarchy without a leading "/" ("encoder/block_0/kernel");
+        "" when the root itself is an array.
+      shape: dimension sizes; () for a 0-d array.
+      dtype: NumPy dtype (native byte order).
+      attrs: the array's attributes (JSON values as stored).
+      chunks: chunk shape (inner chunks when sharded).
+      shards: shard shape for sharded Zarr v3 arrays, else None.
+    """
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    attrs: dict[str, Any]
+    chunks: tuple[int, ...] | None = None
+    shards: tuple[int, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SkippedObject:
+    """An array that is not read, with the reason."""
+
+    path: str
+    reason: str
+
+
+_ERRORS = (OSError, ValueError, KeyError, TypeError, RuntimeError, AttributeError, IndexError)
+
+
+def _skip_reason(dtype: Any) -> str | None:
+    if not isinstance(dtype, np.dtype):
+        return f"dtype {dtype} has no fixed-size NumPy equivalent"
+    if dtype.names:
+        return f"structured dtype {dtype}; only plain numeric arrays are variables"
+    if dtype.subdtype is not None:
+        return f"array-of-arrays dtype {dtype}; only plain numeric arrays are variables"
+    if dtype.kind == "O" or dtype.kind == "T":
+        return "variable-length data (strings or objects)"
+    if dtype.kind not in "biufcSU" or (dtype.kind in "SU" and dtype.itemsize == 0):
+        return f"dtype {dtype} is not a plain numeric array"
+    return None
+
+
+class ZarrWalker:
+    """Opens a Zarr v2 or v3 group (or single array) read-only and lists its arrays.
+
+    Attributes:
+      label: the path used in messages.
+      zarr_format: 2 or 3.
+      arrays: readable arrays, depth-first in name order.
+      groups: group paths ("" for the root) and their attributes.
+      skipped: arrays that are not read, with reasons.
+      root_attrs: the root's attributes.
+    """
+
+    def __init__(self, path: os.PathLike[str] | str) -> None:
+        """Opens the hierarchy at `path` and walks its metadata.
+
+        Raises:
+          CorruptCheckpointError: zarr cannot open or walk it.
+        """
+        self.label = str(path)
+        self.arrays: list[ArrayEntry] = []
+        self.groups: list[tuple[str, dict[str, Any]]] = []
+        self.skipped: list[SkippedObject] = []
+        self._nodes: dict[str, Any] = {}
+        self._reasons: dict[str, str] = {}
+        try:
+            root: Any = zarr.open(store=str(Path(path)), mode="r")
+            self.zarr_format = int(root.metadata.zarr_format)
+            self.root_attrs = dict(root.attrs)
+            if isinstance(root, zarr.Group):
+                self._walk(root, "")
+            else:
+                self._add_array(root, "")
+        except _ERRORS as err:
+            raise CorruptCheckpointError(f"cannot open Zarr hierarchy '{self.label}': {err}") from err
+
+    def _walk(self, group: Any, prefix: str) -> None:
+        self.groups.append((prefix, dict(group.attrs)))
+        for name, member in sorted(group.members(), key=lambda item: item[0]):
+            path = f"{prefix}/{name}" if prefix else name
+            if isinstance(member, zarr.Group):
+                self._walk(member, path)
+            else:
+                self._add_array(member, path)
+
+    def _add_array(self, array: Any, path: str) -> None:
+        dtype = array.dtype
+        reason = _skip_reason(dtype)
+        if reason is not None:
+            self.skipped.append(SkippedObject(path, reason))
+            self._reasons[path] = reason
+            return
+        if dtype.byteorder not in ("=", "|"):
+            dtype = dtype.newbyteorder("=")
+        shards = getattr(array, "shards", None)
+        entry = ArrayEntry(path=path, shape=tuple(int(d) for d in array.shape), dtype=dtype,
+                           attrs=dict(array.attrs), chunks=tuple(array.chunks),
+                           shards=tuple(shards) if shards else None)
+        self.arrays.append(entry)
+        self._nodes[path] = (entry, array)
+
+    def array(self, path: str) -> ArrayEntry:
+        """The entry of one readable array.
+
+        Raises:
+          UnsupportedFormatError: `path` is a skipped array (says why).
+          UnknownVariableError: no readable array at `path`.
+        """
+        node = self._nodes.get(path)
+        if node is None:
+            if path in self._reasons:
+                raise UnsupportedFormatError(f"cannot read '{path}' in '{self.label}': {self._reasons[path]}")
+            raise UnknownVariableError(f"no array '{path}' in Zarr hierarchy '{self.label}'")
+        return node[0]
+
+    entry = array  # the name generic readers use for both walkers
+
+    def read(self, path: str, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
+        """Reads one whole array (unwritten chunks read as the fill value), into `out` when given.
+
+        Raises:
+          UnsupportedFormatError / UnknownVariableError: as `array`.
+          CorruptCheckpointError: a chunk cannot be read or decoded; the message
+            names the array and the hierarchy.
+        """
+        entry = self.array(path)
+        array = self._nodes[path][1]
+        try:
+            value = np.asarray(array[...])
+        except _ERRORS as err:
+            raise CorruptCheckpointError(
+                f"cannot read array '{path}' from Zarr hierarchy '{self.label}': {err}") from err
+        if value.shape != entry.shape:
+            raise CorruptCheckpointError(
+                f"array '{path}' in '{self.label}' read back with shape {value.shape}, expected {entry.shape}")
+        if out is None:
+            return np.ascontiguousarray(value, dtype=entry.dtype)
+        out[...] = value
+        return out
+
+    def close(self) -> None:
+        """Drops the references to the hierarchy (zarr holds no open files)."""
+        self._nodes.clear()
