@@ -1,0 +1,223 @@
+"""HDF5 backend: named arrays and attributes in one HDF5 file, through h5py.
+
+Arrays are contiguous, uncompressed datasets allocated at creation
+(`H5D_ALLOC_TIME_EARLY`, fill value never written, no timestamps), so each
+has a fixed byte offset in the file that the checkpoint layer writes and
+reads with pwrite/preadv. Files are created with libver="latest".
+Every h5py exception is turned into a varstore error naming the file.
+Knows nothing about variables, manifests, checksums or atomic renames.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from varstore.backends import RawExtent
+from varstore.errors import (
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    MissingDependencyError,
+    NotACheckpointError,
+)
+
+try:
+    import h5py
+except ImportError as _err:  # pragma: no cover - h5py is a core dependency
+    raise MissingDependencyError("HDF5 checkpoints need h5py: pip install h5py") from _err
+
+__all__ = ["Hdf5Backend", "Hdf5Writer", "Hdf5Reader", "BACKEND", "HDF5_MAGIC"]
+
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+
+
+def _attr_value(value: Any) -> Any:
+    """JSON-compatible value -> something h5py stores well (lists/dicts become JSON strings)."""
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value)
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """h5py attribute value -> plain Python (bytes decoded, numpy scalars unwrapped)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value
+
+
+def _dataset_dcpl() -> Any:
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_layout(h5py.h5d.CONTIGUOUS)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+    dcpl.set_obj_track_times(False)
+    return dcpl
+
+
+class Hdf5Writer:
+    """Creates one new HDF5 file; see BackendWriter."""
+
+    native_bytes_strings = True
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        try:
+            self._file = h5py.File(self.path, "w-", libver="latest", track_order=False)
+        except (OSError, ValueError) as err:
+            raise CorruptCheckpointError(f"cannot create HDF5 file '{self.path}': {err}") from err
+        self._dcpl = _dataset_dcpl()
+
+    def create_array(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
+                     attrs: dict[str, Any]) -> RawExtent | None:
+        dataset = self._file.create_dataset(path, shape=shape, dtype=dtype, dcpl=self._dcpl)
+        for key, value in attrs.items():
+            dataset.attrs[key] = _attr_value(value)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        offset = dataset.id.get_offset() if nbytes else None
+        if offset is None:
+            return None
+        return RawExtent(self.path, int(offset), nbytes)
+
+    def write_array(self, path: str, value: npt.NDArray[Any]) -> None:
+        dataset = self._file[path]
+        if value.size:
+            dataset[...] = value
+
+    def set_root_attrs(self, attrs: dict[str, Any]) -> None:
+        for key, value in attrs.items():
+            if value is None:
+                continue
+            self._file.attrs[key] = _attr_value(value)
+
+    def close(self) -> list[Path]:
+        self._file.close()
+        return [self.path]
+
+    def abort(self) -> None:
+        """Closes without caring about errors (the caller removes the file)."""
+        try:
+            self._file.close()
+        except Exception:  # noqa: BLE001 - best effort on an already failing path
+            pass
+
+
+class Hdf5Reader:
+    """Reads one HDF5 file read-only; see BackendReader."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            raise CheckpointNotFoundError(f"no checkpoint at '{self.path}'")
+        if not self.path.is_file():
+            raise NotACheckpointError(f"'{self.path}' is not an HDF5 file (it is a directory)")
+        if not BACKEND.sniff(self.path):
+            raise NotACheckpointError(
+                f"'{self.path}' is not an HDF5 file (no HDF5 signature at its start)")
+        try:
+            self._file = h5py.File(self.path, "r", locking=False)
+        except (OSError, ValueError, RuntimeError) as err:
+            raise CorruptCheckpointError(
+                f"cannot open HDF5 file '{self.path}' (truncated or damaged?): {err}") from err
+
+    def _dataset(self, path: str) -> Any:
+        try:
+            obj = self._file[path]
+        except (KeyError, OSError, ValueError, RuntimeError) as err:
+            raise CorruptCheckpointError(
+                f"dataset '{path}' of '{self.path}' is missing or unreadable: {err}") from err
+        if not isinstance(obj, h5py.Dataset):
+            raise CorruptCheckpointError(f"'{path}' in '{self.path}' is a group, expected a dataset")
+        return obj
+
+    def root_attrs(self) -> dict[str, Any]:
+        try:
+            return {key: _plain(value) for key, value in self._file.attrs.items()}
+        except (OSError, ValueError, RuntimeError, KeyError) as err:
+            raise CorruptCheckpointError(f"cannot read the attributes of '{self.path}': {err}") from err
+
+    def array_attrs(self, path: str) -> dict[str, Any]:
+        dataset = self._dataset(path)
+        try:
+            return {key: _plain(value) for key, value in dataset.attrs.items()}
+        except (OSError, ValueError, RuntimeError, KeyError) as err:
+            raise CorruptCheckpointError(
+                f"cannot read the attributes of '{path}' in '{self.path}': {err}") from err
+
+    def raw_extent(self, path: str, dtype: np.dtype, shape: tuple[int, ...]) -> RawExtent | None:
+        dataset = self._dataset(path)
+        try:
+            if tuple(dataset.shape) != tuple(shape) or dataset.dtype != dtype:
+                raise CorruptCheckpointError(
+                    f"dataset '{path}' of '{self.path}' has shape {dataset.shape} and dtype "
+                    f"{dataset.dtype}, its index says {tuple(shape)} and {dtype}")
+            plist = dataset.id.get_create_plist()
+            if plist.get_layout() != h5py.h5d.CONTIGUOUS or plist.get_nfilters():
+                return None
+            offset = dataset.id.get_offset()
+        except (OSError, ValueError, RuntimeError) as err:
+            raise CorruptCheckpointError(f"cannot locate '{path}' in '{self.path}': {err}") from err
+        if offset is None:
+            return None
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return RawExtent(self.path, int(offset), nbytes)
+
+    def read_bytes(self, path: str) -> bytes:
+        """The bytes of a 1-D uint8 dataset (the manifest)."""
+        dataset = self._dataset(path)
+        try:
+            return dataset[()].tobytes()
+        except (OSError, ValueError, RuntimeError, TypeError) as err:
+            raise CorruptCheckpointError(
+                f"cannot read dataset '{path}' of '{self.path}' (truncated or damaged?): {err}") from err
+
+    def read_array(self, path: str, out: npt.NDArray[Any]) -> None:
+        dataset = self._dataset(path)
+        try:
+            if out.size:
+                dataset.read_direct(out)
+        except (OSError, ValueError, RuntimeError, TypeError) as err:
+            raise CorruptCheckpointError(
+                f"cannot read dataset '{path}' of '{self.path}' (truncated or damaged?): {err}") from err
+
+    def close(self) -> None:
+        try:
+            self._file.close()
+        except Exception:  # noqa: BLE001 - closing a damaged file must not raise
+            pass
+
+
+class Hdf5Backend:
+    """The "h5" format: one HDF5 file."""
+
+    name = "h5"
+    suffixes = (".h5", ".hdf5")
+    is_directory = False
+
+    def sniff(self, path: Path) -> bool:
+        """True when the file starts with the HDF5 signature (or has it at a userblock offset)."""
+        try:
+            with open(path, "rb") as handle:
+                for offset in (0, 512, 1024, 2048):
+                    handle.seek(offset)
+                    if handle.read(8) == HDF5_MAGIC:
+                        return True
+        except OSError:
+            return False
+        return False
+
+    def open_writer(self, path: Path) -> Hdf5Writer:
+        return Hdf5Writer(path)
+
+    def open_reader(self, path: Path) -> Hdf5Reader:
+        return Hdf5Reader(path)
+
+
+BACKEND = Hdf5Backend()

@@ -1,0 +1,254 @@
+"""Zarr v3 backend: named arrays and attributes in one Zarr v3 directory.
+
+Writes the v3 metadata documents (zarr.json) itself, following the Zarr v3
+core specification: every group has a zarr.json with node_type "group";
+every array has one chunk covering it (chunk shape = shape, zero extents
+counted as 1), the default chunk key encoding with "/" separator and only
+the "bytes" codec (little-endian, no compression), so its single chunk file
+holds the raw C-order bytes. Only core-spec data types are written (bool,
+int/uint 8-64, float16/32/64, complex64/128); callers store other dtypes as
+views. zarr itself is imported only to read arrays written by other tools.
+Knows nothing about variables, manifests, checksums or atomic renames.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from varstore.backends import RawExtent
+from varstore.errors import (
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    MissingDependencyError,
+    NotACheckpointError,
+    UnsupportedDtypeError,
+)
+
+__all__ = ["Zarr3Backend", "Zarr3Writer", "Zarr3Reader", "BACKEND", "chunk_file"]
+
+_CORE_TYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+               "float16", "float32", "float64", "complex64", "complex128"}
+
+
+def _fill_value(dtype: np.dtype) -> Any:
+    if dtype.kind == "b":
+        return False
+    if dtype.kind in "iu":
+        return 0
+    if dtype.kind == "c":
+        return [0.0, 0.0]
+    return 0.0
+
+
+def chunk_file(array_dir: Path, ndim: int) -> Path:
+    """The file of chunk (0, ..., 0) under the default "/"-separated chunk key encoding."""
+    return array_dir.joinpath("c", *(["0"] * ndim))
+
+
+def array_metadata(dtype: np.dtype, shape: tuple[int, ...], attrs: dict[str, Any]) -> dict[str, Any]:
+    """The zarr.json document of a single-chunk, uncompressed array.
+
+    Raises:
+      UnsupportedDtypeError: `dtype` is not a Zarr v3 core data type.
+    """
+    if dtype.name not in _CORE_TYPES:
+        raise UnsupportedDtypeError(f"Zarr v3 core has no data type for {dtype}; store a view")
+    codec: dict[str, Any] = {"name": "bytes"}
+    if dtype.itemsize > 1 and dtype.kind != "b":
+        codec["configuration"] = {"endian": "little"}
+    return {
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": list(shape),
+        "data_type": dtype.name,
+        "chunk_grid": {"name": "regular",
+                       "configuration": {"chunk_shape": [max(1, n) for n in shape]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": _fill_value(dtype),
+        "codecs": [codec],
+        "attributes": attrs,
+    }
+
+
+def _write_json(path: Path, document: dict[str, Any]) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(document, handle, ensure_ascii=False, allow_nan=False)
+
+
+class Zarr3Writer:
+    """Creates one new Zarr v3 directory; see BackendWriter."""
+
+    native_bytes_strings = False
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        try:
+            self.path.mkdir(parents=False, exist_ok=False)
+        except OSError as err:
+            raise CorruptCheckpointError(f"cannot create Zarr directory '{self.path}': {err}") from err
+        self._groups: set[str] = {""}
+        self._written: list[Path] = [self.path]
+        self._root_attrs: dict[str, Any] = {}
+
+    def _ensure_group(self, group: str) -> None:
+        if group in self._groups:
+            return
+        parent = group.rpartition("/")[0]
+        self._ensure_group(parent)
+        directory = self.path / group
+        directory.mkdir()
+        _write_json(directory / "zarr.json", {"zarr_format": 3, "node_type": "group", "attributes": {}})
+        self._groups.add(group)
+        self._written += [directory, directory / "zarr.json"]
+
+    def create_array(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
+                     attrs: dict[str, Any]) -> RawExtent | None:
+        self._ensure_group(path.rpartition("/")[0])
+        directory = self.path / path
+        directory.mkdir()
+        _write_json(directory / "zarr.json", array_metadata(dtype, shape, attrs))
+        self._written += [directory, directory / "zarr.json"]
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if nbytes == 0:
+            return None
+        chunk = chunk_file(directory, len(shape))
+        if shape:
+            chunk.parent.mkdir(parents=True)
+            self._written += [directory.joinpath("c", *(["0"] * i)) for i in range(len(shape))]
+        self._written.append(chunk)
+        return RawExtent(chunk, 0, nbytes)
+
+    def write_array(self, path: str, value: npt.NDArray[Any]) -> None:
+        if value.size:  # pragma: no cover - every non-empty array has an extent
+            raise CorruptCheckpointError(f"array '{path}' must be written through its extent")
+
+    def set_root_attrs(self, attrs: dict[str, Any]) -> None:
+        self._root_attrs.update({k: v for k, v in attrs.items() if v is not None})
+
+    def close(self) -> list[Path]:
+        _write_json(self.path / "zarr.json",
+                    {"zarr_format": 3, "node_type": "group", "attributes": self._root_attrs})
+        return self._written + [self.path / "zarr.json"]
+
+    def abort(self) -> None:
+        """Nothing to release (the caller removes the directory)."""
+
+
+class Zarr3Reader:
+    """Reads one Zarr v3 directory read-only; see BackendReader."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            raise CheckpointNotFoundError(f"no checkpoint at '{self.path}'")
+        if not (self.path / "zarr.json").is_file():
+            raise NotACheckpointError(f"'{self.path}' is not a Zarr v3 directory (no zarr.json)")
+        self._root = self._document("")
+        if self._root.get("node_type") != "group":
+            raise NotACheckpointError(f"'{self.path}' is a Zarr array, not a checkpoint group")
+
+    def _document(self, path: str) -> dict[str, Any]:
+        file = self.path / path / "zarr.json"
+        try:
+            with open(file, "rb") as handle:
+                document = json.loads(handle.read())
+        except FileNotFoundError as err:
+            raise CorruptCheckpointError(f"'{path}' is missing from '{self.path}' (no {file})") from err
+        except (OSError, ValueError) as err:
+            raise CorruptCheckpointError(f"cannot read '{file}' (truncated or damaged?): {err}") from err
+        if not isinstance(document, dict) or document.get("zarr_format") != 3:
+            raise NotACheckpointError(f"'{file}' is not Zarr v3 metadata")
+        return document
+
+    def root_attrs(self) -> dict[str, Any]:
+        return dict(self._root.get("attributes") or {})
+
+    def array_attrs(self, path: str) -> dict[str, Any]:
+        return dict(self._document(path).get("attributes") or {})
+
+    def raw_extent(self, path: str, dtype: np.dtype, shape: tuple[int, ...]) -> RawExtent | None:
+        document = self._document(path)
+        if document.get("node_type") != "array":
+            raise CorruptCheckpointError(f"'{path}' in '{self.path}' is a group, expected an array")
+        if tuple(document.get("shape", ())) != tuple(shape) or document.get("data_type") != dtype.name:
+            raise CorruptCheckpointError(
+                f"array '{path}' of '{self.path}' has shape {document.get('shape')} and data type "
+                f"{document.get('data_type')}, its index says {list(shape)} and {dtype.name}")
+        codecs = document.get("codecs") or []
+        grid = (document.get("chunk_grid") or {}).get("configuration", {}).get("chunk_shape")
+        encoding = document.get("chunk_key_encoding") or {}
+        simple = (len(codecs) == 1 and codecs[0].get("name") == "bytes"
+                  and (codecs[0].get("configuration") or {}).get("endian", "little") == "little"
+                  and grid == [max(1, n) for n in shape]
+                  and encoding.get("name") == "default"
+                  and (encoding.get("configuration") or {}).get("separator", "/") == "/"
+                  and not document.get("storage_transformers"))
+        if not simple:
+            return None
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return RawExtent(chunk_file(self.path / path, len(shape)), 0, nbytes)
+
+    def read_bytes(self, path: str) -> bytes:
+        """The bytes of a 1-D uint8 single-chunk array (the manifest)."""
+        document = self._document(path)
+        shape = tuple(document.get("shape", ()))
+        extent = self.raw_extent(path, np.dtype("u1"), shape) if len(shape) == 1 else None
+        if extent is None:
+            out = np.empty(shape, dtype=np.uint8)
+            self.read_array(path, out)
+            return out.tobytes()
+        try:
+            with open(extent.file, "rb") as handle:
+                data = handle.read()
+        except OSError as err:
+            raise CorruptCheckpointError(f"cannot read '{extent.file}': {err}") from err
+        if len(data) != extent.nbytes:
+            raise CorruptCheckpointError(
+                f"'{extent.file}' holds {len(data)} bytes, expected {extent.nbytes} (truncated?)")
+        return data
+
+    def read_array(self, path: str, out: npt.NDArray[Any]) -> None:
+        try:
+            import zarr
+        except ImportError as err:  # pragma: no cover - zarr is a core dependency
+            raise MissingDependencyError("Zarr v3 checkpoints need zarr: pip install zarr") from err
+        try:
+            array = zarr.open_array(str(self.path / path), mode="r")
+            out[...] = array[...]
+        except Exception as err:  # noqa: BLE001 - zarr raises many unrelated types
+            raise CorruptCheckpointError(
+                f"cannot read array '{path}' of '{self.path}' through zarr: {err}") from err
+
+    def close(self) -> None:
+        """Nothing to release: files are opened per read."""
+
+
+class Zarr3Backend:
+    """The "zarr" format: one Zarr v3 directory."""
+
+    name = "zarr"
+    suffixes = (".zarr",)
+    is_directory = True
+
+    def sniff(self, path: Path) -> bool:
+        """True when `path` is a directory holding a zarr.json that says zarr_format 3."""
+        try:
+            with open(Path(path) / "zarr.json", "rb") as handle:
+                return json.loads(handle.read()).get("zarr_format") == 3
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    def open_writer(self, path: Path) -> Zarr3Writer:
+        return Zarr3Writer(path)
+
+    def open_reader(self, path: Path) -> Zarr3Reader:
+        return Zarr3Reader(path)
+
+
+BACKEND = Zarr3Backend()
+

@@ -1,0 +1,216 @@
+"""Nothing half-written is visible: temporary siblings, fsync, atomic rename, stale sweep.
+
+The only module that creates temporary names or renames checkpoints into
+place. A checkpoint is written to "<final>.tmp-<pid>-<random>" next to its
+final path, every file and directory of it is fsynced, then it is renamed
+over the final path (files: os.replace; directories: an atomic exchange with
+renameat2(RENAME_EXCHANGE) where the kernel has it) and the parent directory
+is fsynced. A writer killed at any point leaves the old or the new checkpoint
+under the final name. Temporaries whose writer process is gone are removed by
+the next save next to them. Also hosts the fault-injection hook used by the
+crash tests (VARSTORE_FAULT=<point>). Writes no checkpoint content itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import os
+import re
+import secrets
+import shutil
+import signal
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from varstore.errors import CheckpointError
+
+__all__ = [
+    "FAULT_POINTS",
+    "fault_point",
+    "temporary_name",
+    "is_temporary",
+    "atomic_path",
+    "sweep_stale",
+    "fsync_paths",
+    "fsync_directory",
+    "remove_path",
+]
+
+#: Named points where VARSTORE_FAULT=<point> makes the writer SIGKILL itself (crash tests).
+FAULT_POINTS = ("after_data", "before_checksums", "before_rename", "after_rename_before_latest")
+
+_TMP_RE = re.compile(r"^(?P<final>.+)\.tmp-(?P<pid>\d+)-[0-9a-f]+$")
+
+
+def fault_point(name: str) -> None:
+    """Kills this process with SIGKILL when the environment variable VARSTORE_FAULT equals `name`."""
+    if os.environ.get("VARSTORE_FAULT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def temporary_name(final: Path) -> Path:
+    """A fresh temporary sibling of `final`: "<final>.tmp-<pid>-<8 hex digits>"."""
+    return final.with_name(f"{final.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def is_temporary(path: Path | str) -> bool:
+    """True for names made by `temporary_name` (never listed as checkpoints)."""
+    return _TMP_RE.match(Path(path).name) is not None
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_path(path: Path) -> None:
+    """Removes a file or directory tree; a missing path is fine."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def sweep_stale(final: Path) -> list[Path]:
+    """Removes temporaries of `final` (or of any name in its directory when `final` is a directory
+    listing target) whose writer process no longer exists. Returns what was removed."""
+    removed: list[Path] = []
+    parent = final.parent
+    try:
+        names = os.listdir(parent)
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        match = _TMP_RE.match(name)
+        if not match or match.group("final") != final.name:
+            continue
+        if _pid_alive(int(match.group("pid"))):
+            continue
+        remove_path(parent / name)
+        removed.append(parent / name)
+    return removed
+
+
+def sweep_directory(directory: Path) -> list[Path]:
+    """Removes every temporary in `directory` whose writer process no longer exists."""
+    removed: list[Path] = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        match = _TMP_RE.match(name)
+        if match and not _pid_alive(int(match.group("pid"))):
+            remove_path(directory / name)
+            removed.append(directory / name)
+    return removed
+
+
+def _fsync_one(path: Path) -> None:
+    flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_paths(paths: Iterable[Path], threads: int = 8) -> None:
+    """fsyncs every file and directory in `paths` (several at once, so the disk queue stays full)."""
+    paths = list(dict.fromkeys(paths))
+    if len(paths) <= 2:
+        for path in paths:
+            _fsync_one(path)
+        return
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(_fsync_one, paths))
+
+
+def fsync_directory(directory: Path) -> None:
+    """fsyncs a directory so renames and unlinks in it are durable."""
+    _fsync_one(directory)
+
+
+_RENAME_EXCHANGE = 2
+_libc = None
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swaps two paths with renameat2(RENAME_EXCHANGE); False where unsupported."""
+    global _libc
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            _libc.renameat2  # noqa: B018 - raises AttributeError on old C libraries
+        except (OSError, AttributeError):
+            _libc = False
+    if not _libc:
+        return False
+    at_fdcwd = -100
+    result = _libc.renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE)
+    if result == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _rename_into_place(tmp: Path, final: Path) -> None:
+    if not tmp.is_dir() or not final.is_dir():
+        if final.is_dir() and not tmp.is_dir():
+            remove_path(final)
+        os.replace(tmp, final)
+        return
+    # Replacing a directory: swap atomically, then delete the old tree (now at tmp).
+    if _exchange(tmp, final):
+        remove_path(tmp)
+        return
+    # Fallback without renameat2: a short window where neither is under the final name.
+    aside = temporary_name(final)
+    os.rename(final, aside)
+    os.rename(tmp, final)
+    remove_path(aside)
+
+
+@contextlib.contextmanager
+def atomic_path(final: Path) -> Iterator[Path]:
+    """Yields a temporary sibling path to write; renames it over `final` on success.
+
+    The caller creates the file or directory at the yielded path and fsyncs
+    its contents; this fsyncs the parent directory after the rename. On any
+    exception the temporary is removed and `final` is untouched. Stale
+    temporaries of `final` from dead writers are swept first.
+
+    Raises:
+      CheckpointError: the parent directory cannot be created or written.
+    """
+    final = Path(final)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise CheckpointError(f"cannot create directory '{final.parent}' for '{final}': {err}") from err
+    sweep_stale(final)
+    tmp = temporary_name(final)
+    try:
+        yield tmp
+        fault_point("before_rename")
+        _rename_into_place(tmp, final)
+        fsync_directory(final.parent)
+    except BaseException:
+        remove_path(tmp)
+        raise
