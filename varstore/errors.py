@@ -140,3 +140,7 @@ class UnknownVariableError(VarstoreError, KeyError):
 
 class InvalidMetadataError(VarstoreError, TypeError):
     """Checkpoint metadata (user metadata, step) is not JSON-compatible."""
+
+
+class ScopeError(VarstoreError, ValueError):
+    """variable_scope was misused: no name, reuse=True with default_name, or another store's scope object."""
