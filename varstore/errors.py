@@ -32,6 +32,7 @@ __all__ = [
     "UnknownVariableError",
     "CheckpointLockedError",
     "InvalidMetadataError",
+    "ScopeError",
 ]
 
 
