@@ -1,0 +1,69 @@
+"""The core's public names (variables, scopes, collections, initializers, devices), for `varstore/__init__.py`.
+
+Only re-exports; defines nothing.
+"""
+
+from __future__ import annotations
+
+from varstore import initializers
+from varstore.collections import GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES
+from varstore.devices import (
+    get_log_device_placement,
+    get_soft_device_placement,
+    set_log_device_placement,
+    set_soft_device_placement,
+)
+from varstore.initializers import get_random_seed, set_random_seed
+from varstore.placement import PlacementRequest, device, replica_device_setter
+from varstore.scopes import (
+    AUTO_REUSE,
+    VariableScope,
+    VariableStore,
+    add_to_collection,
+    get_collection,
+    get_default_store,
+    get_variable,
+    get_variable_scope,
+    global_variables,
+    initialize,
+    local_variables,
+    report_uninitialized,
+    reset_default_store,
+    trainable_variables,
+    variable_scope,
+)
+from varstore.variables import ValueSource, Variable, check_restorable
+
+__all__ = [
+    "Variable",
+    "ValueSource",
+    "check_restorable",
+    "VariableStore",
+    "VariableScope",
+    "AUTO_REUSE",
+    "variable_scope",
+    "get_variable_scope",
+    "get_variable",
+    "get_collection",
+    "add_to_collection",
+    "get_default_store",
+    "reset_default_store",
+    "global_variables",
+    "trainable_variables",
+    "local_variables",
+    "initialize",
+    "report_uninitialized",
+    "GLOBAL_VARIABLES",
+    "TRAINABLE_VARIABLES",
+    "LOCAL_VARIABLES",
+    "initializers",
+    "set_random_seed",
+    "get_random_seed",
+    "device",
+    "PlacementRequest",
+    "replica_device_setter",
+    "set_log_device_placement",
+    "get_log_device_placement",
+    "set_soft_device_placement",
+    "get_soft_device_placement",
+]

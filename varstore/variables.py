@@ -1,0 +1,548 @@
+"""Variable: a named, mutable array with a fixed shape and dtype, a device and a lazy value.
+
+Holds the value (NumPy on the host, CuPy on a GPU, through `devices`), runs
+the initializer on first use, checks every assign, and restores from a
+`ValueSource` (the hook the checkpoint layer implements). Naming rules,
+scopes and collections belong to the store (`scopes.py`): a Variable asks
+its store for a name and registers there. Never does file I/O and never
+imports the checkpoint layer.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from varstore import devices, dtypes, placement
+from varstore._array_interop import ArrayInterop
+from varstore.errors import (
+    DtypeMismatchError,
+    InitializationCycleError,
+    InitializerError,
+    ShapeMismatchError,
+    UnsupportedDtypeError,
+)
+from varstore.initializers import Initializer
+
+__all__ = ["Variable", "ValueSource", "check_restorable", "convert_value"]
+
+
+@runtime_checkable
+class ValueSource(Protocol):
+    """Where a variable's value comes from instead of its initializer (e.g. one checkpoint entry).
+
+    Attributes:
+      origin: for error messages, e.g. "'conv1/w' in 'ckpt/model.h5'".
+      shape: the stored shape.
+      dtype: the stored (logical) NumPy dtype.
+    """
+
+    origin: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def read_into(self, out: npt.NDArray[Any]) -> None:
+        """Fills `out` (host, C-contiguous, the variable's shape and dtype), casting from `dtype`."""
+
+
+# ---------------------------------------------------------------- helpers
+_materialize_lock = threading.RLock()
+
+
+class _InitStack(threading.local):
+    def __init__(self) -> None:
+        self.variables: list[Variable] = []
+
+
+_init_stack = _InitStack()
+
+#: Set by varstore.scopes: returns the store new Variables register with.
+_store_provider: Callable[[], Any] | None = None
+
+
+def _set_store_provider(provider: Callable[[], Any]) -> None:
+    global _store_provider
+    _store_provider = provider
+
+
+def _current_store() -> Any:
+    if _store_provider is None:  # scopes installs the provider when imported
+        import importlib
+
+        importlib.import_module("varstore.scopes")
+    assert _store_provider is not None
+    return _store_provider()
+
+
+def _kind(dtype: np.dtype) -> str:
+    return "f" if dtypes.is_floating(dtype) else dtype.kind
+
+
+# Python values may become any dtype of these kinds (NumPy's weak-scalar rule, NEP 50).
+_PYTHON_TARGET_KINDS = {"b": "biufc", "i": "iufc", "u": "iufc", "f": "fc", "c": "c", "U": "US", "S": "S"}
+
+
+def _python_value(value: Any) -> bool:
+    return isinstance(value, (bool, int, float, complex, str, bytes, list, tuple))
+
+
+def _tf_dtype(value: Any, inferred: np.dtype) -> np.dtype:
+    """TF's dtype for a Python value: float -> float32, int -> int32 (int64 when out of range), complex -> complex128, bool -> bool."""
+    kind = inferred.kind
+    if kind == "f":
+        return np.dtype(np.float32)
+    if kind in "iu":
+        arr = np.asarray(value)
+        if arr.size == 0 or (arr.min() >= np.iinfo(np.int32).min and arr.max() <= np.iinfo(np.int32).max):
+            return np.dtype(np.int32)
+        if arr.max() <= np.iinfo(np.int64).max:
+            return np.dtype(np.int64)
+        raise DtypeMismatchError(f"integer value {value!r} does not fit int64")
+    if kind == "c":
+        return np.dtype(np.complex128)
+    return inferred
+
+
+def convert_value(value: Any, dtype: Any = None, *, what: str = "a variable") -> Any:
+    """Turns a Python value, NumPy/CuPy array or Variable into an array (not copied when already one).
+
+    Python scalars and lists follow TF's convention (float -> float32, int ->
+    int32, complex -> complex128, bool -> bool); arrays keep their dtype.
+
+    Args:
+      value: the value.
+      dtype: requested dtype; the value must cast to it by NumPy's "same_kind" rule.
+      what: how to name the target in errors.
+
+    Raises:
+      DtypeMismatchError: the value cannot be cast to `dtype`, or a Python int overflows it.
+      UnsupportedDtypeError: object / ragged values.
+    """
+    target = None if dtype is None else dtypes.as_dtype(dtype)
+    if isinstance(value, Variable):
+        arr = value._materialize()
+    elif isinstance(value, np.ndarray) or devices.is_device_array(value) or isinstance(value, np.generic):
+        arr = value if not isinstance(value, np.generic) else np.asarray(value)
+    elif _python_value(value):
+        try:
+            inferred = np.asarray(value)
+        except ValueError as err:
+            raise UnsupportedDtypeError(f"cannot make {what} from a ragged value {value!r}") from err
+        if inferred.dtype.kind == "O":
+            raise UnsupportedDtypeError(f"cannot make {what} from {value!r}: it is not a numeric or string array")
+        natural = _tf_dtype(value, inferred.dtype)
+        if target is None:
+            target = natural
+        elif _kind(target) not in _PYTHON_TARGET_KINDS.get(inferred.dtype.kind, inferred.dtype.kind):
+            raise DtypeMismatchError(
+                f"cannot make {what} of dtype {target.name} from {value!r} (a {natural.name} value): "
+                f"the 'same_kind' cast is not possible")
+        try:
+            return np.asarray(value, dtype=target)
+        except OverflowError as err:
+            raise DtypeMismatchError(f"value {value!r} overflows dtype {target.name} of {what}") from err
+    else:
+        arr = np.asarray(value)  # objects with __array__ (torch, jax, ...)
+    dtypes.as_dtype(arr.dtype)  # rejects object / structured dtypes
+    if target is not None and arr.dtype != target:
+        if not np.can_cast(arr.dtype, target, "same_kind"):
+            raise DtypeMismatchError(
+                f"cannot make {what} of dtype {target.name} from a value of dtype {arr.dtype.name}: "
+                f"the 'same_kind' cast is not possible")
+        arr = arr.astype(target)
+    return arr
+
+
+def check_restorable(variable: Variable, source: ValueSource) -> None:
+    """Checks that `source` can restore `variable`, changing nothing.
+
+    Shapes must be equal; the dtype equal or castable by NumPy's "same_kind"
+    rule (this covers bfloat16 / float8 through ml_dtypes' casts).
+
+    Raises:
+      ShapeMismatchError: naming the variable, `source.origin` and both shapes.
+      DtypeMismatchError: naming the variable, `source.origin` and both dtypes.
+    """
+    shape = tuple(int(d) for d in source.shape)
+    if shape != variable.shape:
+        raise ShapeMismatchError(
+            f"cannot restore variable '{variable.name}' from {source.origin}: the source has shape "
+            f"{shape}, the variable was created with {variable.shape}")
+    stored = np.dtype(source.dtype)
+    if stored != variable.dtype and not np.can_cast(stored, variable.dtype, "same_kind"):
+        raise DtypeMismatchError(
+            f"cannot restore variable '{variable.name}' from {source.origin}: the source has dtype "
+            f"{dtypes.dtype_name(stored)}, the variable has {dtypes.dtype_name(variable.dtype)}, and "
+            f"a 'same_kind' cast between them is not possible")
+
+
+def _choose_device(name: str, shape: tuple[int, ...], dtype: np.dtype, device: Any) -> str:
+    """The device label for a new variable: explicit `device` (name or function), else the device(...) contexts, else the default."""
+    request = placement.PlacementRequest(name, shape, dtype, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+    if device is None:
+        requested = placement.requested_device(request)
+    elif callable(device):
+        requested = device(request)
+    else:
+        requested = device
+    label = devices.place(requested, dtype, what=f"variable '{name}'")
+    devices.log_placement(name, label)
+    return label
+
+
+class Variable(ArrayInterop):
+    """A named array with a fixed shape and dtype that changes only through assign, as tf.Variable.
+
+    Acts like a read-only NumPy array (functions, ufuncs, operators, indexing
+    return new arrays) and exports its buffer through DLPack.
+
+    Args:
+      initial_value: a Python scalar or (nested) list, a NumPy/CuPy array,
+        another Variable (copied, no shared memory), or a zero-argument
+        callable returning one of those. Python floats become float32, ints
+        int32, complex complex128, bools bool (TF's convention); arrays keep
+        their dtype.
+      trainable: add to TRAINABLE_VARIABLES (unless `collections` already lists it).
+      name: the name within the current variable scope; "Variable" by default.
+        Names are made unique as in a TF1 graph ("Mark", "Mark_1", ...).
+      dtype: cast the value to this dtype ("same_kind" casts only).
+      collections: collection names, default [GLOBAL_VARIABLES]; TF1 semantics.
+      device: device name ("cpu:0", "gpu:0") or a device function; default:
+        the active `device(...)` contexts, else the fastest device for the dtype.
+      store: the VariableStore to register with; default: the store whose
+        scope is active, else the default store. The store holds the variable
+        weakly (it is freed when nobody references it).
+
+    Raises:
+      DtypeMismatchError, UnsupportedDtypeError: as `convert_value`.
+      InvalidNameError: the name is malformed. DeviceError: see `devices.place`.
+    """
+
+    _collection_names: list[str]
+
+    def __init__(self, initial_value: Any, trainable: bool = True, name: str | None = None,
+                 dtype: Any = None, *, collections: list[str] | None = None, device: Any = None,
+                 store: Any = None) -> None:
+        if callable(initial_value) and not isinstance(initial_value, Variable):
+            initial_value = initial_value()
+        store = store if store is not None else _current_store()
+        full_name = store._claim_name(name)
+        value = convert_value(initial_value, dtype, what=f"variable '{full_name}'")
+        shape = tuple(int(d) for d in value.shape)
+        self._setup(store, full_name, shape, np.dtype(value.dtype), trainable, None)
+        self._device = _choose_device(full_name, shape, self._dtype, device)
+        self._buffer = devices.to_device(value, self._device, copy=True)
+        store._track(self, collections, trainable, weak=True)
+
+    @classmethod
+    def _create_lazy(cls, store: Any, full_name: str, shape: tuple[int, ...], dtype: np.dtype,
+                     initializer: Any, trainable: bool, device: Any) -> Variable:
+        """A variable that allocates nothing until first use (get_variable's). The caller tracks it."""
+        self = cls.__new__(cls)
+        self._setup(store, full_name, shape, dtype, trainable, initializer)
+        self._device = _choose_device(full_name, shape, dtype, device)
+        return self
+
+    def _setup(self, store: Any, name: str, shape: tuple[int, ...], dtype: np.dtype, trainable: bool,
+               initializer: Any) -> None:
+        self._store = store
+        self._name = name
+        self._shape = shape
+        self._dtype = dtypes.as_dtype(dtype)
+        self._trainable = bool(trainable)
+        self._initializer = initializer
+        self._source: ValueSource | None = None
+        self._buffer: Any = None
+        self._device = "cpu:0"
+        self._collection_names = []
+
+    # ------------------------------------------------------------ attributes
+    @property
+    def name(self) -> str:
+        """Full name, e.g. "conv1/weights" (no ":0" suffix)."""
+        return self._name
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The fixed shape, a tuple of ints."""
+        return self._shape
+
+    @shape.setter
+    def shape(self, value: Any) -> None:
+        self.reshape(value)  # raises ReshapeError
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The NumPy dtype."""
+        return self._dtype
+
+    @property
+    def device(self) -> str:
+        """Device label: "cpu:0", "gpu:N", or a host placement label such as "cpu:1"."""
+        return self._device
+
+    @property
+    def trainable(self) -> bool:
+        """Whether the variable is meant to be trained."""
+        return self._trainable
+
+    @property
+    def collections(self) -> tuple[str, ...]:
+        """Names of the store's collections that hold this variable, in the order it was added."""
+        return tuple(self._collection_names)
+
+    @property
+    def is_initialized(self) -> bool:
+        """True once the value is allocated and filled (initializer run, value assigned or restored)."""
+        return self._buffer is not None and self._source is None
+
+    @property
+    def is_restore_pending(self) -> bool:
+        """True while a ValueSource waits to fill this variable on first use."""
+        return self._source is not None
+
+    # ---------------------------------------------------------- materialize
+    def _materialize(self) -> Any:
+        """Returns the live buffer, running the initializer or the pending restore first if needed."""
+        if self._buffer is not None and self._source is None:
+            return self._buffer
+        with _materialize_lock:
+            if self._buffer is not None and self._source is None:
+                return self._buffer
+            stack = _init_stack.variables
+            for index, other in enumerate(stack):
+                if other is self:
+                    cycle = " -> ".join([v._name for v in stack[index:]] + [self._name])
+                    raise InitializationCycleError(
+                        f"initializers read each other's values in a cycle: {cycle}; "
+                        f"give one of them an initializer that does not read the others")
+            stack.append(self)
+            try:
+                if self._source is not None:
+                    self._fill_from(self._source)
+                    self._source = None
+                else:
+                    self._run_initializer()
+            finally:
+                stack.pop()
+            return self._buffer
+
+    def _run_initializer(self) -> None:
+        init = self._initializer
+        what = f"variable '{self._name}'"
+        if isinstance(init, Variable):
+            value = init._materialize()
+        elif isinstance(init, Initializer):
+            value = init(self._shape, self._dtype, name=self._name)
+        elif callable(init):
+            value = init(self._shape, self._dtype)
+        elif init is None:
+            raise InitializerError(f"{what} has no initializer and no value; assign or restore it first")
+        else:
+            value = init
+        if isinstance(value, Variable):
+            value = value._materialize()
+        if not (isinstance(value, np.ndarray) or devices.is_device_array(value)):
+            value = np.asarray(value)
+        if tuple(value.shape) != self._shape:
+            raise ShapeMismatchError(
+                f"the initializer of {what} returned shape {tuple(value.shape)}, "
+                f"the variable was created with shape {self._shape}")
+        buffer = devices.empty(self._shape, self._dtype, self._device)
+        try:
+            devices.copy_into(buffer, value)
+        except TypeError as err:
+            raise DtypeMismatchError(
+                f"the initializer of {what} returned dtype {value.dtype}, which does not cast "
+                f"('same_kind') to the variable's dtype {self._dtype.name}") from err
+        self._buffer = buffer
+
+    def _fill_from(self, source: ValueSource) -> None:
+        """Fills the buffer from `source` (in place when allocated on the host)."""
+        if self._buffer is not None and not devices.is_device_array(self._buffer):
+            source.read_into(self._buffer)
+            return
+        host = np.empty(self._shape, dtype=self._dtype)
+        source.read_into(host)
+        if self._buffer is not None:
+            devices.copy_into(self._buffer, host)
+        else:
+            self._buffer = devices.to_device(host, self._device)
+
+    def initialize(self) -> Variable:
+        """Materializes the value now (initializer or pending restore), as running tf's v.initializer once.
+
+        Never re-runs the initializer of an initialized variable.
+
+        Returns:
+          This variable.
+
+        Raises:
+          InitializationCycleError: initializers read each other in a cycle (the message names it).
+        """
+        self._materialize()
+        return self
+
+    def initialized_value(self) -> Any:
+        """The value after initialization (initializing first if needed), as a copy, as tf.Variable.initialized_value.
+
+        Initializers of other variables may call this; the order resolves itself.
+        """
+        return self.read_value()
+
+    # ----------------------------------------------------------------- read
+    def read_value(self) -> Any:
+        """A copy of the current value on the variable's device (NumPy array on the host, CuPy on a GPU)."""
+        return self._materialize().copy()
+
+    def value(self) -> Any:
+        """Same as read_value (tf.Variable.value)."""
+        return self.read_value()
+
+    def numpy(self) -> npt.NDArray[Any]:
+        """A new host NumPy array with the current value."""
+        buf = self._materialize()
+        if devices.is_device_array(buf):
+            return devices.to_host(buf)
+        return buf.copy()
+
+    def host_view(self) -> npt.NDArray[Any]:
+        """The value on the host without a copy for CPU variables (read-only view of the live buffer); a host copy for GPU ones.
+
+        Materializes first. Used by save, which must not double memory.
+        """
+        buf = self._materialize()
+        if devices.is_device_array(buf):
+            return devices.to_host(buf)
+        view = buf.view()
+        view.flags.writeable = False
+        return view
+
+    # --------------------------------------------------------------- assign
+    def _convert_operand(self, value: Any, op: str) -> Any:
+        what = f"{op} to variable '{self._name}'"
+        if _python_value(value):
+            return convert_value(value, self._dtype, what=what)
+        if isinstance(value, Variable):
+            arr = value._materialize()
+        elif isinstance(value, np.ndarray) or devices.is_device_array(value):
+            arr = value
+        else:
+            arr = np.asarray(value)
+        if arr.dtype != self._dtype and not np.can_cast(arr.dtype, self._dtype, "same_kind"):
+            raise DtypeMismatchError(
+                f"cannot {what}: the value has dtype {arr.dtype.name}, the variable has "
+                f"{self._dtype.name}, and NumPy's 'same_kind' rule forbids the cast")
+        return arr
+
+    def assign(self, value: Any) -> Variable:
+        """Overwrites the value in place (same buffer), as tf.Variable.assign.
+
+        An uninitialized variable is allocated and filled without running its
+        initializer (a pending restore is dropped).
+
+        Args:
+          value: array-like of exactly `self.shape`; Python values are
+            converted to `self.dtype` when NumPy would ('same_kind', no overflow),
+            arrays must satisfy np.can_cast(value.dtype, self.dtype, "same_kind").
+
+        Returns:
+          This variable.
+
+        Raises:
+          ShapeMismatchError: the value's shape differs (names the variable and both shapes).
+          DtypeMismatchError: the cast is not 'same_kind', or a Python int overflows.
+        """
+        arr = self._convert_operand(value, "assign")
+        if tuple(arr.shape) != self._shape:
+            raise ShapeMismatchError(
+                f"cannot assign a value of shape {tuple(arr.shape)} to variable '{self._name}' of "
+                f"shape {self._shape}: assign needs exactly the variable's shape")
+        with _materialize_lock:
+            if self._buffer is None:
+                self._buffer = devices.empty(self._shape, self._dtype, self._device)
+            self._source = None
+            devices.copy_into(self._buffer, arr)
+        return self
+
+    def _update(self, delta: Any, ufunc: np.ufunc, op: str) -> Variable:
+        arr = self._convert_operand(delta, op)
+        try:
+            shape = np.broadcast_shapes(tuple(arr.shape), self._shape)
+        except ValueError:
+            shape = None
+        if shape != self._shape:
+            raise ShapeMismatchError(
+                f"cannot {op} a value of shape {tuple(arr.shape)} to variable '{self._name}' of "
+                f"shape {self._shape}: the value must broadcast to the variable's shape")
+        buf = self._materialize()
+        label = devices.device_of_array(buf)
+        function = devices.function_for(ufunc, label)
+        function(buf, devices.to_device(arr, label), out=buf, casting="same_kind")
+        return self
+
+    def assign_add(self, delta: Any) -> Variable:
+        """Adds `delta` in place, as tf.Variable.assign_add.
+
+        Args:
+          delta: array-like broadcastable to `self.shape` (a scalar works);
+            cast as in `assign`.
+
+        Returns:
+          This variable.
+
+        Raises:
+          ShapeMismatchError: `delta` does not broadcast to `self.shape`.
+          DtypeMismatchError: `delta` cannot be cast ('same_kind') to `self.dtype`.
+        """
+        return self._update(delta, np.add, "assign_add")
+
+    def assign_sub(self, delta: Any) -> Variable:
+        """Subtracts `delta` in place, as tf.Variable.assign_sub (same rules as assign_add).
+
+        Returns:
+          This variable.
+
+        Raises:
+          ShapeMismatchError, DtypeMismatchError: as assign_add.
+        """
+        return self._update(delta, np.subtract, "assign_sub")
+
+    # -------------------------------------------------------------- restore
+    def restore_from(self, source: ValueSource, lazy: bool = False) -> None:
+        """Takes the value from `source` instead of the initializer (the checkpoint layer's hook).
+
+        Args:
+          source: a ValueSource of the same shape and a castable dtype.
+          lazy: defer reading to first use. Without it, an allocated variable
+            is refilled at once in its existing buffer (same data pointer); an
+            unallocated one always defers. The initializer never runs for a
+            variable restored before its first use.
+
+        Raises:
+          ShapeMismatchError, DtypeMismatchError: as `check_restorable` (nothing changes).
+        """
+        check_restorable(self, source)
+        with _materialize_lock:
+            if self._buffer is not None and not lazy:
+                self._fill_from(source)
+                self._source = None
+            else:
+                self._source = source
+
+    # ---------------------------------------------------------------- misc
+    def __repr__(self) -> str:
+        if self.is_initialized:
+            value = np.array2string(devices.to_host(self._buffer), separator=", ", threshold=20)
+            value = f", numpy={value}"
+        else:
+            value = ", <not initialized>"
+        return (f"<varstore.Variable '{self._name}' shape={self._shape} dtype={dtypes.dtype_name(self._dtype)} "
+                f"device={self._device}{value}>")
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(f"variable '{self._name}' cannot be pickled; save it in a checkpoint instead")
