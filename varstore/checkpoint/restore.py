@@ -1,0 +1,187 @@
+"""restore: put a checkpoint's values into a store, Variables or arrays, checking everything first.
+
+Name mapping follows tf.compat.v1.train.init_from_checkpoint's
+assignment_map: {"old_scope/": "new_scope/"} maps every checkpoint name
+under "old_scope/" to the same suffix under "new_scope/" ("" or "/" is the
+root), {"old/w": "new/w"} maps one name; exact names win over prefixes and
+longer prefixes over shorter ones; with a map, names it does not cover are
+left alone. Every shape and dtype is validated before any value is written,
+so a failing restore changes nothing (a ChecksumError found while streaming
+is the exception: variables before the bad one keep their new values; run
+reader.verify() first for all-or-nothing). Existing buffers are filled in
+place; variables not yet materialized, and lazy=True, keep a ValueSource so
+their initializers never run. Never opens files itself beyond the reader.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from varstore.checkpoint.reader import CheckpointValue, VarstoreReader, open_varstore
+from varstore.errors import DtypeMismatchError, RestoreError, ShapeMismatchError
+
+__all__ = ["restore", "RestoreResult", "map_names"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreResult:
+    """What a restore did.
+
+    Attributes:
+      restored: target names that received (or, lazily, will receive) a checkpoint value now.
+      missing: target names the checkpoint (as mapped) has no value for.
+      unexpected: checkpoint names (as stored) with no target variable at restore time.
+      deferred: target names waiting for variables created later in the store.
+    """
+
+    restored: list[str]
+    missing: list[str]
+    unexpected: list[str]
+    deferred: list[str] = dataclasses.field(default_factory=list)
+
+
+def _root(prefix: str) -> str:
+    return "" if prefix in ("", "/") else prefix
+
+
+def map_names(names: list[str], assignment_map: Mapping[str, str] | None) -> dict[str, str]:
+    """Maps checkpoint names to target names with TF init_from_checkpoint rules; uncovered names are dropped."""
+    if assignment_map is None:
+        return {name: name for name in names}
+    exact: dict[str, str] = {}
+    prefixes: list[tuple[str, str]] = []
+    for key, value in assignment_map.items():
+        value = getattr(value, "name", value)
+        if key in ("", "/") or key.endswith("/"):
+            prefixes.append((_root(key), _root(value) if value in ("", "/") or value.endswith("/")
+                             else value + "/"))
+        else:
+            exact[key] = value
+    prefixes.sort(key=lambda kv: len(kv[0]), reverse=True)
+    mapped = {}
+    for name in names:
+        if name in exact:
+            mapped[name] = exact[name]
+            continue
+        for key, value in prefixes:
+            if name.startswith(key):
+                mapped[name] = value + name[len(key):]
+                break
+    return mapped
+
+
+def _covered_targets(targets: list[str], assignment_map: Mapping[str, str] | None) -> list[str]:
+    if assignment_map is None:
+        return list(targets)
+    exact = set()
+    prefixes = []
+    for key, value in assignment_map.items():
+        value = getattr(value, "name", value)
+        if key in ("", "/") or key.endswith("/"):
+            prefixes.append(_root(value) if value in ("", "/") or value.endswith("/") else value + "/")
+        else:
+            exact.add(value)
+    return [t for t in targets if t in exact or any(t.startswith(p) for p in prefixes)]
+
+
+def _targets_of(target: Any) -> tuple[dict[str, Any], Any]:
+    """(name -> Variable or ndarray, the store for deferred restores or None)."""
+    if hasattr(target, "variables") and callable(target.variables) and not isinstance(target, Mapping):
+        return {v.name: v for v in target.variables()}, target
+    if isinstance(target, Mapping):
+        return dict(target), None
+    if hasattr(target, "restore_from"):
+        return {target.name: target}, None
+    return {v.name: v for v in target}, None
+
+
+def _check_array(name: str, array: Any, source: CheckpointValue) -> None:
+    if not isinstance(array, np.ndarray) or not array.flags.writeable:
+        raise DtypeMismatchError(
+            f"cannot restore '{name}' from {source.origin}: the target must be a Variable or a "
+            f"writeable NumPy array, got {type(array).__name__}")
+    if tuple(array.shape) != tuple(source.shape):
+        raise ShapeMismatchError(
+            f"cannot restore '{name}' from {source.origin}: the checkpoint has shape "
+            f"{tuple(source.shape)}, the target has {tuple(array.shape)}")
+    if array.dtype != source.dtype and not np.can_cast(source.dtype, array.dtype, "same_kind"):
+        raise DtypeMismatchError(
+            f"cannot restore '{name}' from {source.origin}: the checkpoint has dtype {source.dtype}, "
+            f"the target has {array.dtype}, and a 'same_kind' cast is not possible")
+
+
+def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
+            assignment_map: Mapping[str, str] | None = None, strict: bool = False, lazy: bool = False,
+            verify: bool = True, format: str | None = None) -> RestoreResult:
+    """Restores variables from a varstore checkpoint, never running their initializers.
+
+    Args:
+      path: the checkpoint (or an open VarstoreReader).
+      target: a VariableStore (its variables now, and, for names left over,
+        variables created in it later: deferred restore), a list of Variables,
+        or a mapping of names to Variables or writeable NumPy arrays (filled in place).
+      assignment_map: {checkpoint scope or name: target scope or name}, TF
+        init_from_checkpoint rules; only the names it covers are restored.
+      strict: raise RestoreError listing every missing and unexpected name
+        (nothing is restored or deferred then).
+      lazy: leave values on disk until each variable's first use.
+      verify: check each variable's crc32c as it is read.
+      format: "h5"/"zarr", or None to detect.
+
+    Returns:
+      RestoreResult with restored, missing, unexpected and deferred names.
+
+    Raises:
+      RestoreError: strict and names differ (lists them all).
+      ShapeMismatchError, DtypeMismatchError: naming the variable, the file and
+        both shapes or dtypes; raised before anything is written.
+      ChecksumError: a variable's bytes are damaged (names it and the file).
+      CheckpointNotFoundError, NotACheckpointError, CorruptCheckpointError: see open_varstore.
+    """
+    reader = path if isinstance(path, VarstoreReader) else open_varstore(path, format)
+    names = reader.keys()
+    mapped = map_names(names, assignment_map)
+    targets, store = _targets_of(target)
+    pairs = [(ckpt, mapped[ckpt]) for ckpt in names if ckpt in mapped and mapped[ckpt] in targets]
+    unexpected = [ckpt for ckpt in names if ckpt in mapped and mapped[ckpt] not in targets]
+    covered = set(mapped[ckpt] for ckpt, _ in pairs)
+    missing = [name for name in _covered_targets(list(targets), assignment_map) if name not in covered]
+    if strict and (missing or unexpected):
+        raise RestoreError(
+            f"restoring '{reader.path}' strictly failed: missing from the checkpoint "
+            f"(variables without a value): {missing}; unexpected in the checkpoint "
+            f"(values without a variable): {unexpected}; pass strict=False to restore the "
+            f"intersection or an assignment_map to rename", missing=missing, unexpected=unexpected)
+    sources = [(targets[name], name, reader.source(ckpt, verify=verify)) for ckpt, name in pairs]
+    from varstore.variables import check_restorable
+    for obj, name, source in sources:
+        if hasattr(obj, "restore_from"):
+            check_restorable(obj, source)
+        else:
+            _check_array(name, obj, source)
+    if not lazy:
+        reader.prefetch_packed()
+    try:
+        for obj, name, source in sources:
+            if hasattr(obj, "restore_from"):
+                obj.restore_from(source, lazy=lazy)
+            else:
+                source.read_into(obj)
+    finally:
+        reader.release_packed()
+    deferred: list[str] = []
+    if store is not None and unexpected and hasattr(store, "add_pending_restore"):
+        waiting = {mapped[ckpt]: ckpt for ckpt in unexpected}
+        deferred = list(waiting)
+
+        def resolver(full_name: str) -> CheckpointValue | None:
+            ckpt = waiting.pop(full_name, None)
+            return None if ckpt is None else reader.source(ckpt, verify=verify)
+
+        store.add_pending_restore(resolver)
+    return RestoreResult([name for _, name, _ in sources], missing, unexpected, deferred)
