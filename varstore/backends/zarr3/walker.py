@@ -165,7 +165,7 @@ class ZarrWalker:
             raise CorruptCheckpointError(
                 f"array '{path}' in '{self.label}' read back with shape {value.shape}, expected {entry.shape}")
         if out is None:
-            return np.ascontiguousarray(value, dtype=entry.dtype)
+            return np.asarray(value, dtype=entry.dtype, order="C")
         out[...] = value
         return out
 

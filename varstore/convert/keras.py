@@ -1,0 +1,270 @@
+"""Reads Keras weights: Keras 3 `.weights.h5` and `.keras` archives, and legacy Keras 2 `.h5` files.
+
+Keras 3 stores each object's variables as datasets "<object path>/vars/<i>"
+("layers/dense/vars/0", "optimizer/vars/3"); those dataset paths are the
+variable names. Keras 2 lists its layers in a `layer_names` attribute (on the
+root, or on the "model_weights" group of a whole-model save) and each
+layer's weights in a `weight_names` attribute; the weight names
+("dense/kernel:0") are the variable names. HDF5 access goes through
+varstore.backends.hdf5.walker; this module never imports h5py. A `.keras`
+zip is read in place when its weights member is stored uncompressed, else
+extracted to a temporary file that close() removes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import weakref
+import zipfile
+from pathlib import Path
+from typing import IO, Any
+
+from varstore.backends.hdf5.walker import HDF5Walker
+from varstore.convert.generic import WalkerReader
+from varstore.checkpoint.info import SkippedEntry
+from varstore.errors import CorruptCheckpointError, NotACheckpointError
+
+__all__ = ["Keras3Reader", "Keras2Reader", "keras_layout", "open_keras", "KERAS_WEIGHTS_MEMBER"]
+
+#: The weights member of a `.keras` archive.
+KERAS_WEIGHTS_MEMBER = "model.weights.h5"
+_VARS_RE = re.compile(r"(^|/)vars/\d+$")
+
+
+def keras_layout(walker: HDF5Walker) -> str | None:
+    """"keras3", "keras2" or None (a plain HDF5 file) for a walked HDF5 file.
+
+    Keras 2: a `layer_names` attribute on the root or on "model_weights".
+    Keras 3: a top-level "layers" or "vars" group, and every dataset under a
+    ".../vars/<i>" path.
+    """
+    if "layer_names" in walker.root_attrs:
+        return "keras2"
+    model_weights = walker.group_attrs("model_weights")
+    if model_weights is not None and "layer_names" in model_weights:
+        return "keras2"
+    top = {g.path for g in walker.groups if g.path and "/" not in g.path}
+    if top & {"layers", "vars"} and all(_VARS_RE.search(d.path) for d in walker.datasets):
+        return "keras3"
+    return None
+
+
+def _names_list(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return []
+
+
+class _Window:
+    """A read-only file object over bytes [start, start + size) of another file (a stored zip member)."""
+
+    def __init__(self, path: Path, start: int, size: int) -> None:
+        self._file = open(path, "rb")  # noqa: SIM115 (closed in close())
+        self._start, self._size, self._pos = start, size, 0
+        self.name = f"{path}!{KERAS_WEIGHTS_MEMBER}"
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        count = max(0, min(len(view), self._size - self._pos))
+        self._file.seek(self._start + self._pos)
+        got = self._file.readinto(view[:count]) if count else 0
+        self._pos += got
+        return got
+
+    def read(self, size: int = -1) -> bytes:
+        size = self._size - self._pos if size is None or size < 0 else size
+        buffer = bytearray(max(0, min(size, self._size - self._pos)))
+        got = self.readinto(buffer)
+        return bytes(buffer[:got])
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _open_archive_member(path: Path) -> tuple[IO[bytes] | _Window | Path, Path | None, dict[str, Any]]:
+    """(source for HDF5Walker, temporary file to remove or None, metadata.json) of a `.keras` zip."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            try:
+                info = archive.getinfo(KERAS_WEIGHTS_MEMBER)
+            except KeyError:
+                raise NotACheckpointError(
+                    f"'{path}' is a zip file without '{KERAS_WEIGHTS_MEMBER}': not a Keras 3 "
+                    f".keras archive") from None
+            metadata: dict[str, Any] = {}
+            if "metadata.json" in archive.namelist():
+                try:
+                    loaded = json.loads(archive.read("metadata.json").decode("utf-8"))
+                    metadata = loaded if isinstance(loaded, dict) else {}
+                except (ValueError, UnicodeDecodeError):
+                    metadata = {}
+            if info.compress_type == zipfile.ZIP_STORED:
+                with open(path, "rb") as raw:
+                    raw.seek(info.header_offset)
+                    header = raw.read(30)
+                if len(header) != 30 or header[:4] != b"PK\x03\x04":
+                    raise CorruptCheckpointError(f"'{path}': damaged zip entry for '{KERAS_WEIGHTS_MEMBER}'")
+                start = info.header_offset + 30 + int.from_bytes(header[26:28], "little") + int.from_bytes(
+                    header[28:30], "little")
+                if start + info.file_size > path.stat().st_size:
+                    raise CorruptCheckpointError(f"'{path}': '{KERAS_WEIGHTS_MEMBER}' is truncated")
+                return _Window(path, start, info.file_size), None, metadata
+            handle, temp_name = tempfile.mkstemp(suffix=".weights.h5", prefix="varstore-keras-")
+            temp = Path(temp_name)
+            try:
+                with os.fdopen(handle, "wb") as out, archive.open(info) as member:
+                    shutil.copyfileobj(member, out, 1 << 20)
+            except BaseException:
+                temp.unlink(missing_ok=True)
+                raise
+            return temp, temp, metadata
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError) as err:
+        raise CorruptCheckpointError(f"cannot read Keras archive '{path}': {err}") from err
+
+
+class Keras3Reader(WalkerReader):
+    """Keras 3 `.weights.h5` file or `.keras` archive; names are dataset paths ("layers/dense/vars/0").
+
+    `metadata` holds the archive's metadata.json (keras_version, date_saved)
+    for `.keras` files, and "layer_names": {"layers/dense/vars": "dense_hidden"}
+    from the vars groups' `name` attributes. Keras does not store trainable flags: None.
+    """
+
+    format = "keras3"
+
+    def __init__(self, path: os.PathLike[str] | str, walker: HDF5Walker | None = None,
+                 archive_metadata: dict[str, Any] | None = None) -> None:
+        """Opens a `.weights.h5` file (or uses an already walked one).
+
+        Raises:
+          NotACheckpointError: the HDF5 layout is not Keras 3's.
+          CorruptCheckpointError: h5py cannot open the file.
+        """
+        walker = walker or HDF5Walker(path)
+        if keras_layout(walker) != "keras3":
+            walker.close()
+            raise NotACheckpointError(f"'{path}' is not a Keras 3 weights file (no layers/.../vars/<i> layout)")
+        super().__init__(Path(path), walker, {d.path: d.path for d in walker.datasets})
+        self.metadata = dict(archive_metadata or {})
+        layer_names = {g.path: g.attrs["name"] for g in walker.groups
+                       if g.path.endswith("vars") and isinstance(g.attrs.get("name"), str)}
+        if layer_names:
+            self.metadata["layer_names"] = layer_names
+        if isinstance(self.metadata.get("keras_version"), str):
+            self.format_version = f"keras-{self.metadata['keras_version']}"
+        self.skipped = [SkippedEntry(s.path, s.reason) for s in walker.skipped]
+        self._temp: Path | None = None
+        self._finalizer: weakref.finalize | None = None
+
+    def close(self) -> None:
+        super().close()
+        if self._finalizer is not None:
+            self._finalizer()
+
+
+class Keras2Reader(WalkerReader):
+    """Legacy Keras 2 `.h5` (save_weights or whole-model save); names are weight names ("dense/kernel:0").
+
+    Optimizer weights of a whole-model save (the "optimizer_weights" group)
+    are listed too, under their weight names. Datasets that no `weight_names`
+    attribute lists are skipped with a reason. `metadata` holds keras_version
+    and backend.
+    """
+
+    format = "keras2"
+
+    def __init__(self, path: os.PathLike[str] | str, walker: HDF5Walker | None = None) -> None:
+        """Raises NotACheckpointError when the file has no Keras 2 layer_names attribute."""
+        walker = walker or HDF5Walker(path)
+        if keras_layout(walker) != "keras2":
+            walker.close()
+            raise NotACheckpointError(f"'{path}' is not a Keras 2 weights file (no layer_names attribute)")
+        root = "" if "layer_names" in walker.root_attrs else "model_weights"
+        root_attrs = walker.group_attrs(root) or {}
+        names: dict[str, str] = {}
+        trainable: dict[str, bool] = {}
+        groups = [(root, layer, True) for layer in _names_list(root_attrs.get("layer_names"))]
+        if walker.group_attrs("optimizer_weights") is not None:
+            groups.append(("", "optimizer_weights", False))
+        for parent, layer, is_layer in groups:
+            group = f"{parent}/{layer}" if parent else layer
+            attrs = walker.group_attrs(group)
+            if attrs is None:
+                raise CorruptCheckpointError(f"Keras 2 file '{path}' lists layer '{layer}' but has no group for it")
+            for weight in _names_list(attrs.get("weight_names")):
+                dataset = f"{group}/{weight}"
+                name = weight if weight not in names else f"{layer}/{weight}"
+                walker.entry(dataset)  # raises when listed but missing or unreadable
+                names[name] = dataset
+                if not is_layer:
+                    trainable[name] = False
+        super().__init__(Path(path), walker, names, trainable)
+        listed = set(names.values())
+        self.skipped = [SkippedEntry(s.path, s.reason) for s in walker.skipped]
+        self.skipped += [SkippedEntry(d.path, "not listed in any Keras weight_names attribute")
+                         for d in walker.datasets if d.path not in listed]
+        self.metadata = {k: walker.root_attrs[k] for k in ("keras_version", "backend")
+                         if k in walker.root_attrs}
+        if isinstance(self.metadata.get("keras_version"), str):
+            self.format_version = f"keras-{self.metadata['keras_version']}"
+
+
+def open_keras(path: os.PathLike[str] | str) -> WalkerReader:
+    """Opens a Keras file of any layout: a `.keras` zip, a Keras 3 or a Keras 2 `.h5`.
+
+    Raises:
+      NotACheckpointError: neither Keras layout.
+      CorruptCheckpointError: the zip or HDF5 container is damaged.
+    """
+    path = Path(path)
+    if zipfile.is_zipfile(path):
+        source, temp, metadata = _open_archive_member(path)
+        try:
+            walker = HDF5Walker(source, label=f"{path}!{KERAS_WEIGHTS_MEMBER}")
+        except BaseException:
+            if isinstance(source, _Window):
+                source.close()
+            if temp is not None:
+                temp.unlink(missing_ok=True)
+            raise
+        reader = Keras3Reader(path, walker, metadata)
+
+        def cleanup(window: Any = source if isinstance(source, _Window) else None, temp: Path | None = temp) -> None:
+            if window is not None:
+                window.close()
+            if temp is not None:
+                temp.unlink(missing_ok=True)
+
+        reader._finalizer = weakref.finalize(reader, cleanup)
+        return reader
+    walker = HDF5Walker(path)
+    layout = keras_layout(walker)
+    if layout == "keras3":
+        return Keras3Reader(path, walker)
+    if layout == "keras2":
+        return Keras2Reader(path, walker)
+    walker.close()
+    raise NotACheckpointError(f"'{path}' is an HDF5 file but not in a Keras layout")

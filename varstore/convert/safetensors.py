@@ -1,0 +1,259 @@
+"""Reads and writes `.safetensors` files; the only module that imports safetensors.
+
+Layout (huggingface/safetensors): an 8-byte little-endian header length N,
+N bytes of JSON {name: {"dtype", "shape", "data_offsets": [begin, end]},
+"__metadata__": {str: str}}, then the tensors' raw little-endian bytes.
+The header is parsed and bounds-checked here; dtypes NumPy knows are read
+with safetensors' own `safe_open(framework="np")`, bfloat16 and float8 by
+viewing the raw bytes with varstore.dtypes. The writer streams one tensor at
+a time (memory stays near the largest tensor) and renames into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from varstore import dtypes as _dtypes
+from varstore.checkpoint.entry import SaveEntry
+from varstore.checkpoint.info import CheckpointReader, SkippedEntry, VariableInfo, checked_out
+from varstore.errors import (
+    CorruptCheckpointError,
+    MissingDependencyError,
+    UnknownVariableError,
+    UnsupportedDtypeError,
+)
+
+__all__ = ["SafetensorsReader", "write_safetensors", "SAFETENSORS_DTYPES"]
+
+#: safetensors dtype code -> logical dtype name.
+SAFETENSORS_DTYPES = {
+    "BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16",
+    "U32": "uint32", "I32": "int32", "U64": "uint64", "I64": "int64",
+    "F16": "float16", "F32": "float32", "F64": "float64", "C64": "complex64",
+    "BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+}
+_CODES = {name: code for code, name in SAFETENSORS_DTYPES.items()}
+_RAW_CODES = {"BF16", "F8_E4M3", "F8_E5M2"}  # NumPy has no such dtypes: read raw bytes
+_MAX_HEADER = 100_000_000  # safetensors' own limit on the header size (bytes)
+
+
+def _import_safetensors() -> Any:
+    try:
+        import safetensors
+    except ImportError as err:
+        raise MissingDependencyError(
+            "reading safetensors files needs safetensors: pip install 'varstore[convert]'") from err
+    return safetensors
+
+
+class _Tensor:
+    __slots__ = ("code", "dtype", "shape", "begin", "end")
+
+    def __init__(self, code: str, dtype: np.dtype, shape: tuple[int, ...], begin: int, end: int) -> None:
+        self.code, self.dtype, self.shape, self.begin, self.end = code, dtype, shape, begin, end
+
+
+class SafetensorsReader(CheckpointReader):
+    """Lazy reader of one `.safetensors` file; names are its tensor keys ("embed.weight").
+
+    `metadata` is the header's "__metadata__" (str -> str). Tensors of dtypes
+    varstore cannot represent (e.g. "F8_E8M0", "F4") are listed in `skipped`.
+    """
+
+    format = "safetensors"
+
+    def __init__(self, path: os.PathLike[str] | str) -> None:
+        """Reads and validates the header only.
+
+        Raises:
+          CorruptCheckpointError: truncated file, bad header JSON, offsets
+            outside the data section, or byte counts that contradict shapes.
+        """
+        super().__init__(Path(path))
+        label = f"safetensors file '{self.path}'"
+        try:
+            size = self.path.stat().st_size
+            with open(self.path, "rb") as f:
+                head = f.read(8)
+                if len(head) < 8:
+                    raise CorruptCheckpointError(f"{label} is {size} bytes: too short for a header")
+                (length,) = struct.unpack("<Q", head)
+                if length > min(size - 8, _MAX_HEADER):
+                    raise CorruptCheckpointError(
+                        f"{label}: header claims {length} bytes, the file has {size - 8} after the length")
+                raw = f.read(length)
+        except OSError as err:
+            raise CorruptCheckpointError(f"cannot read {label}: {err}") from err
+        try:
+            header = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as err:
+            raise CorruptCheckpointError(f"{label}: header is not valid JSON: {err}") from err
+        if not isinstance(header, dict):
+            raise CorruptCheckpointError(f"{label}: header is not a JSON object")
+        self._data_start = 8 + length
+        data_size = size - self._data_start
+        metadata = header.pop("__metadata__", None) or {}
+        if not isinstance(metadata, dict):
+            raise CorruptCheckpointError(f"{label}: __metadata__ is not a JSON object")
+        self.metadata = dict(metadata)
+        self._tensors: dict[str, _Tensor] = {}
+        for name, spec in header.items():
+            self._add(name, spec, data_size, label)
+        self._handle: Any = None
+
+    def _add(self, name: str, spec: Any, data_size: int, label: str) -> None:
+        what = f"{label}: tensor '{name}'"
+        if not isinstance(spec, dict):
+            raise CorruptCheckpointError(f"{what}: entry is not a JSON object")
+        code, shape, offsets = spec.get("dtype"), spec.get("shape"), spec.get("data_offsets")
+        if (not isinstance(code, str) or not isinstance(shape, list)
+                or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+                or not isinstance(offsets, list) or len(offsets) != 2
+                or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)):
+            raise CorruptCheckpointError(f"{what}: needs a dtype string, a shape of non-negative ints "
+                                         f"and two integer data_offsets")
+        begin, end = offsets
+        if not 0 <= begin <= end <= data_size:
+            raise CorruptCheckpointError(
+                f"{what}: data_offsets [{begin}, {end}] lie outside the {data_size}-byte data section")
+        logical = SAFETENSORS_DTYPES.get(code)
+        if logical is None:
+            self.skipped.append(SkippedEntry(name, f"safetensors dtype {code} is not supported by varstore"))
+            return
+        dtype = _dtypes.as_dtype(logical)
+        expected = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if end - begin != expected:
+            raise CorruptCheckpointError(
+                f"{what}: {end - begin} bytes stored, shape {tuple(shape)} of {logical} needs {expected}")
+        self._tensors[name] = _Tensor(code, dtype, tuple(shape), begin, end)
+
+    def keys(self) -> list[str]:
+        return list(self._tensors)
+
+    def _lookup(self, name: str) -> _Tensor:
+        tensor = self._tensors.get(name)
+        if tensor is None:
+            raise UnknownVariableError(f"no tensor '{name}' in safetensors file '{self.path}'")
+        return tensor
+
+    def info(self, name: str) -> VariableInfo:
+        tensor = self._lookup(name)
+        return VariableInfo(name=name, shape=tensor.shape, dtype=_dtypes.dtype_name(tensor.dtype),
+                            nbytes=tensor.end - tensor.begin,
+                            attributes={"safetensors_dtype": tensor.code,
+                                        "data_offsets": [tensor.begin, tensor.end]})
+
+    def read(self, name: str, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
+        """Reads one tensor (safe_open for NumPy dtypes, raw bytes for bfloat16/float8).
+
+        Raises:
+          UnknownVariableError: unknown name.
+          CorruptCheckpointError: the file changed or is truncated under the reader.
+        """
+        tensor = self._lookup(name)
+        result = checked_out(name, tensor.shape, tensor.dtype, out)
+        if tensor.code in _RAW_CODES:
+            self._read_raw(name, tensor, result)
+            return result
+        if self._handle is None:
+            safetensors = _import_safetensors()
+            try:
+                self._handle = safetensors.safe_open(str(self.path), framework="np")
+            except Exception as err:  # SafetensorError derives from Exception only
+                raise CorruptCheckpointError(f"safetensors cannot open '{self.path}': {err}") from err
+        try:
+            value = self._handle.get_tensor(name)
+        except Exception as err:
+            raise CorruptCheckpointError(
+                f"cannot read tensor '{name}' from safetensors file '{self.path}': {err}") from err
+        result[...] = np.asarray(value).reshape(tensor.shape)
+        return result
+
+    def _read_raw(self, name: str, tensor: _Tensor, result: npt.NDArray[Any]) -> None:
+        flat = result.reshape(-1).view(np.uint8)
+        with open(self.path, "rb") as f:
+            f.seek(self._data_start + tensor.begin)
+            got = f.readinto(memoryview(flat)) if flat.size else 0
+        if got != tensor.end - tensor.begin:
+            raise CorruptCheckpointError(
+                f"tensor '{name}' in safetensors file '{self.path}': read {got} of "
+                f"{tensor.end - tensor.begin} bytes; the file is truncated")
+
+    def close(self) -> None:
+        self._handle = None
+
+
+def _header_for(entries: Sequence[SaveEntry], metadata: dict[str, str] | None) -> bytes:
+    header: dict[str, Any] = {}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    offset = 0
+    for entry in entries:
+        dtype = _dtypes.as_dtype(entry.dtype)
+        code = _CODES.get(_dtypes.dtype_name(dtype))
+        if code is None:
+            raise UnsupportedDtypeError(
+                f"cannot write variable '{entry.name}' to safetensors: dtype {_dtypes.dtype_name(dtype)} has "
+                f"no safetensors code (supported: {', '.join(sorted(_CODES))}); leave it out with a filter "
+                f"or convert to .h5, .zarr or .npz")
+        if entry.name in header or entry.name == "__metadata__":
+            raise ValueError(f"cannot write safetensors: duplicate tensor name '{entry.name}'")
+        nbytes = int(np.prod(entry.shape, dtype=object)) * dtype.itemsize
+        header[entry.name] = {"dtype": code, "shape": list(entry.shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return raw + b" " * (-len(raw) % 8)
+
+
+def write_safetensors(path: os.PathLike[str] | str, entries: Sequence[SaveEntry],
+                      metadata: dict[str, str] | None = None) -> int:
+    """Writes `entries` to a new `.safetensors` file, one tensor in memory at a time.
+
+    The header (names, dtypes, shapes, offsets) is written first from the
+    entries' declared shape and dtype, then each `entry.get()` value's bytes
+    in order. The file appears at `path` only when complete.
+
+    Args:
+      path: destination file; replaced if it exists.
+      entries: the variables, in file order; every dtype needs a safetensors
+        code (not strings, not complex128).
+      metadata: the header's "__metadata__" (values made str).
+
+    Returns:
+      Bytes of tensor data written.
+
+    Raises:
+      UnsupportedDtypeError: a dtype safetensors cannot hold (nothing is written).
+      ValueError: a value's shape or dtype differs from its entry, or a duplicate name.
+    """
+    from varstore.checkpoint.atomic import atomic_path
+
+    entries = list(entries)
+    header = _header_for(entries, metadata)
+    written = 0
+    with atomic_path(Path(path)) as tmp, open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(header)))
+        f.write(header)
+        for entry in entries:
+            dtype = _dtypes.as_dtype(entry.dtype)
+            value = np.asarray(entry.get(), order="C")
+            if value.dtype != dtype or tuple(value.shape) != tuple(entry.shape):
+                raise ValueError(
+                    f"variable '{entry.name}' gave a value of shape {value.shape} and dtype {value.dtype}, "
+                    f"its entry says {tuple(entry.shape)} and {dtype}")
+            if value.dtype.byteorder == ">":
+                value = value.astype(value.dtype.newbyteorder("<"))
+            f.write(value.reshape(-1).view(np.uint8).data)
+            written += value.nbytes
+            del value
+        f.flush()
+        os.fsync(f.fileno())
+    return written
