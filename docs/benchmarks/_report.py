@@ -144,7 +144,7 @@ def write_markdown(path: Path, meta: dict[str, Any], rows: list[dict[str, Any]],
     path.write_text("\n".join(lines) + "\n")
 
 
-def write_chart(path: Path, rows: list[dict[str, Any]]) -> str | None:
+def write_chart(path: Path, rows: list[dict[str, Any]], titles: dict[str, str]) -> str | None:
     """A PNG bar chart of W1 and W2 save/load throughput per method; None when matplotlib is missing."""
     try:
         import matplotlib
@@ -172,8 +172,7 @@ def write_chart(path: Path, rows: list[dict[str, Any]]) -> str | None:
         ax.set_xticks(range(len(methods)))
         ax.set_xticklabels(methods, rotation=30, ha="right")
         ax.set_ylabel("GB/s (higher is better)")
-        title = "W1: ~1.2 GB in 384 variables" if workload == "W1" else "W2: 50,000 x 64 float32"
-        ax.set_title(title)
+        ax.set_title(f"{workload}: {titles.get(workload, '')}", fontsize=9)
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle("Durable save, non-durable save and cold load throughput (medians)")

@@ -57,6 +57,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                    help="comma-separated; raw is always added (every ratio needs it)")
     p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated subset of W1,W2,W3,W4")
+    p.add_argument("--skip", default="",
+                   help="comma-separated METHOD:WORKLOAD cells to leave out (e.g. zarr3-nocomp:W2, which "
+                        "takes minutes at full scale); listed as skipped in the results")
     p.add_argument("--cache", choices=("drop", "fadvise", "none"), default="drop",
                    help="cold cache before each load: drop = sync + drop_caches (root), falling back to "
                         "fadvise = POSIX_FADV_DONTNEED on each checkpoint file; none = warm")
@@ -120,6 +123,17 @@ def _plan(method: Any, workloads: list[str]) -> list[tuple[str, str]]:
     return cells
 
 
+def _update_readme(readme: Path, results_md: str) -> None:
+    """Replaces the text between the results markers of README.md with the new results."""
+    start, end = "<!-- results:start -->", "<!-- results:end -->"
+    text = readme.read_text() if readme.exists() else ""
+    if start not in text or end not in text:
+        return
+    body = results_md.split("\n", 1)[1].strip()  # drop the "# ..." title
+    head, rest = text.split(start, 1)
+    readme.write_text(f"{head}{start}\n{body}\n{end}{rest.split(end, 1)[1]}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.worker is not None:
@@ -141,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     skipped: list[dict[str, str]] = []
+    skip_cells = {tuple(c.strip().split(":", 1)) for c in args.skip.split(",") if ":" in c}
+    for m, w in sorted(skip_cells):
+        skipped.append({"method": f"{m} {w}", "reason": "left out with --skip"})
     methods = []
     for n in names:
         reason = METHODS[n].unavailable()
@@ -163,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
                           for w in built.values()), flush=True)
         for method in methods:
             for workload, phase in _plan(method, workloads):
+                if (method.name, workload) in skip_cells:
+                    continue
                 source = "W1" if workload in ("W3", "W4") else workload
                 checkpoint = workdir / "checkpoints" / f"{method.name}-{source}{method.suffix}"
                 if phase not in ("save", "save-nofsync") and not checkpoint.exists():
@@ -222,9 +241,11 @@ def main(argv: list[str] | None = None) -> int:
     for s in skipped:
         print(f"skipped {s['method']}: {s['reason']}")
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    chart = write_chart(args.out_dir / "chart.png", rows)
+    chart = write_chart(args.out_dir / "chart.png", rows, meta["workloads"])
     write_json(args.out_dir / "results.json", meta, rows, skipped, samples)
     write_markdown(args.out_dir / "results.md", meta, rows, skipped, chart)
+    if args.out_dir.resolve() == HERE:
+        _update_readme(HERE / "README.md", (args.out_dir / "results.md").read_text())
     print(f"\nwrote {args.out_dir / 'results.json'}, results.md" + (", chart.png" if chart else
                                                                     " (no chart: matplotlib missing)"))
     return 0
