@@ -323,3 +323,24 @@ def test_damaged_manifest_raises_corrupt(ckpt: Path) -> None:
         (ckpt / "_varstore/manifest/c/0").write_bytes(b"{not json")
     with pytest.raises(CorruptCheckpointError, match="manifest"):
         open_checkpoint(ckpt)
+
+
+def test_many_small_variables_share_one_packed_array(ckpt: Path) -> None:
+    values = {f"block_{i // 100:03d}/v{i}": np.full(64, i, np.float32) for i in range(5000)}
+    save(ckpt, values)
+    if ckpt.suffix == ".h5":
+        import h5py
+        names: list[str] = []
+        with h5py.File(ckpt, "r") as handle:
+            handle.visit(names.append)
+        assert sorted(names) == ["_varstore", "_varstore/manifest", "_varstore/packed"]
+    else:
+        assert sorted(p.name for p in ckpt.iterdir()) == ["_varstore", "zarr.json"]
+    with open_checkpoint(ckpt) as reader:
+        assert len(reader) == 5000
+        reader.verify()
+        np.testing.assert_array_equal(reader["block_049/v4999"], np.full(64, 4999, np.float32))
+    target = {name: np.zeros(64, np.float32) for name in values}
+    from varstore.checkpoint import restore
+    assert len(restore(ckpt, target).restored) == 5000
+    assert all(target[name][0] == i for i, name in enumerate(values))
