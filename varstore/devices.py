@@ -49,7 +49,7 @@ __all__ = [
 #: Logger that receives "<name> -> <device>" for each placement when logging is on.
 PLACEMENT_LOGGER = logging.getLogger("varstore.placement")
 
-_DEVICE_RE = re.compile(r"^(?:/?device:)?(cpu|gpu)(?::(\d+))?$", re.IGNORECASE)
+_DEVICE_RE = re.compile(r"^/?(?:device:)?(cpu|gpu)(?::(\d+))?$", re.IGNORECASE)
 
 # dtypes CuPy computes with (no bfloat16 / float8 / strings).
 _GPU_KINDS = frozenset("biufc")

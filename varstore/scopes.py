@@ -426,7 +426,8 @@ class VariableStore:
     def get_variable_by_name(self, full_name: str) -> Variable | None:
         """The live variable with this full name, or None."""
         with self._lock:
-            return self._shared.get(full_name) or self._weak.get(full_name)
+            found = self._shared.get(full_name)
+            return found if found is not None else self._weak.get(full_name)
 
     # ----------------------------------------------------------- collections
     def add_to_collection(self, name: str, value: Any) -> None:
