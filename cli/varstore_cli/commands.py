@@ -15,7 +15,6 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TextIO
 
 import click
@@ -106,10 +105,10 @@ def _resolve_name(reader: CheckpointReader, name: str) -> str:
     if name + ATTRIBUTES_SUFFIX in keys:
         return name + ATTRIBUTES_SUFFIX
     close = difflib.get_close_matches(name, keys, n=3)
-    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
     raise UnknownVariableError(
-        f"no variable '{name}' in '{reader.path}' ({reader.format}, {len(keys)} variables){hint}; "
-        f"`varstore ls {reader.path}` lists them")
+        f"no variable '{name}' in '{reader.path}' ({reader.format}, {_plural(len(keys), 'variable')}); "
+        f"{hint}`varstore ls {reader.path}` lists them")
 
 
 # ----------------------------------------------------------------------- ls
@@ -275,7 +274,8 @@ def _brief(info: VariableInfo) -> str:
 @click.command("verify")
 @click.argument("path", type=click.Path())
 @click.option("--format", "format_", metavar="F", help=FORMAT_HELP)
-def verify_command(path: str, format_: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the varstore.verify/1 JSON document.")
+def verify_command(path: str, format_: str | None, as_json: bool) -> None:
     """Check a checkpoint's structure and checksums.
 
     Reads every variable of PATH and checks every checksum the format records.
@@ -285,6 +285,10 @@ def verify_command(path: str, format_: str | None) -> None:
         reader.verify()
         checked = sum(1 for i in infos if i.checksum is not None)
         total = sum(i.nbytes for i in infos)
+        if as_json:
+            _echo_json({"schema": "varstore.verify/1", **_checkpoint_json(reader), "ok": True,
+                        "variables": len(infos), "nbytes": total, "checksums": checked})
+            return
         how = (f"{_plural(checked, 'checksum')} matched" if checked
                else "no checksums recorded; every variable read back")
         click.echo(f"ok: {_describe(reader)}: {_plural(len(infos), 'variable')}, "
@@ -343,14 +347,23 @@ def make_progress(enabled: bool, stream: TextIO | None = None, mininterval_s: fl
 
 
 def _stderr_is_terminal() -> bool:
-    stream = click.get_text_stream("stderr")
-    return bool(getattr(stream, "isatty", lambda: False)())
+    isatty = getattr(sys.stderr, "isatty", None)  # click's CliRunner and pipes give False
+    return bool(isatty and isatty())
 
 
 def _report_json(report: Any) -> dict[str, Any]:
-    if hasattr(report, "to_json"):
-        return dict(report.to_json())
-    raise TypeError(f"convert() returned {type(report).__name__} without to_json()")
+    """The varstore.convert/1 body from a ConvertReport (fields listed in docs/cli.md)."""
+    return {
+        "source": str(report.source),
+        "destination": str(report.destination),
+        "source_format": report.source_format,
+        "destination_format": report.destination_format,
+        "variables": int(report.variables),
+        "nbytes": int(report.bytes),
+        "renamed": dict(report.renamed),
+        "skipped": [{"name": s.name, "reason": s.reason} for s in report.skipped],
+        "notes": list(report.notes),
+    }
 
 
 @click.command("convert")
@@ -384,26 +397,24 @@ def convert_command(src: str, dst: str, from_format: str | None, to_format: str 
     if as_json:
         _echo_json({"schema": "varstore.convert/1", **document})
         return
-    click.echo(_convert_summary(Path(src), Path(dst), document))
-    skipped = document.get("skipped") or []
+    click.echo(_convert_summary(document))
+    if document["renamed"]:
+        click.echo(f"renamed {_plural(len(document['renamed']), 'variable')}:")
+        for line in fmt.table([[old, "->", new] for old, new in document["renamed"].items()]):
+            click.echo("  " + line)
+    for note in document["notes"]:
+        click.echo(f"note: {note}")
+    skipped = document["skipped"]
     if skipped:
         click.echo(f"skipped {_plural(len(skipped), 'entry', 'entries')}:")
         for line in fmt.table([[s["name"], s["reason"]] for s in skipped]):
             click.echo("  " + line)
 
 
-def _convert_summary(src: Path, dst: Path, document: dict[str, Any]) -> str:
-    variables = document.get("variables")
-    count = len(variables) if isinstance(variables, list) else variables
-    nbytes = document.get("nbytes")
-    parts = []
-    if count is not None:
-        parts.append(_plural(int(count), "variable"))
-    if nbytes is not None:
-        parts.append(fmt.human_size(int(nbytes)))
-    source = f"{src} ({document['from_format']})" if document.get("from_format") else str(src)
-    target = f"{dst} ({document['to_format']})" if document.get("to_format") else str(dst)
-    return f"converted {source} -> {target}" + (f": {', '.join(parts)}" if parts else "")
+def _convert_summary(document: dict[str, Any]) -> str:
+    return (f"converted {document['source']} ({document['source_format']}) -> {document['destination']} "
+            f"({document['destination_format']}): {_plural(document['variables'], 'variable')}, "
+            f"{fmt.human_size(document['nbytes'])}")
 
 
 COMMANDS = [ls_command, show_command, diff_command, verify_command, convert_command]

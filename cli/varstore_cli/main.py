@@ -1,7 +1,8 @@
 """The `varstore` command: the click group, global options, and the one error -> exit-code bridge.
 
-Every library error (VarstoreError) and every OSError (a missing path, a
-permission problem) leaving a command becomes ONE line
+Every library error (VarstoreError), every OSError (a missing path, a
+permission problem) and every ValueError (an argument the library rejects)
+leaving a command becomes ONE line
 "varstore: error: <message>" on stderr and exit status 2, here and nowhere
 else; `--debug` (or VARSTORE_DEBUG=1) prints the traceback first. Commands
 themselves live in commands.py and never catch library errors.
@@ -64,7 +65,7 @@ class _Group(click.Group):
         except BrokenPipeError:  # `varstore ls big.h5 | head`: stop quietly
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
             ctx.exit(EXIT_ERROR)
-        except (VarstoreError, OSError) as err:
+        except (VarstoreError, OSError, ValueError) as err:  # ValueError: a bad argument value
             _maybe_traceback(ctx)
             raise _CommandError(error_message(err)) from err
         except KeyboardInterrupt:
