@@ -64,6 +64,14 @@ class NpzReader(CheckpointReader):
         except _ZIP_ERRORS as err:
             raise CorruptCheckpointError(f"cannot open npz file '{self.path}': {err}") from err
         self._members: dict[str, tuple[str, tuple[int, ...], np.dtype, bool]] = {}
+        pickles = [n for n in self._zip.namelist() if n.endswith(".pkl")]
+        if pickles:
+            from varstore.convert.detect import TORCH_ADVICE
+
+            self._zip.close()
+            raise UnsafeFormatError(
+                f"refusing '{self.path}': it holds pickle members ({', '.join(pickles)}), so it is a PyTorch "
+                f"file, not an npz. {TORCH_ADVICE}")
         try:
             for info in self._zip.infolist():
                 self._add(info, skip_object_arrays)

@@ -158,7 +158,7 @@ class ZarrWalker:
         array = self._nodes[path][1]
         try:
             value = np.asarray(array[...])
-        except _ERRORS as err:
+        except Exception as err:  # codecs raise their own types (zlib.error, blosc, zstd errors)
             raise CorruptCheckpointError(
                 f"cannot read array '{path}' from Zarr hierarchy '{self.label}': {err}") from err
         if value.shape != entry.shape:
