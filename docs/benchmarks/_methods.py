@@ -419,6 +419,13 @@ class Varstore(Method):
         import varstore.checkpoint  # noqa: F401
         import varstore.scopes  # noqa: F401
 
+        # The backends are imported on first use; import them here, as h5py/zarr are for the peers.
+        for backend in ("varstore.backends.hdf5.store", "varstore.backends.zarr3.store"):
+            try:
+                importlib.import_module(backend)
+            except ImportError:
+                pass
+
     @staticmethod
     def _open_checkpoint() -> Any:
         import varstore

@@ -12,6 +12,10 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -117,6 +121,46 @@ def _verify(workload: Workload, out: Any, only: str | None = None) -> None:
                                      f"(shape {got.shape}, dtype {got.dtype})")
 
 
+def _py_spy() -> str:
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.exists() else (shutil.which("py-spy") or "py-spy")
+
+
+class _Timer:
+    """The timed region: resets the peak-RSS mark, times the block, and optionally runs py-spy on it.
+
+    With `profile` (a path), `py-spy record --format raw --threads` is attached to this process
+    for exactly the block (its start-up is waited for outside the timing); the seconds then
+    include py-spy's sampling cost and are not reported as results.
+    """
+
+    def __init__(self, profile: str | None) -> None:
+        self.profile = profile
+        self.seconds = 0.0
+        self.rss_before = 0
+        self.peak_note = ""
+        self._spy: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> "_Timer":
+        if self.profile:
+            self._spy = subprocess.Popen(
+                [_py_spy(), "record", "--pid", str(os.getpid()), "--format", "raw", "--threads",
+                 "--rate", "250", "--nonblocking", "-o", self.profile],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1.0)  # let it attach
+        self.peak_note = _reset_peak()
+        self.rss_before = _rss_bytes()
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._t0
+        if self._spy is not None:
+            time.sleep(0.1)
+            self._spy.send_signal(signal.SIGINT)
+            self._spy.wait(timeout=60)
+
+
 # -- one measurement ------------------------------------------------------------------------
 
 def _measure(method: Method, task: dict[str, Any]) -> dict[str, Any]:
@@ -131,49 +175,39 @@ def _measure(method: Method, task: dict[str, Any]) -> dict[str, Any]:
     baseline = _rss_bytes()
     out: Any = None
 
+    timer = _Timer(task.get("profile"))
     if phase in ("save", "save-nofsync"):
         model = method.make_model(workload)
         remove(path)
         os.sync()
         result["bytes"] = workload.nbytes
-        peak_note = _reset_peak()
-        before = _rss_bytes()
-        t0 = time.perf_counter()
-        method.save(model, path, durable=(phase == "save"))
-        seconds = time.perf_counter() - t0
+        with timer:
+            method.save(model, path, durable=(phase == "save"))
     elif phase == "load":
         state = method.prepare_load(workload, path)
         result["cache"] = _cold_cache(path, task["cache"])
         result["bytes"] = workload.nbytes
-        peak_note = _reset_peak()
-        before = _rss_bytes()
-        t0 = time.perf_counter()
-        out = method.load(state, workload, path)
-        if method.touches_pages:
-            touch_pages(out)
-        seconds = time.perf_counter() - t0
+        with timer:
+            out = method.load(state, workload, path)
+            if method.touches_pages:
+                touch_pages(out)
     elif phase == "read-one":
         result["cache"] = _cold_cache(path, task["cache"])
         result["bytes"] = workload.by_name(READ_ONE_NAME).nbytes
-        peak_note = _reset_peak()
-        before = _rss_bytes()
-        t0 = time.perf_counter()
-        out = method.read_one(workload, path, READ_ONE_NAME)
-        if method.touches_pages:
-            touch_pages(out)
-        seconds = time.perf_counter() - t0
+        with timer:
+            out = method.read_one(workload, path, READ_ONE_NAME)
+            if method.touches_pages:
+                touch_pages(out)
     elif phase == "restore":
         state = method.prepare_restore(workload, path)
         result["cache"] = _cold_cache(path, task["cache"])
         result["bytes"] = workload.nbytes
-        peak_note = _reset_peak()
-        before = _rss_bytes()
-        t0 = time.perf_counter()
-        out, calls = method.restore(state, workload, path)
-        seconds = time.perf_counter() - t0
+        with timer:
+            out, calls = method.restore(state, workload, path)
         result["initializer_calls"] = calls
     else:
         raise ValueError(f"unknown phase {phase!r}")
+    seconds, before, peak_note = timer.seconds, timer.rss_before, timer.peak_note
 
     peak = _peak_bytes()
     result.update(

@@ -71,6 +71,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out-dir", type=Path, default=HERE, help="where results.json/.md and chart.png go")
     p.add_argument("--no-verify", action="store_true",
                    help="skip checking loaded bytes against the source (done once per cell, untimed)")
+    p.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                   help="instead of measuring: run each cell once under py-spy (attached for the timed "
+                        "region only), write DIR/<method>-<workload>-<phase>.txt (raw stacks) and print "
+                        "where the time goes; writes no results")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -121,6 +125,21 @@ def _plan(method: Any, workloads: list[str]) -> list[tuple[str, str]]:
     if "W2" in wanted:
         cells += [("W2", "save"), ("W2", "save-nofsync"), ("W2", "load")]
     return cells
+
+
+def _profile_cell(args: argparse.Namespace, method: Any, workload: str, phase: str, workdir: Path,
+                  checkpoint: Path) -> None:
+    """Runs one cell under py-spy and prints the summary of its timed region."""
+    from _profile import summarize_profile
+
+    args.profile.mkdir(parents=True, exist_ok=True)
+    out = (args.profile / f"{method.name}-{workload}-{phase}.txt").resolve()
+    task = dict(method=method.name, workload=workload, phase=phase, workdir=str(workdir),
+                checkpoint=str(checkpoint), cache=args.cache, verify=False, profile=str(out))
+    res = _run_worker(task, args.timeout_s)
+    os.sync()
+    print(f"{method.name} {workload} {phase}: {res['seconds']:.3f} s under py-spy")
+    print(summarize_profile(out) if out.exists() else f"  (py-spy wrote nothing to {out})", flush=True)
 
 
 def _update_readme(readme: Path, results_md: str) -> None:
@@ -189,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
                     _run_worker(dict(method=method.name, workload=source, phase="save", workdir=str(workdir),
                                      checkpoint=str(checkpoint), cache=args.cache), args.timeout_s)
                 checkpoint.parent.mkdir(parents=True, exist_ok=True)
+                if args.profile:
+                    _profile_cell(args, method, workload, phase, workdir, checkpoint)
+                    continue
                 spent = 0.0
                 for rep in range(args.repeat):
                     task = dict(method=method.name, workload=workload, phase=phase, workdir=str(workdir),
@@ -215,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
 
+    if args.profile:
+        return 0
     rows = summarize(samples)
     caches = sorted({c for r in rows for c in (r["cache"] or [])})
     meta = {
