@@ -10,6 +10,7 @@ imports the checkpoint layer.
 
 from __future__ import annotations
 
+import reprlib
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
@@ -82,6 +83,9 @@ def _kind(dtype: np.dtype) -> str:
     return "f" if dtypes.is_floating(dtype) else dtype.kind
 
 
+_KIND_NAMES = {"b": "bool", "i": "integer", "u": "integer", "f": "floating-point", "c": "complex",
+               "U": "string", "S": "bytes"}
+
 # Python values may become any dtype of these kinds (NumPy's weak-scalar rule, NEP 50).
 _PYTHON_TARGET_KINDS = {"b": "biufc", "i": "iufc", "u": "iufc", "f": "fc", "c": "c", "U": "US", "S": "S"}
 
@@ -139,20 +143,23 @@ def convert_value(value: Any, dtype: Any = None, *, what: str = "a variable") ->
             target = natural
         elif _kind(target) not in _PYTHON_TARGET_KINDS.get(inferred.dtype.kind, inferred.dtype.kind):
             raise DtypeMismatchError(
-                f"cannot make {what} of dtype {target.name} from {value!r} (a {natural.name} value): "
-                f"the 'same_kind' cast is not possible")
+                f"cannot convert {reprlib.repr(value)} to {target.name} for {what}: "
+                f"{_KIND_NAMES.get(inferred.dtype.kind, inferred.dtype.name)} values do not cast to "
+                f"{target.name} under NumPy's 'same_kind' rule")
         try:
             return np.asarray(value, dtype=target)
         except OverflowError as err:
-            raise DtypeMismatchError(f"value {value!r} overflows dtype {target.name} of {what}") from err
+            raise DtypeMismatchError(
+                f"cannot convert {reprlib.repr(value)} to {target.name} for {what}: the value overflows "
+                f"{target.name}") from err
     else:
         arr = np.asarray(value)  # objects with __array__ (torch, jax, ...)
     dtypes.as_dtype(arr.dtype)  # rejects object / structured dtypes
     if target is not None and arr.dtype != target:
         if not np.can_cast(arr.dtype, target, "same_kind"):
             raise DtypeMismatchError(
-                f"cannot make {what} of dtype {target.name} from a value of dtype {arr.dtype.name}: "
-                f"the 'same_kind' cast is not possible")
+                f"cannot convert a {arr.dtype.name} array to {target.name} for {what}: "
+                f"NumPy's 'same_kind' rule forbids the cast")
         arr = arr.astype(target)
     return arr
 
@@ -424,7 +431,7 @@ class Variable(ArrayInterop):
 
     # --------------------------------------------------------------- assign
     def _convert_operand(self, value: Any, op: str) -> Any:
-        what = f"{op} to variable '{self._name}'"
+        what = f"{op} to variable '{self._name}'" if op == "assign" else f"{op} on variable '{self._name}'"
         if _python_value(value):
             return convert_value(value, self._dtype, what=what)
         if isinstance(value, Variable):
