@@ -249,7 +249,8 @@ def diff_command(ctx: click.Context, a: str, b: str, rtol: float, atol: float, a
                      for c in result.shape_changed]
             rows += [["dtype", c.name, f"{c.dtype_a} -> {c.dtype_b}"] for c in result.dtype_changed]
             for d in result.values_differ:
-                detail = f"{d.mismatched:,} of {_plural(d.count, 'element')} differ"
+                detail = (f"{d.mismatched:,} of {_plural(d.count, 'element')} "
+                          f"{'differs' if d.mismatched == 1 else 'differ'}")
                 if d.max_abs_diff is not None:
                     detail += (f", max abs diff {fmt.format_number(d.max_abs_diff)}"
                                f", max rel diff {fmt.format_number(d.max_rel_diff)}")
