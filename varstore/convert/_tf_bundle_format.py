@@ -50,7 +50,7 @@ TABLE_MAGIC = 0xDB4775248B80FB57
 FOOTER_SIZE = 48
 _BLOCK_TRAILER_SIZE = 5  # 1-byte compression type + 4-byte masked crc32c
 _MASK_DELTA = 0xA282EAD8
-_MAX_DIMS = 254  # TensorShape::MaxDimensions()
+_MAX_DIMS = 64  # NumPy's limit (TF allows 254)
 
 #: TF DataType enum -> (TF name, logical dtype name or None when only listed as skipped).
 _TF_DTYPES: dict[int, tuple[str, str | None]] = {

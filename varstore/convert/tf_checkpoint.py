@@ -324,6 +324,10 @@ class TFCheckpointReader(CheckpointReader):
         return elements
 
     def _read_numeric(self, entry: fmt.BundleEntry, name: str, out: npt.NDArray[Any]) -> None:
+        if entry.size != out.nbytes:
+            raise CorruptCheckpointError(
+                f"variable '{name}' in {self._label}: entry says {entry.size} bytes, shape "
+                f"{tuple(out.shape)} of {out.dtype} needs {out.nbytes}")
         flat = out.reshape(-1).view(np.uint8)
         buf = self._raw(entry, name, memoryview(flat))
         self._check_crc(entry, fmt.crc32c(buf), name)
@@ -342,6 +346,7 @@ class TFCheckpointReader(CheckpointReader):
         var = self._lookup(name)
         dtype = self._logical_dtype(name, var)
         entry = var.entry
+        regions = self._regions(name, var)  # validates every stored byte range before allocating
         result = checked_out(name, entry.shape, dtype, out)
         if not entry.slices:
             if var.dtype_name == "string":
@@ -349,28 +354,6 @@ class TFCheckpointReader(CheckpointReader):
             else:
                 self._read_numeric(entry, name, result)
             return result
-        self._read_partitioned(name, var, result)
-        return result
-
-    def _read_partitioned(self, name: str, var: _Variable, result: npt.NDArray[Any]) -> None:
-        shape = var.entry.shape
-        regions = []
-        for extents, part in zip(var.entry.slices, self._parts(name, var)):
-            region = tuple(slice(0, dim) if length < 0 else slice(start, start + length)
-                           for (start, length), dim in zip(extents, shape))
-            part_shape = tuple(r.stop - r.start for r in region)
-            if part.shape != part_shape or fmt.tf_dtype(part.dtype) != fmt.tf_dtype(var.entry.dtype):
-                raise CorruptCheckpointError(
-                    f"partitioned variable '{name}' in {self._label}: slice {list(extents)} is stored with "
-                    f"shape {part.shape}, expected {part_shape}")
-            regions.append((region, part))
-        total = int(np.prod(shape, dtype=object))
-        covered = sum(int(np.prod([r.stop - r.start for r in region], dtype=object)) for region, _ in regions)
-        overlap = any(all(a.start < b.stop and b.start < a.stop for a, b in zip(r1, r2))
-                      for i, (r1, _) in enumerate(regions) for r2, _ in regions[i + 1:])
-        if covered != total or (overlap and total):
-            raise CorruptCheckpointError(
-                f"partitioned variable '{name}' in {self._label}: its slices do not tile shape {shape}")
         for region, part in regions:
             if var.dtype_name == "string":
                 values = np.array(self._read_strings(part, name), dtype=result.dtype).reshape(part.shape)
@@ -378,6 +361,37 @@ class TFCheckpointReader(CheckpointReader):
                 values = np.empty(part.shape, dtype=result.dtype)
                 self._read_numeric(part, name, values)
             result[region] = values
+        return result
+
+    def _regions(self, name: str, var: _Variable) -> list[tuple[tuple[slice, ...], fmt.BundleEntry]]:
+        """Where each stored part goes in the full tensor, after checking sizes, bounds and tiling."""
+        shape = var.entry.shape
+        what = f"variable '{name}' in {self._label}"
+        itemsize = None if var.dtype_name == "string" else _dtypes.as_dtype(var.dtype_name).itemsize
+        regions = []
+        for extents, part in zip(var.entry.slices or [tuple((0, -1) for _ in shape)], self._parts(name, var)):
+            region = tuple(slice(0, dim) if length < 0 else slice(start, start + length)
+                           for (start, length), dim in zip(extents, shape))
+            part_shape = tuple(r.stop - r.start for r in region)
+            if part.shape != part_shape or fmt.tf_dtype(part.dtype) != fmt.tf_dtype(var.entry.dtype):
+                raise CorruptCheckpointError(
+                    f"{what}: slice {list(extents)} is stored with shape {part.shape} and dtype "
+                    f"{fmt.tf_dtype(part.dtype)[0]}, expected {part_shape} and {fmt.tf_dtype(var.entry.dtype)[0]}")
+            count = int(np.prod(part_shape, dtype=object))
+            if itemsize is not None and part.size != count * itemsize:
+                raise CorruptCheckpointError(
+                    f"{what}: entry says {part.size} bytes, shape {part_shape} of {var.dtype_name} "
+                    f"needs {count * itemsize}")
+            self._shard(part, name)
+            regions.append((region, part))
+        if var.entry.slices:
+            total = int(np.prod(shape, dtype=object))
+            covered = sum(int(np.prod([r.stop - r.start for r in region], dtype=object)) for region, _ in regions)
+            overlap = any(all(a.start < b.stop and b.start < a.stop for a, b in zip(r1, r2))
+                          for i, (r1, _) in enumerate(regions) for r2, _ in regions[i + 1:])
+            if covered != total or (overlap and total):
+                raise CorruptCheckpointError(f"partitioned {what}: its slices do not tile shape {shape}")
+        return regions
 
     def close(self) -> None:
         for handle in self._files.values():
