@@ -277,3 +277,32 @@ def test_scope_tree_from_bare_names():
 def test_as_dtype_names_round_trip_for_memory_reader():
     # the MemoryReader above relies on dtype_name/as_dtype agreeing
     assert as_dtype(dtype_name(bfloat16)) == bfloat16
+
+
+# ------------------------------------------------------------ on real checkpoint files
+def _save(path: Path, arrays: dict[str, Any]) -> Path:
+    from varstore.checkpoint import save
+
+    save(path, arrays)
+    return path
+
+
+def test_diff_checkpoints_opens_and_closes_paths(tmp_path):
+    a = _save(tmp_path / "a.h5", {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.zeros(3)})
+    b = _save(tmp_path / "b.zarr", {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([0, 0, 1e-9])})
+    d = diff_checkpoints(a, b)
+    assert d.equal == ("w",)
+    assert [v.name for v in d.values_differ] == ["b"] and d.values_differ[0].max_abs_diff == 1e-9
+    assert diff_checkpoints(str(a), str(b), atol=1e-8).differs is False
+
+
+def test_stats_of_a_tf_fixture_variable_match_the_manifest(fixtures_dir):
+    from varstore.convert import open_checkpoint
+
+    manifest = json.loads((fixtures_dir / "tf1_scopes" / "model.ckpt.manifest.json").read_text())
+    expected = {v["name"]: v for v in manifest["variables"]}["zoo/f64"]["values"]
+    with open_checkpoint(fixtures_dir / "tf1_scopes" / "model.ckpt") as reader:
+        s = variable_stats(reader["zoo/f64"])
+    flat = np.array(expected, dtype=np.float64).reshape(-1)
+    assert (s.count, s.min, s.max) == (6, flat.min(), flat.max())
+    assert s.mean == pytest.approx(flat.mean()) and s.std == pytest.approx(flat.std())

@@ -8,7 +8,8 @@ else; `--debug` (or VARSTORE_DEBUG=1) prints the traceback first. Commands
 themselves live in commands.py and never catch library errors.
 
 Exit statuses: 0 success; 1 `diff` found differences (as diff(1)); 2 any
-error, including usage errors (click's own); 130 interrupted.
+error, including usage errors (click's own); 130 interrupted; 141 stdout
+closed early (`| head`), silently.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = ["cli", "error_message", "EXIT_OK", "EXIT_DIFFER", "EXIT_ERROR"]
 EXIT_OK = 0
 EXIT_DIFFER = 1
 EXIT_ERROR = 2
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a reader that went away
 
 
 def error_message(err: BaseException) -> str:
@@ -62,9 +64,9 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
-        except BrokenPipeError:  # `varstore ls big.h5 | head`: stop quietly
+        except BrokenPipeError:  # `varstore ls big.h5 | head`: stop quietly, as if killed by SIGPIPE
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
-            ctx.exit(EXIT_ERROR)
+            ctx.exit(EXIT_BROKEN_PIPE)
         except (VarstoreError, OSError, ValueError) as err:  # ValueError: a bad argument value
             _maybe_traceback(ctx)
             raise _CommandError(error_message(err)) from err

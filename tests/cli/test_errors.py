@@ -139,3 +139,17 @@ def test_usage_errors_exit_2(run):
     assert run("ls").exit_code == 2
     assert run("frobnicate").exit_code == 2
     assert run("show", "--values", "-1", "x", "y").exit_code == 2
+
+
+def test_format_option_skips_detection(run, fixtures_dir):
+    assert run("ls", "--format", "npz", fixtures_dir / "npz" / "arrays.npz").exit_code == 0
+    result = run("ls", "--format", "bogus", fixtures_dir / "npz" / "arrays.npz")
+    _assert_one_line_error(result, "unknown checkpoint format 'bogus'")
+
+
+def test_a_value_the_library_rejects_is_one_line(run, fixtures_dir, tmp_path):
+    result = run("convert", "--dtype", "int8", fixtures_dir / "npz" / "arrays.npz", tmp_path / "x.h5")
+    _assert_one_line_error(result, "int8")
+    assert not (tmp_path / "x.h5").exists()
+    result = run("convert", fixtures_dir / "npz" / "arrays.npz", tmp_path / "x.pt")
+    _assert_one_line_error(result, "x.pt")
