@@ -191,3 +191,27 @@ def test_hdf5_that_is_not_keras_refused_by_the_keras_reader(fixtures_dir: Path) 
         open_checkpoint(fixtures_dir / "foreign_h5/generic.h5", format="keras")
     with open_checkpoint(fixtures_dir / "keras3/model.weights.h5", format="hdf5") as plain:
         assert plain.format == "hdf5" and len(plain) == 28
+
+
+def test_keras3_nested_layers_of_keras_3_0(tmp_path: Path) -> None:
+    path = tmp_path / "old.weights.h5"
+    with h5py.File(path, "w") as f:
+        f.create_group("vars")
+        f.create_dataset("_layer_checkpoint_dependencies/block/_layer_checkpoint_dependencies/dense/vars/0",
+                         data=np.ones((2, 2), np.float32))
+    with open_checkpoint(path) as reader:
+        assert reader.format == "keras3"
+        assert reader.keys() == ["_layer_checkpoint_dependencies/block/_layer_checkpoint_dependencies/dense/vars/0"]
+
+
+def test_keras2_converts_to_varstore_with_weight_names(tmp_path: Path) -> None:
+    from varstore.convert import convert
+
+    expected = _keras2_file(tmp_path / "legacy.h5", whole_model=True)
+    report = convert(tmp_path / "legacy.h5", tmp_path / "out.h5")
+    assert report.source_format == "keras2" and report.variables == 4
+    with open_checkpoint(tmp_path / "out.h5") as out:
+        assert out.keys() == list(expected)
+        assert out.info("Adam/iter:0").trainable is False
+        for name, value in expected.items():
+            np.testing.assert_array_equal(out[name], value)

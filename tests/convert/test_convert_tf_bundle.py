@@ -258,3 +258,21 @@ def test_ordered_code_signed_numbers_match_tf_examples() -> None:
     assert fmt._write_signed_num_increasing(-1) == b"\x7f"
     assert fmt._write_signed_num_increasing(0) == b"\x80"
     assert fmt.encode_tensor_name_slice(b"w", ((0, -1),)) == b"\x00w\x00\x01\x01\x01\x80\x7f"
+
+
+def test_tf2_checkpoint_converts_with_stripped_names(tmp_path: Path) -> None:
+    from varstore.convert import convert
+
+    writer = BundleWriter(tmp_path / "ckpt-3")
+    kernel = np.arange(6, dtype=np.float32).reshape(2, 3)
+    writer.add("model/dense/kernel/.ATTRIBUTES/VARIABLE_VALUE", kernel)
+    writer.add("_CHECKPOINTABLE_OBJECT_GRAPH", [b"graph"], shape=())
+    writer.finish()
+    full = convert(tmp_path / "ckpt-3", tmp_path / "full.h5")
+    assert [s.name for s in full.skipped] == ["_CHECKPOINTABLE_OBJECT_GRAPH"]
+    short = convert(tmp_path / "ckpt-3.index", tmp_path / "short.zarr", strip_attributes=True)
+    assert short.variables == 1
+    with open_checkpoint(tmp_path / "full.h5") as a, open_checkpoint(tmp_path / "short.zarr") as b:
+        assert a.keys() == ["model/dense/kernel/.ATTRIBUTES/VARIABLE_VALUE"]
+        assert b.keys() == ["model/dense/kernel"]
+        np.testing.assert_array_equal(b["model/dense/kernel"], kernel)

@@ -13,7 +13,6 @@ through the `progress` callback.
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -221,8 +220,9 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
         whose OLD starts a name replaces that prefix with NEW.
       dtype: cast floating-point variables (float16/32/64, bfloat16, float8)
         to this dtype ("float16", "bfloat16", ...); others are kept.
-      progress: called as progress(done_bytes, total_bytes, name) after each
-        variable is read for writing, and once with (0, total, "") first.
+      progress: called as progress(done_bytes, total_bytes, source_name) after
+        each variable is read for writing (bytes after any cast), and once
+        with (0, total_bytes, "") before the first; the CLI drives its bar with it.
       **options: passed to open_checkpoint (strip_attributes, skip_object_arrays).
 
     Returns:

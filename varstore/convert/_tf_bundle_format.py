@@ -21,9 +21,7 @@ import struct
 from typing import Any
 
 import crc32c as _crc32c
-import numpy as np
 
-from varstore import dtypes as _dtypes
 from varstore.errors import ChecksumError, CorruptCheckpointError, UnsupportedFormatError
 
 __all__ = [
@@ -405,14 +403,6 @@ def tf_dtype(enum: int) -> tuple[str, str | None]:
     The logical name is "string" for DT_STRING (read as "S<n>").
     """
     return _TF_DTYPES.get(enum, (f"DataType({enum})", None))
-
-
-def numpy_dtype(logical: str, big_endian: bool) -> np.dtype:
-    """NumPy dtype for a numeric logical name in the bundle's byte order."""
-    dt = _dtypes.as_dtype(logical)
-    if dt.itemsize > 1 and dt.kind in "iufc":
-        dt = dt.newbyteorder(">" if big_endian else "<")
-    return dt
 
 
 # ------------------------------------------------------------ OrderedCode

@@ -33,14 +33,16 @@ __all__ = ["Keras3Reader", "Keras2Reader", "keras_layout", "open_keras", "KERAS_
 #: The weights member of a `.keras` archive.
 KERAS_WEIGHTS_MEMBER = "model.weights.h5"
 _VARS_RE = re.compile(r"(^|/)vars/\d+$")
+#: Top-level groups of Keras 3 weights files (Keras 3.0 named the layer list "_layer_checkpoint_dependencies").
+_KERAS3_TOP = {"layers", "vars", "_layer_checkpoint_dependencies"}
 
 
 def keras_layout(walker: HDF5Walker) -> str | None:
     """"keras3", "keras2" or None (a plain HDF5 file) for a walked HDF5 file.
 
     Keras 2: a `layer_names` attribute on the root or on "model_weights".
-    Keras 3: a top-level "layers" or "vars" group, and every dataset under a
-    ".../vars/<i>" path.
+    Keras 3: a top-level "layers", "vars" or "_layer_checkpoint_dependencies"
+    group, and every dataset under a ".../vars/<i>" path.
     """
     if "layer_names" in walker.root_attrs:
         return "keras2"
@@ -48,7 +50,7 @@ def keras_layout(walker: HDF5Walker) -> str | None:
     if model_weights is not None and "layer_names" in model_weights:
         return "keras2"
     top = {g.path for g in walker.groups if g.path and "/" not in g.path}
-    if top & {"layers", "vars"} and all(_VARS_RE.search(d.path) for d in walker.datasets):
+    if top & _KERAS3_TOP and all(_VARS_RE.search(d.path) for d in walker.datasets):
         return "keras3"
     return None
 
