@@ -306,3 +306,21 @@ def test_stats_of_a_tf_fixture_variable_match_the_manifest(fixtures_dir):
     flat = np.array(expected, dtype=np.float64).reshape(-1)
     assert (s.count, s.min, s.max) == (6, flat.min(), flat.max())
     assert s.mean == pytest.approx(flat.mean()) and s.std == pytest.approx(flat.std())
+
+
+def test_diff_compares_large_ints_exactly():
+    a = MemoryReader({"n": np.array([2**62, 5], np.int64)})
+    b = MemoryReader({"n": np.array([2**62 + 1, 5], np.int64)})  # equal once rounded to float64
+    (v,) = diff_checkpoints(a, b).values_differ
+    assert v.mismatched == 1
+
+
+def test_diff_streams_in_chunks_with_nan_and_strings():
+    x = np.arange(1000, dtype=np.float32)
+    y = x.copy()
+    x[10] = y[10] = np.nan
+    y[999] = 0.0
+    a = MemoryReader({"x": x, "s": np.array([b"a", b"b", b"c"])})
+    b = MemoryReader({"x": y, "s": np.array([b"a", b"b", b"d"])})
+    d = diff_checkpoints(a, b, chunk_elements=7)
+    assert [(v.name, v.mismatched, v.max_abs_diff) for v in d.values_differ] == [("x", 1, 999.0), ("s", 1, None)]

@@ -342,49 +342,49 @@ def _open(checkpoint: CheckpointReader | os.PathLike[str] | str) -> tuple[Checkp
 
 def _compare_values(name: str, a: npt.NDArray[Any], b: npt.NDArray[Any], rtol: float, atol: float,
                     chunk_elements: int) -> ValueDifference | None:
-    """None when equal within tolerance, else the difference (arrays of one shape)."""
+    """None when equal within tolerance, else the difference (arrays of one shape), chunk by chunk."""
     count = int(a.size)
-    if a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc" or is_floating(a.dtype)):
-        return None
     kinds = {_kind(a.dtype), _kind(b.dtype)}
-    if "string" in kinds:
-        if kinds != {"string"}:
-            return ValueDifference(name, count, count, None, None)
-        mismatched = int(np.count_nonzero(a.reshape(-1) != b.reshape(-1)))
-        return ValueDifference(name, count, mismatched, None, None) if mismatched else None
+    if "string" in kinds and kinds != {"string"}:
+        return ValueDifference(name, count, count, None, None)
+    integral = kinds <= {"int", "bool"}  # compared exactly in their own dtypes, not in float64
+    tolerant = rtol > 0 or atol > 0
     wide = np.complex128 if "complex" in kinds else np.float64
+    same_dtype = a.dtype == b.dtype
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
     mismatched = 0
     max_abs = 0.0
     max_rel = 0.0
-    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
     step = max(1, int(chunk_elements))
     for start in range(0, count, step):
-        x = flat_a[start:start + step].astype(wide)
-        y = flat_b[start:start + step].astype(wide)
-        nan_x = np.isnan(x) if wide is np.float64 else (np.isnan(x.real) | np.isnan(x.imag))
-        nan_y = np.isnan(y) if wide is np.float64 else (np.isnan(y.real) | np.isnan(y.imag))
-        both_nan = nan_x & nan_y
+        xa, xb = flat_a[start:start + step], flat_b[start:start + step]
+        if same_dtype and np.array_equal(xa, xb):  # the common case, without float64 copies
+            continue
+        if "string" in kinds:
+            mismatched += int(np.count_nonzero(xa != xb))
+            continue
+        x, y = xa.astype(wide), xb.astype(wide)
+        nan_x = np.isnan(x.real) | np.isnan(x.imag) if wide is np.complex128 else np.isnan(x)
+        nan_y = np.isnan(y.real) | np.isnan(y.imag) if wide is np.complex128 else np.isnan(y)
         with np.errstate(invalid="ignore", over="ignore"):
-            same = (x == y) | both_nan  # equal infinities count as equal
+            same = (xa == xb) if integral else (x == y) | (nan_x & nan_y)  # equal infinities are equal
             diff = np.abs(x - y)
             scale = np.maximum(np.abs(x), np.abs(y))
-            close = diff <= atol + rtol * scale
-        bad = ~(same | close)
-        mismatched += int(np.count_nonzero(bad))
-        one_nan = nan_x ^ nan_y
-        if np.any(one_nan):
+            close = diff <= atol + rtol * scale if tolerant else np.zeros(diff.shape, bool)
+        mismatched += int(np.count_nonzero(~(same | close)))
+        if np.any(nan_x ^ nan_y):
             max_abs = max_rel = math.inf
         check = ~same & ~nan_x & ~nan_y
         if np.any(check):
-            d = diff[check]
-            s = scale[check]
+            d, s = diff[check], scale[check]
             max_abs = max(max_abs, float(d.max()))
             with np.errstate(invalid="ignore", divide="ignore"):
                 rel = np.where(s > 0, d / np.where(s > 0, s, 1.0), 0.0)
-            rel = np.where(np.isnan(rel), math.inf, rel)  # inf - inf or inf / inf
-            max_rel = max(max_rel, float(rel.max()))
+            max_rel = max(max_rel, float(np.where(np.isnan(rel), math.inf, rel).max()))  # inf-inf, inf/inf
     if mismatched == 0:
         return None
+    if "string" in kinds:
+        return ValueDifference(name, count, mismatched, None, None)
     return ValueDifference(name, count, mismatched, max_abs, max_rel)
 
 
