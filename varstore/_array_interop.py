@@ -123,8 +123,8 @@ class ArrayInterop:
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
         out = kwargs.get("out")
         out_variables = [o for o in (out or ()) if _is_variable(o)]
+        # in-place into a variable runs on its device; otherwise on the context's (or first variable's) device
         label = out_variables[0]._device if out_variables else _compute_label(inputs)
-        label = placement.compute_device(label) if not out_variables else label
         convert = _Converter(label)
         args = [convert(x) for x in inputs]
         if out is not None:
@@ -139,9 +139,8 @@ class ArrayInterop:
             return None
         result = getattr(function, method)(*args, **kwargs)
         if out is not None:
-            bufs = kwargs["out"]
             if isinstance(result, tuple):
-                return tuple(o if _is_variable(o) else r for o, r, b in zip(out, result, bufs))
+                return tuple(o if _is_variable(o) else r for o, r in zip(out, result))
             return out[0] if _is_variable(out[0]) else result
         return convert.detach(result)
 
@@ -254,7 +253,7 @@ class ArrayInterop:
         return int(self._scalar())
 
     def __format__(self, spec: str) -> str:
-        if spec and self._shape == () or (spec and self.size == 1):
+        if spec and self.size == 1:
             return format(self._scalar(), spec)
         return format(str(self), spec)
 

@@ -187,3 +187,27 @@ def test_variables_are_not_picklable(store):
     v = Variable([1.0], store=store)
     with pytest.raises(TypeError, match="checkpoint"):
         v.__reduce_ex__(4)  # what pickle calls; varstore never pickles
+
+
+# ---------------------------------------------------------------- generated
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.extra import numpy as hnp  # noqa: E402
+
+from varstore.scopes import VariableStore  # noqa: E402
+
+_DTYPES = st.sampled_from(["float32", "float64", "float16", "int8", "int32", "uint16", "complex64", "bool"])
+
+
+@given(data=st.data(), dtype=_DTYPES, shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4))
+def test_generated_values_round_trip_and_assign_in_place(data, dtype, shape):
+    store = VariableStore()
+    first = data.draw(hnp.arrays(dtype, shape))
+    second = data.draw(hnp.arrays(dtype, shape))
+    v = Variable(first, store=store)
+    assert v.shape == shape and v.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(v.numpy(), first)
+    before = v.host_view().__array_interface__["data"][0]
+    assert v.assign(second) is v
+    np.testing.assert_array_equal(v.read_value(), second)
+    assert v.host_view().__array_interface__["data"][0] == before
