@@ -1,13 +1,43 @@
 """varstore: model variables and checkpoints without a framework.
 
-The whole public API is re-exported here.
+The whole public API is re-exported here: the variable store (Variable,
+VariableStore, variable scopes, collections, initializers, devices),
+checkpoints (save, restore, open_checkpoint, CheckpointManager), converters
+(convert, open_checkpoint for foreign formats), inspection (variable_stats,
+diff_checkpoints) and every error class.
 """
 
 from __future__ import annotations
 
-from varstore import _core_api
+__version__ = "0.1.0"  # before the imports: submodules read it
+
+from varstore import _core_api, dtypes, errors
 from varstore._core_api import *  # noqa: F401,F403
+from varstore.checkpoint import CheckpointManager, RestoreResult, SaveHandle, restore, save
+from varstore.checkpoint.info import CheckpointReader, SkippedEntry, VariableInfo
+from varstore.convert import ConvertReport, convert, detect_format, open_checkpoint
+from varstore.errors import *  # noqa: F401,F403
+from varstore.inspect import CheckpointDiff, VariableStats, diff_checkpoints, scope_tree, variable_stats
 
-__version__ = "0.1.0"
 
-__all__ = list(_core_api.__all__)
+__all__ = list(_core_api.__all__) + list(errors.__all__) + [
+    "dtypes",
+    "errors",
+    "save",
+    "restore",
+    "RestoreResult",
+    "SaveHandle",
+    "CheckpointManager",
+    "open_checkpoint",
+    "CheckpointReader",
+    "VariableInfo",
+    "SkippedEntry",
+    "convert",
+    "ConvertReport",
+    "detect_format",
+    "variable_stats",
+    "VariableStats",
+    "diff_checkpoints",
+    "CheckpointDiff",
+    "scope_tree",
+]
