@@ -171,7 +171,9 @@ def write_chart(path: Path, rows: list[dict[str, Any]], titles: dict[str, str]) 
             ax.bar(xs, values, width, label=phase)
         ax.set_xticks(range(len(methods)))
         ax.set_xticklabels(methods, rotation=30, ha="right")
-        ax.set_ylabel("GB/s (higher is better)")
+        if workload == "W2":
+            ax.set_yscale("log")  # per-variable overhead spans orders of magnitude
+        ax.set_ylabel("GB/s (higher is better)" + (", log scale" if workload == "W2" else ""))
         ax.set_title(f"{workload}: {titles.get(workload, '')}", fontsize=9)
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8)
