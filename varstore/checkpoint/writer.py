@@ -56,6 +56,7 @@ __all__ = ["save", "save_entries", "entries_from", "SaveHandle"]
 
 _STAGING_BYTES = 8 << 20
 _MAX_PENDING = 8
+_FALLOCATE_BYTES = 1 << 20
 
 
 class SaveHandle:
@@ -199,6 +200,11 @@ class _Writes:
         try:
             fd = self._fd(extent.file, keep)
             try:
+                if extent.nbytes >= _FALLOCATE_BYTES:
+                    try:  # reserve the blocks first: writes into allocated extents run ~2x faster on ext4
+                        os.posix_fallocate(fd, extent.offset, extent.nbytes)
+                    except OSError:
+                        pass
                 pwrite_all(fd, data, extent.offset)
             finally:
                 if not keep:
