@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib
 import weakref
 from pathlib import Path
 
@@ -10,12 +11,14 @@ import numpy as np
 import pytest
 from convert_manifests import CHECKPOINT_FIXTURES, expected_dtype, value_sha256, variables
 
-import varstore.convert as convert_module
 from varstore import dtypes
 from varstore.checkpoint.entry import SaveEntry
 from varstore.convert import ConvertReport, convert, open_checkpoint
 from varstore.convert.safetensors import write_safetensors
 from varstore.errors import UnsupportedDtypeError, UnsupportedFormatError
+
+# the module, not the `convert` function that varstore/__init__.py re-exports under the same name
+convert_module = importlib.import_module("varstore.convert")
 
 #: dtypes the safetensors format has no code for.
 NOT_IN_SAFETENSORS = ("complex128",)
