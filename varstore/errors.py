@@ -30,6 +30,7 @@ __all__ = [
     "UnsafeFormatError",
     "RestoreError",
     "UnknownVariableError",
+    "ConversionError",
     "CheckpointLockedError",
     "InvalidMetadataError",
     "ScopeError",
@@ -145,3 +146,8 @@ class InvalidMetadataError(VarstoreError, TypeError):
 
 class ScopeError(VarstoreError, ValueError):
     """variable_scope was misused: no name, reuse=True with default_name, or another store's scope object."""
+
+
+class ConversionError(VarstoreError, ValueError):
+    """convert() or a foreign-format writer got options it cannot honour: a malformed rename rule,
+    a rename that makes two names equal, a non-float --dtype, a duplicate name."""

@@ -25,7 +25,7 @@ from varstore import dtypes as _dtypes
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.info import CheckpointReader, SkippedEntry
 from varstore.convert.detect import detect_format, sniff
-from varstore.errors import UnsupportedFormatError
+from varstore.errors import UnsupportedFormatError, ConversionError
 
 __all__ = ["open_checkpoint", "convert", "ConvertReport", "detect_format", "READ_FORMATS", "WRITE_FORMATS"]
 
@@ -164,7 +164,7 @@ def _rename_pairs(rename: Iterable[tuple[str, str] | str]) -> list[tuple[str, st
     for item in rename:
         if isinstance(item, str):
             if "=" not in item:
-                raise ValueError(f"rename rule {item!r} needs the form OLD=NEW")
+                raise ConversionError(f"rename rule {item!r} needs the form OLD=NEW")
             old, new = item.split("=", 1)
         else:
             old, new = item
@@ -230,7 +230,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
 
     Raises:
       Everything open_checkpoint raises; UnsupportedFormatError for an
-      unknown destination format; ValueError when renaming makes two names
+      unknown destination format; ConversionError when renaming makes two names
       equal or a rename rule is malformed; UnsupportedDtypeError when the
       destination cannot hold a dtype (safetensors has no strings);
       the checkpoint layer's errors for invalid names.
@@ -240,7 +240,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
     pairs = _rename_pairs(rename)
     cast = _dtypes.as_dtype(dtype) if dtype is not None else None
     if cast is not None and not _dtypes.is_floating(cast):
-        raise ValueError(f"dtype={dtype!r} is not a floating-point dtype; convert casts floats only")
+        raise ConversionError(f"dtype={dtype!r} is not a floating-point dtype; convert casts floats only")
     with open_checkpoint(src, from_format, **options) as reader:
         names = reader.filter(filter) if filter is not None else reader.keys()
         plan: list[tuple[str, str, np.dtype, np.dtype, Any]] = []
@@ -249,7 +249,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
             info = reader.info(name)
             new = _renamed(name, pairs)
             if new in seen:
-                raise ValueError(f"renaming makes '{seen[new]}' and '{name}' both '{new}' in '{dst}'")
+                raise ConversionError(f"renaming makes '{seen[new]}' and '{name}' both '{new}' in '{dst}'")
             seen[new] = name
             stored = _dtypes.as_dtype(info.dtype)
             target = cast if cast is not None and _dtypes.is_floating(stored) else stored

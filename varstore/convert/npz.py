@@ -168,7 +168,7 @@ def write_npz(path: os.PathLike[str] | str, entries: Sequence[SaveEntry], *, com
       (bytes of array data written, notes about stored-as-bits variables).
 
     Raises:
-      ValueError: a value's shape or dtype differs from its entry, or a duplicate name.
+      ConversionError: a value's shape or dtype differs from its entry, or a duplicate name.
     """
     from varstore.checkpoint.atomic import atomic_path
 
@@ -176,7 +176,7 @@ def write_npz(path: os.PathLike[str] | str, entries: Sequence[SaveEntry], *, com
     seen: set[str] = set()
     for entry in entries:
         if entry.name in seen:
-            raise ValueError(f"cannot write npz: duplicate array name '{entry.name}'")
+            raise ConversionError(f"cannot write npz: duplicate array name '{entry.name}'")
         seen.add(entry.name)
     notes: list[str] = []
     written = 0
@@ -187,7 +187,7 @@ def write_npz(path: os.PathLike[str] | str, entries: Sequence[SaveEntry], *, com
                 dtype = _dtypes.as_dtype(entry.dtype)
                 value = np.asarray(entry.get(), order="C")
                 if value.dtype != dtype or tuple(value.shape) != tuple(entry.shape):
-                    raise ValueError(
+                    raise ConversionError(
                         f"variable '{entry.name}' gave a value of shape {value.shape} and dtype {value.dtype}, "
                         f"its entry says {tuple(entry.shape)} and {dtype}")
                 if _dtypes.is_extension(dtype):

@@ -26,7 +26,7 @@ import numpy.typing as npt
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.info import CheckpointReader, SkippedEntry, VariableInfo, checked_out
-from varstore.errors import CorruptCheckpointError, UnknownVariableError, UnsupportedDtypeError
+from varstore.errors import CorruptCheckpointError, UnknownVariableError, UnsupportedDtypeError, ConversionError
 
 __all__ = ["SafetensorsReader", "write_safetensors", "SAFETENSORS_DTYPES"]
 
@@ -184,7 +184,7 @@ def _header_for(entries: Sequence[SaveEntry], metadata: dict[str, str] | None) -
                 f"no safetensors code (supported: {', '.join(sorted(_CODES))}); leave it out with a filter "
                 f"or convert to .h5, .zarr or .npz")
         if entry.name in header or entry.name == "__metadata__":
-            raise ValueError(f"cannot write safetensors: duplicate tensor name '{entry.name}'")
+            raise ConversionError(f"cannot write safetensors: duplicate tensor name '{entry.name}'")
         nbytes = int(np.prod(entry.shape, dtype=object)) * dtype.itemsize
         header[entry.name] = {"dtype": code, "shape": list(entry.shape), "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
@@ -211,7 +211,7 @@ def write_safetensors(path: os.PathLike[str] | str, entries: Sequence[SaveEntry]
 
     Raises:
       UnsupportedDtypeError: a dtype safetensors cannot hold (nothing is written).
-      ValueError: a value's shape or dtype differs from its entry, or a duplicate name.
+      ConversionError: a value's shape or dtype differs from its entry, or a duplicate name.
     """
     from varstore.checkpoint.atomic import atomic_path
 
@@ -225,7 +225,7 @@ def write_safetensors(path: os.PathLike[str] | str, entries: Sequence[SaveEntry]
             dtype = _dtypes.as_dtype(entry.dtype)
             value = np.asarray(entry.get(), order="C")
             if value.dtype != dtype or tuple(value.shape) != tuple(entry.shape):
-                raise ValueError(
+                raise ConversionError(
                     f"variable '{entry.name}' gave a value of shape {value.shape} and dtype {value.dtype}, "
                     f"its entry says {tuple(entry.shape)} and {dtype}")
             if value.dtype.byteorder == ">":
