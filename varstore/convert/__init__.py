@@ -25,7 +25,7 @@ from varstore import dtypes as _dtypes
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.info import CheckpointReader, SkippedEntry
 from varstore.convert.detect import detect_format, sniff
-from varstore.errors import UnsupportedFormatError, ConversionError
+from varstore.errors import ConversionError, UnsupportedFormatError
 
 __all__ = ["open_checkpoint", "convert", "ConvertReport", "detect_format", "READ_FORMATS", "WRITE_FORMATS"]
 
