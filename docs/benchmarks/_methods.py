@@ -419,11 +419,16 @@ class Varstore(Method):
         import varstore.checkpoint  # noqa: F401
         import varstore.scopes  # noqa: F401
 
-        # The backends are imported on first use; import them here, as h5py/zarr are for the peers.
-        for backend in ("varstore.backends.hdf5.store", "varstore.backends.zarr3.store"):
+        # Import every varstore module now (backends, converters the format sniffer loads on first
+        # use), as h5py/zarr are imported before the timer for the peers.
+        import pkgutil
+
+        import varstore
+
+        for module in pkgutil.walk_packages(varstore.__path__, "varstore."):
             try:
-                importlib.import_module(backend)
-            except ImportError:
+                importlib.import_module(module.name)
+            except Exception:  # an optional dependency is missing (cupy): not needed here
                 pass
 
     @staticmethod

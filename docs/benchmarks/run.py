@@ -203,11 +203,11 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 source = "W1" if workload in ("W3", "W4") else workload
                 checkpoint = workdir / "checkpoints" / f"{method.name}-{source}{method.suffix}"
+                checkpoint.parent.mkdir(parents=True, exist_ok=True)
                 if phase not in ("save", "save-nofsync") and not checkpoint.exists():
                     # W3/W4 without W1 in the list: write the checkpoint once, untimed.
                     _run_worker(dict(method=method.name, workload=source, phase="save", workdir=str(workdir),
                                      checkpoint=str(checkpoint), cache=args.cache), args.timeout_s)
-                checkpoint.parent.mkdir(parents=True, exist_ok=True)
                 if args.profile:
                     _profile_cell(args, method, workload, phase, workdir, checkpoint)
                     continue
