@@ -22,10 +22,9 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-
 from _workloads import DTYPE, SLEEP_S, Workload
 
-__all__ = ["Method", "METHODS", "fsync_file", "fsync_tree", "remove", "touch_pages"]
+__all__ = ["METHODS", "Method", "fsync_file", "fsync_tree", "remove", "touch_pages"]
 
 Arrays = dict[str, npt.NDArray[Any]]
 PAGE = 4096
@@ -416,14 +415,13 @@ class Varstore(Method):
         return None
 
     def imports(self) -> None:
-        import varstore.checkpoint  # noqa: F401
-        import varstore.scopes  # noqa: F401
-
         # Import every varstore module now (backends, converters the format sniffer loads on first
         # use), as h5py/zarr are imported before the timer for the peers.
         import pkgutil
 
         import varstore
+        import varstore.checkpoint
+        import varstore.scopes
 
         for module in pkgutil.walk_packages(varstore.__path__, "varstore."):
             try:

@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-__all__ = ["summarize_profile", "TIMED_FRAMES"]
+__all__ = ["TIMED_FRAMES", "summarize_profile"]
 
 # The method calls the worker times (see _worker.py); a main-thread stack must contain one.
 TIMED_FRAMES = (".save (_methods.py", ".load (_methods.py", ".read_one (_methods.py", ".restore (_methods.py",

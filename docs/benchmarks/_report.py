@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-__all__ = ["summarize", "format_table", "write_markdown", "write_json", "write_chart"]
+__all__ = ["format_table", "summarize", "write_chart", "write_json", "write_markdown"]
 
 MIB = 1024 * 1024
 GB = 1e9

@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from _methods import METHODS, Method, files_under, remove, touch_pages
 from _workloads import READ_ONE_NAME, Workload, load_workload
 
-__all__ = ["run_worker", "PHASES"]
+__all__ = ["PHASES", "run_worker"]
 
 # workload -> phases; W3/W4 run on W1's checkpoint.
 PHASES = {
@@ -141,7 +140,7 @@ class _Timer:
         self.peak_note = ""
         self._spy: subprocess.Popen[bytes] | None = None
 
-    def __enter__(self) -> "_Timer":
+    def __enter__(self) -> _Timer:
         if self.profile:
             self._spy = subprocess.Popen(
                 [_py_spy(), "record", "--pid", str(os.getpid()), "--format", "raw", "--threads",

@@ -19,8 +19,15 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
-    "DTYPE", "READ_ONE_NAME", "SLEEP_S", "VariableSpec", "Workload",
-    "w1_layout", "w2_layout", "build_workloads", "load_workload",
+    "DTYPE",
+    "READ_ONE_NAME",
+    "SLEEP_S",
+    "VariableSpec",
+    "Workload",
+    "build_workloads",
+    "load_workload",
+    "w1_layout",
+    "w2_layout",
 ]
 
 DTYPE = np.dtype("float32")
@@ -118,7 +125,7 @@ class Workload:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Workload":
+    def from_json(cls, data: dict[str, Any]) -> Workload:
         """Inverse of `to_json`."""
         return cls(
             name=data["name"],

@@ -33,9 +33,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _methods import METHODS, remove  # noqa: E402
-from _report import format_table, summarize, write_chart, write_json, write_markdown  # noqa: E402
-from _workloads import SLEEP_S, build_workloads  # noqa: E402
+from _methods import METHODS, remove
+from _report import format_table, summarize, write_chart, write_json, write_markdown
+from _workloads import SLEEP_S, build_workloads
 
 WORKLOADS = ("W1", "W2", "W3", "W4")
 DEFAULT_METHODS = ("raw", "h5py", "zarr3", "zarr3-nocomp", "safetensors", "npz",
@@ -102,7 +102,7 @@ def _run_worker(task: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     task = dict(task, result=str(result_path))
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(task)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0:
             raise RuntimeError(f"worker {task['method']} {task['workload']} {task['phase']} failed "
                                f"(exit {proc.returncode}):\n{proc.stderr[-3000:]}")
