@@ -102,8 +102,13 @@ class Backend(Protocol):
     def sniff(self, path: Path) -> bool:
         """True when `path` looks like this backend's container (magic bytes / zarr.json)."""
 
-    def open_writer(self, path: Path) -> BackendWriter:
-        """Creates a new container at `path`."""
+    def open_writer(self, path: Path, header_bytes: int = 0) -> BackendWriter:
+        """Creates a new container at `path`.
+
+        `header_bytes` (bytes) reserves room at the start of a single-file
+        container that the format ignores (HDF5's user block), for the caller
+        to fill; directory backends ignore it.
+        """
 
     def open_reader(self, path: Path) -> BackendReader:
         """Opens an existing container read-only."""

@@ -17,7 +17,10 @@ import numpy.typing as npt
 
 from varstore.errors import CorruptCheckpointError
 
-__all__ = ["byte_view", "crc32c_of", "pwrite_all", "pread_into"]
+__all__ = ["byte_view", "crc32c_of", "crc32c_raw", "pwrite_all", "pread_into"]
+
+#: crc32c of a bytes-like object (the C function itself: no per-call Python wrapper).
+crc32c_raw = _crc32c.crc32c
 
 #: Bytes per preadv/pwrite call (Linux caps single transfers near 2 GiB).
 _MAX_IO = 1 << 30

@@ -3,8 +3,11 @@
 Defines the name rules, where each variable is stored (its own array at its
 full name, an alias path, or a slice of the packed blob), how logical dtypes
 map to stored dtypes and shapes, and the JSON document (format version 1)
-kept at "_varstore/manifest". docs/checkpoint-format.md is the prose version
-of this module. No file I/O here.
+kept at "_varstore/manifest" (version 1.1 adds the optional "file_offset"
+column and the HDF5 index header; 1.0 files read the same). Decoding is
+columnar and lazy: a Record is built only when one is asked for, so opening
+a checkpoint of 50,000 variables costs one json.loads.
+docs/checkpoint-format.md is the prose version of this module. No file I/O here.
 """
 
 from __future__ import annotations
@@ -34,10 +37,16 @@ __all__ = [
     "assign_paths",
     "encode_manifest",
     "decode_manifest",
+    "ManifestColumns",
+    "decode_manifest_columns",
+    "validate_names",
     "format_checksum",
+    "INDEX_HEADER_BYTES",
+    "encode_index_header",
+    "decode_index_header",
 ]
 
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"
 FORMAT_NAMES = {"h5": "varstore-hdf5", "zarr": "varstore-zarr"}
 RESERVED_GROUP = "_varstore"
 MANIFEST_PATH = "_varstore/manifest"
@@ -62,6 +71,8 @@ class Record:
       path: storage path of its own array, or None when packed.
       offset: byte offset in the packed blob when packed, else None.
       checksum: crc32c of the C-order little-endian bytes, or None.
+      file_offset: byte offset of the value in the HDF5 file (own arrays), or None
+        (Zarr, packed variables, or a version 1.0 file).
     """
 
     name: str
@@ -74,6 +85,7 @@ class Record:
     path: str | None = None
     offset: int | None = None
     checksum: int | None = None
+    file_offset: int | None = None
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -181,13 +193,19 @@ def format_checksum(value: int | None) -> str | None:
     return None if value is None else f"crc32c:{value:08x}"
 
 
-def encode_manifest(header: dict[str, Any], records: list[Record], packed_nbytes: int) -> bytes:
-    """The manifest document as UTF-8 JSON bytes (columnar, so 50,000 variables stay small)."""
+def encode_manifest(header: dict[str, Any], records: list[Record], packed_nbytes: int,
+                    packed_file_offset: int | None = None) -> bytes:
+    """The manifest document as UTF-8 JSON bytes (columnar, so 50,000 variables stay small).
+
+    `packed_file_offset` is the packed blob's byte offset in the HDF5 file (None for Zarr).
+    """
     collection_sets: dict[tuple[str, ...], int] = {}
     devices: dict[str | None, int] = {}
     document = dict(header)
     document["packed"] = {"path": PACKED_PATH if packed_nbytes else None, "nbytes": packed_nbytes,
                           "alignment": PACK_ALIGNMENT}
+    if packed_nbytes and packed_file_offset is not None:
+        document["packed"]["file_offset"] = packed_file_offset
     document["variables"] = {
         "name": [r.name for r in records],
         "shape": [list(r.shape) for r in records],
@@ -201,13 +219,73 @@ def encode_manifest(header: dict[str, Any], records: list[Record], packed_nbytes
                         for r in records],
         "device": [devices.setdefault(r.device, len(devices)) for r in records],
     }
+    if any(r.file_offset is not None for r in records):
+        document["variables"]["file_offset"] = [r.file_offset for r in records]
     document["collection_sets"] = [list(c) for c in collection_sets]
     document["devices"] = list(devices)
     return json.dumps(document, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
-def decode_manifest(data: bytes, where: str) -> tuple[dict[str, Any], list[Record]]:
-    """Parses manifest bytes into (header, records).
+_COLUMNS = ("shape", "dtype", "nbytes", "path", "offset", "checksum", "trainable", "collections", "device")
+
+
+class ManifestColumns:
+    """The manifest's per-variable columns, decoded lazily into Records.
+
+    Attributes:
+      names: every variable name, in storage order.
+      columns: the JSON columns ("shape", "dtype", ..., and "file_offset" when present).
+      where: the checkpoint, for error messages.
+    """
+
+    def __init__(self, columns: dict[str, Any], sets: list[tuple[str, ...]], devices: list[Any],
+                 where: str) -> None:
+        self.columns = columns
+        self.names: list[str] = columns["name"]
+        self.where = where
+        self._sets = sets
+        self._devices = devices
+        self._file_offsets = columns.get("file_offset")
+        self.index = {name: i for i, name in enumerate(self.names)}
+        if len(self.index) != len(self.names):
+            raise CorruptCheckpointError(f"the manifest of '{where}' lists a variable name twice")
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def record(self, i: int) -> Record:
+        """The Record of the i-th variable.
+
+        Raises:
+          CorruptCheckpointError: the manifest's entries for it are damaged.
+        """
+        c = self.columns
+        try:
+            shape = tuple(int(n) for n in c["shape"][i])
+            nbytes = c["nbytes"][i]
+            offset = c["offset"][i]
+            checksum = c["checksum"][i]
+            file_offset = self._file_offsets[i] if self._file_offsets is not None else None
+            path = c["path"][i]
+            for value in (nbytes, offset, checksum, file_offset):
+                if value is not None and (type(value) is not int or value < 0):
+                    raise ValueError(f"bad number {value!r}")
+            if type(nbytes) is not int or (path is None) == (offset is None) or (
+                    path is not None and type(path) is not str):
+                raise ValueError("bad path/offset")
+            cset, dev = c["collections"][i], c["device"][i]
+            if type(cset) is not int or type(dev) is not int or cset < 0 or dev < 0:
+                raise ValueError("bad collection or device index")
+            record = Record(self.names[i], shape, str(c["dtype"][i]), nbytes, bool(c["trainable"][i]),
+                            self._sets[cset], self._devices[dev], path, offset, checksum, file_offset)
+        except (ValueError, KeyError, TypeError, IndexError) as err:
+            raise CorruptCheckpointError(
+                f"the manifest of '{self.where}' is damaged at variable #{i}: {err}") from err
+        return record
+
+
+def decode_manifest_columns(data: bytes, where: str) -> tuple[dict[str, Any], ManifestColumns]:
+    """Parses manifest bytes into (header, columns) without building a Record per variable.
 
     Raises:
       CorruptCheckpointError: not JSON, a newer major version, or inconsistent columns.
@@ -219,27 +297,83 @@ def decode_manifest(data: bytes, where: str) -> tuple[dict[str, Any], list[Recor
             raise CorruptCheckpointError(
                 f"'{where}' has checkpoint format version {version}; this varstore reads {FORMAT_VERSION}")
         columns = document.pop("variables")
-        sets = [tuple(c) for c in document.get("collection_sets", [])]
+        sets = [tuple(str(n) for n in c) for c in document.get("collection_sets", [])]
         devices = list(document.get("devices", []))
-        names = columns["name"]
-        count = len(names)
-        if any(len(columns[key]) != count for key in
-               ("shape", "dtype", "nbytes", "path", "offset", "checksum", "trainable",
-                "collections", "device")):
+        count = len(columns["name"])
+        if not all(type(name) is str for name in columns["name"]):
+            raise ValueError("a variable name is not a string")
+        keys = _COLUMNS + (("file_offset",) if "file_offset" in columns else ())
+        if any(not isinstance(columns[key], list) or len(columns[key]) != count for key in keys):
             raise ValueError("manifest columns have different lengths")
-        records = [
-            Record(name, tuple(shape), dtype, nbytes, bool(trainable), sets[cset], devices[dev],
-                   path, offset, checksum)
-            for name, shape, dtype, nbytes, path, offset, checksum, trainable, cset, dev in zip(
-                names, columns["shape"], columns["dtype"], columns["nbytes"], columns["path"],
-                columns["offset"], columns["checksum"], columns["trainable"],
-                columns["collections"], columns["device"])
-        ]
+        decoded = ManifestColumns(columns, sets, devices, where)
     except CorruptCheckpointError:
         raise
-    except (ValueError, KeyError, TypeError, IndexError) as err:
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
         raise CorruptCheckpointError(f"the manifest of '{where}' is damaged: {err}") from err
-    return document, records
+    return document, decoded
+
+
+def decode_manifest(data: bytes, where: str) -> tuple[dict[str, Any], list[Record]]:
+    """Parses manifest bytes into (header, records), one Record per variable.
+
+    Raises:
+      CorruptCheckpointError: not JSON, a newer major version, or inconsistent columns.
+    """
+    document, columns = decode_manifest_columns(data, where)
+    return document, [columns.record(i) for i in range(len(columns))]
+
+
+def validate_names(names: list[Any]) -> None:
+    """Checks many names at once (the rules of `validate_name`) and that they are unique.
+
+    One pass over the joined names handles the common all-valid case; the
+    first bad name found by the per-name check is reported otherwise.
+
+    Raises:
+      InvalidNameError: naming the first invalid or repeated name.
+    """
+    if all(type(name) is str for name in names):
+        joined = "/".join(names)
+        framed = "\n/" + "/\n/".join(names) + "/\n"
+        if (joined.isprintable() and "//" not in framed and "/./" not in framed
+                and "/../" not in framed and len(set(names)) == len(names)):
+            return
+    seen: set[str] = set()
+    for name in names:
+        validate_name(name)
+        if name in seen:
+            raise InvalidNameError(f"variable name '{name}' appears twice in one checkpoint")
+        seen.add(name)
+
+
+#: Size of the HDF5 user block that holds the index header (bytes).
+INDEX_HEADER_BYTES = 512
+_INDEX_MAGIC = b"varstore-index "
+
+
+def encode_index_header(manifest_offset: int, manifest_nbytes: int, manifest_checksum: int) -> bytes:
+    """The HDF5 user block: where the manifest's bytes are, so readers can skip the HDF5 library.
+
+    ASCII: b"varstore-index " + JSON {"manifest_offset", "manifest_nbytes",
+    "manifest_crc32c"} + b"\n", padded with NUL bytes to INDEX_HEADER_BYTES.
+    """
+    body = json.dumps({"manifest_offset": manifest_offset, "manifest_nbytes": manifest_nbytes,
+                       "manifest_crc32c": manifest_checksum}, separators=(",", ":")).encode()
+    return (_INDEX_MAGIC + body + b"\n").ljust(INDEX_HEADER_BYTES, b"\0")
+
+
+def decode_index_header(data: bytes) -> tuple[int, int, int] | None:
+    """(manifest_offset, manifest_nbytes, manifest_crc32c) from a user block, or None when it has none."""
+    if not data.startswith(_INDEX_MAGIC):
+        return None
+    try:
+        body = json.loads(data[len(_INDEX_MAGIC):data.index(b"\n")])
+        values = (body["manifest_offset"], body["manifest_nbytes"], body["manifest_crc32c"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not all(type(v) is int and v >= 0 for v in values):
+        return None
+    return values
 
 
 def check_dtype_name(name: str, dtype: Any) -> np.dtype:

@@ -7,13 +7,21 @@ buffer to its place in the file (a background thread writes while the next
 value is checksummed). Small variables are copied into a bounded staging
 window of the packed blob. The manifest goes last, then fsync and the atomic
 rename (checkpoint/atomic.py). Never holds a second copy of the model.
+
+Per-variable Python work is kept to a few attribute reads: names are
+validated in one pass, dtypes once per distinct dtype, and small variables
+are packed with one concatenation per staging window, their checksums taken
+on slices of that window. `blocking=False` snapshots values into host
+memory bounded by `max_snapshot_bytes` and writes in a background thread.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
+import queue
 import threading
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,7 +35,7 @@ from varstore import __version__, devices
 from varstore import dtypes as _dtypes
 from varstore.backends import RawExtent, format_for_path, get_backend
 from varstore.checkpoint import atomic
-from varstore.checkpoint.checksum import crc32c_of, pwrite_all
+from varstore.checkpoint.checksum import crc32c_of, crc32c_raw as _crc32c_raw, pwrite_all
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.manifest import (
     DEFAULT_PACK_THRESHOLD_BYTES,
@@ -38,10 +46,12 @@ from varstore.checkpoint.manifest import (
     Record,
     assign_paths,
     check_dtype_name,
+    INDEX_HEADER_BYTES,
+    encode_index_header,
     encode_manifest,
     format_checksum,
     storage_layout,
-    validate_name,
+    validate_names,
 )
 from varstore.errors import (
     DtypeMismatchError,
@@ -52,7 +62,7 @@ from varstore.errors import (
     VarstoreError,
 )
 
-__all__ = ["save", "save_entries", "entries_from", "SaveHandle"]
+__all__ = ["save", "save_entries", "save_async", "entries_from", "SaveHandle"]
 
 _STAGING_BYTES = 8 << 20
 _MAX_PENDING = 8
@@ -62,7 +72,7 @@ _FALLOCATE_BYTES = 1 << 20
 class SaveHandle:
     """A save running in a background thread (`blocking=False`).
 
-    The values were copied (snapshot) before the call returned, so the caller
+    Every value was copied (snapshot) before the call returned, so the caller
     may change its variables at once.
 
     Attributes:
@@ -74,28 +84,50 @@ class SaveHandle:
         self._future = future
 
     def wait(self, timeout_s: float | None = None) -> Path:
-        """Blocks until the checkpoint is durable under `path`; returns it or raises the save's error."""
+        """Blocks until the checkpoint is durable under `path`; returns it or raises the save's error.
+
+        Raises:
+          TimeoutError: `timeout_s` (seconds) passed first.
+          Any error of the save (as `save_entries`).
+        """
         return self._future.result(timeout=timeout_s)
 
     def done(self) -> bool:
         """True once the save finished (successfully or not)."""
         return self._future.done()
 
+    def exception(self, timeout_s: float | None = None) -> BaseException | None:
+        """The save's error once it finished (None on success); waits up to `timeout_s` seconds."""
+        return self._future.exception(timeout=timeout_s)
+
+    def __repr__(self) -> str:
+        state = "done" if self.done() else "running"
+        return f"<SaveHandle '{self.path}' {state}>"
+
+
+class _Item:
+    """A SaveEntry without the frozen-dataclass cost (50,000 of them are built per save)."""
+
+    __slots__ = ("name", "shape", "dtype", "get", "trainable", "collections", "device")
+
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: Any, get: Any, trainable: bool,
+                 collections: tuple[str, ...], device: str | None) -> None:
+        self.name = name
+        self.shape = shape
+        self.dtype = dtype
+        self.get = get
+        self.trainable = trainable
+        self.collections = collections
+        self.device = device
+
 
 def _is_variable(obj: Any) -> bool:
     return hasattr(obj, "host_view") and hasattr(obj, "name") and hasattr(obj, "trainable")
 
 
-def _variable_entry(variable: Any, name: str | None = None) -> SaveEntry:
-    return SaveEntry(
-        name=name or variable.name,
-        shape=tuple(variable.shape),
-        dtype=np.dtype(variable.dtype),
-        get=variable.host_view,
-        trainable=bool(variable.trainable),
-        collections=tuple(variable.collections),
-        device=getattr(variable, "device", None),
-    )
+def _variable_entry(variable: Any, name: str | None = None) -> Any:
+    return _Item(name or variable.name, tuple(variable.shape), variable.dtype, variable.host_view,
+                 bool(variable.trainable), tuple(variable.collections), getattr(variable, "device", None))
 
 
 def _array_entry(name: str, value: Any) -> SaveEntry:
@@ -128,37 +160,40 @@ def entries_from(target: Any) -> list[SaveEntry]:
                 raise InvalidNameError(f"checkpoint names must be strings, got {name!r}")
             entries.append(_variable_entry(value, name) if _is_variable(value) else _array_entry(name, value))
         return entries
-    if isinstance(target, SaveEntry):
+    if isinstance(target, (SaveEntry, _Item)):
         return [target]
     if _is_variable(target):
         return [_variable_entry(target)]
     items = list(target)
     for item in items:
-        if not (_is_variable(item) or isinstance(item, SaveEntry)):
+        if not (_is_variable(item) or isinstance(item, (SaveEntry, _Item))):
             raise InvalidNameError(
                 f"cannot save {type(item).__name__} without a name: pass a mapping of names to arrays, "
                 f"a list of Variables or a VariableStore")
-    return [item if isinstance(item, SaveEntry) else _variable_entry(item) for item in items]
+    return [item if isinstance(item, (SaveEntry, _Item)) else _variable_entry(item) for item in items]
 
 
-def _plan(entries: list[SaveEntry]) -> list[Record]:
+def _plan(entries: list[Any]) -> list[Record]:
+    validate_names([entry.name for entry in entries])
+    logical: dict[Any, tuple[np.dtype, str]] = {}
     records = []
-    seen: set[str] = set()
     for entry in entries:
-        name = validate_name(entry.name)
-        if name in seen:
-            raise InvalidNameError(f"variable name '{name}' appears twice in one checkpoint")
-        seen.add(name)
-        dtype = check_dtype_name(name, entry.dtype)
-        shape = tuple(int(n) for n in entry.shape)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        records.append(Record(name, shape, _dtypes.dtype_name(dtype), nbytes, bool(entry.trainable),
-                              tuple(entry.collections), entry.device))
+        dtype_key = entry.dtype
+        known = logical.get(dtype_key)
+        if known is None:
+            dtype = check_dtype_name(entry.name, dtype_key)
+            known = logical[dtype_key] = (dtype, _dtypes.dtype_name(dtype))
+        shape = tuple(map(int, entry.shape))
+        records.append(Record(entry.name, shape, known[1], math.prod(shape) * known[0].itemsize,
+                              bool(entry.trainable), tuple(entry.collections), entry.device))
     return records
 
 
-def _host_value(entry: SaveEntry, record: Record, where: Path) -> npt.NDArray[Any]:
+def _host_value(entry: Any, record: Record, where: Path) -> npt.NDArray[Any]:
     value = entry.get()
+    if type(value) is np.ndarray and value.shape == record.shape and value.flags.c_contiguous \
+            and value.dtype == record.numpy_dtype:
+        return value
     if devices.is_device_array(value):
         value = devices.to_host(value)
     value = np.asarray(value)
@@ -196,7 +231,7 @@ class _Writes:
                 self._fds[file] = fd
         return fd
 
-    def _write(self, extent: RawExtent, data: Any, keep: bool) -> None:
+    def _write(self, extent: RawExtent, data: Any, keep: bool, done: Any) -> None:
         try:
             fd = self._fd(extent.file, keep)
             try:
@@ -211,13 +246,16 @@ class _Writes:
                     os.close(fd)
         finally:
             self._slots.release()
+            if done is not None:
+                done()
 
-    def submit(self, extent: RawExtent, data: Any, keep: bool) -> None:
-        """Queues a write of `data` at `extent`; `keep` keeps the file open (a shared HDF5 file)."""
-        if extent.file not in self._fds:
+    def submit(self, extent: RawExtent, data: Any, keep: bool, done: Any = None) -> None:
+        """Queues a write of `data` at `extent`; `keep` keeps the file open (a shared HDF5 file);
+        `done()` is called once the bytes were handed to the kernel (or the write failed)."""
+        if extent.file not in self._fds and extent.file not in self.files:
             self.files.append(extent.file)
         self._slots.acquire()
-        self._futures.append(self._pool.submit(self._write, extent, data, keep))
+        self._futures.append(self._pool.submit(self._write, extent, data, keep, done))
         if len(self._futures) > 4 * _MAX_PENDING:
             self._reap()
 
@@ -244,40 +282,32 @@ class _Writes:
         self._fds = {}
 
 
-class _Packer:
-    """Copies small values into a staging window of the packed blob and writes full windows."""
+def _pack_window(records: list[Record], values: list[npt.NDArray[Any]], checksum: bool) -> bytes | None:
+    """One staging window of the packed blob from consecutive packed records, by one concatenation.
 
-    def __init__(self, writes: _Writes, extent: RawExtent | None, keep: bool) -> None:
-        self._writes = writes
-        self._extent = extent
-        self._keep = keep
-        self._size = min(extent.nbytes, _STAGING_BYTES) if extent else 0
-        self._window = bytearray(self._size)
-        self._start = 0
-        self._used = 0
-
-    def add(self, offset: int, value: npt.NDArray[Any]) -> None:
-        nbytes = value.nbytes
-        if nbytes == 0 or self._extent is None:
-            return
-        if offset + nbytes - self._start > self._size:
-            self.flush()
-            self._start = offset
-            if nbytes > self._size:
-                self._writes.submit(RawExtent(self._extent.file, self._extent.offset + offset, nbytes),
-                                    value, self._keep)
-                return
-        position = offset - self._start
-        self._window[position:position + nbytes] = value.reshape(-1).view(np.uint8).data
-        self._used = position + nbytes
-
-    def flush(self) -> None:
-        if self._used and self._extent is not None:
-            data = memoryview(self._window)[:self._used]
-            self._writes.submit(RawExtent(self._extent.file, self._extent.offset + self._start, self._used),
-                                data, self._keep)
-            self._window = bytearray(self._size)
-        self._used = 0
+    Sets each record's checksum from its slice of the window. Returns None when all are empty.
+    """
+    base = records[0].offset or 0
+    parts: list[Any] = []
+    position = base
+    for record, value in zip(records, values):
+        gap = (record.offset or 0) - position
+        if gap:
+            parts.append(np.zeros(gap, np.uint8))
+        if record.nbytes:
+            parts.append(value.reshape(-1).view(np.uint8))
+        position = (record.offset or 0) + record.nbytes
+    if not parts:
+        for record in records:
+            record.checksum = 0 if checksum else None
+        return None
+    window = np.concatenate(parts).data.cast("B")
+    if checksum:
+        crc = _crc32c_raw
+        for record in records:
+            start = (record.offset or 0) - base
+            record.checksum = crc(window[start:start + record.nbytes])
+    return window
 
 
 def _header(fmt: str, step: int | None, metadata: Mapping[str, Any] | None, where: Path) -> dict[str, Any]:
@@ -317,48 +347,85 @@ def _array_attrs(record: Record, as_json_list: bool) -> dict[str, Any]:
     return attrs
 
 
-def _write(tmp: Path, fmt: str, entries: list[SaveEntry], records: list[Record], packed_nbytes: int,
-           header: dict[str, Any], checksum: bool) -> None:
+def _write(tmp: Path, fmt: str, entries: list[Any], records: list[Record], packed_nbytes: int,
+           header: dict[str, Any], checksum: bool, release: Any = None) -> None:
+    """Writes every value into a new container at `tmp` and fsyncs it.
+
+    `release(nbytes)` (async saves) is called once a value's bytes are no
+    longer needed (written, or copied into a staging window).
+    """
     backend = get_backend(fmt)
-    writer = backend.open_writer(tmp)
+    single_file = not backend.is_directory
+    writer = backend.open_writer(tmp, INDEX_HEADER_BYTES if single_file else 0)
     writes = _Writes()
-    shared_file = not backend.is_directory
     try:
         packed_extent = None
         if packed_nbytes:
             packed_extent = writer.create_array(
                 PACKED_PATH, np.dtype("u1"), (packed_nbytes,),
                 {"description": "small variables packed back to back; see _varstore/manifest"})
-        packer = _Packer(writes, packed_extent, shared_file)
         native = writer.native_bytes_strings
-        for entry, record in zip(entries, records):
+        window: list[int] = []
+        window_bytes = 0
+
+        def flush_window() -> None:
+            nonlocal window_bytes
+            if not window:
+                return
+            group = [records[i] for i in window]
+            values = [_host_value(entries[i], records[i], tmp) for i in window]
+            data = _pack_window(group, values, checksum)
+            if release is not None:
+                release(sum(r.nbytes for r in group))
+            if data is not None and packed_extent is not None:
+                start = group[0].offset or 0
+                writes.submit(RawExtent(packed_extent.file, packed_extent.offset + start, len(data)),
+                              data, single_file)
+            window.clear()
+            window_bytes = 0
+
+        for index, (entry, record) in enumerate(zip(entries, records)):
+            if record.path is None:
+                if window_bytes + record.nbytes > _STAGING_BYTES:
+                    flush_window()
+                window.append(index)
+                window_bytes += record.nbytes
+                continue
             value = _host_value(entry, record, tmp)
             if checksum:
                 record.checksum = crc32c_of(value)
-            if record.path is None:
-                packer.add(record.offset or 0, value)
-                continue
             storage_dtype, storage_shape = storage_layout(value.dtype, record.shape, native)
             extent = writer.create_array(record.path, storage_dtype, storage_shape,
                                          _array_attrs(record, fmt == "h5"))
+            done = None if release is None else (lambda n=record.nbytes: release(n))
             if extent is None:
                 writer.write_array(record.path, value.reshape(-1).view(storage_dtype).reshape(storage_shape))
+                if done is not None:
+                    done()
             else:
-                writes.submit(extent, value, shared_file)
-        packer.flush()
+                if single_file:
+                    record.file_offset = extent.offset
+                writes.submit(extent, value, single_file, done)
+        flush_window()
         atomic.fault_point("after_data")
         writes.drain()
         atomic.fault_point("before_checksums")
-        manifest = encode_manifest(header, records, packed_nbytes)
+        packed_file_offset = packed_extent.offset if (packed_extent is not None and single_file) else None
+        manifest = encode_manifest(header, records, packed_nbytes, packed_file_offset)
         extent = writer.create_array(MANIFEST_PATH, np.dtype("u1"), (len(manifest),),
                                      {"description": "JSON index of every variable; see docs"})
         if extent is not None:
-            writes.submit(extent, manifest, shared_file)
+            writes.submit(extent, manifest, single_file)
         root = {f"varstore_{key}" if key in ("format", "format_version", "library_version") else key: value
                 for key, value in header.items()}
         writer.set_root_attrs(root)
         writes.drain()
         paths = writer.close()
+        if single_file and extent is not None:
+            # The HDF5 user block says where the manifest is, so readers can skip the HDF5 library.
+            writes.submit(RawExtent(tmp, 0, INDEX_HEADER_BYTES),
+                          encode_index_header(extent.offset, len(manifest), _crc32c_raw(manifest)), True)
+            writes.drain()
         writes.close()
         atomic.fsync_paths(paths + writes.files)
     except BaseException:
@@ -401,9 +468,14 @@ def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry], *, 
     records = _plan(entries)
     header = _header(fmt, step, metadata, final)
     packed_nbytes = assign_paths(records, max(0, int(pack_threshold_bytes)))
+    return _save_planned(final, fmt, entries, records, packed_nbytes, header, checksum)
+
+
+def _save_planned(final: Path, fmt: str, entries: list[Any], records: list[Record], packed_nbytes: int,
+                  header: dict[str, Any], checksum: bool, release: Any = None) -> Path:
     try:
         with atomic.atomic_path(final) as tmp:
-            _write(tmp, fmt, entries, records, packed_nbytes, header, checksum)
+            _write(tmp, fmt, entries, records, packed_nbytes, header, checksum, release)
     except VarstoreError:
         raise
     except OSError as err:
@@ -412,20 +484,126 @@ def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry], *, 
     return final
 
 
-def _snapshot(entries: list[SaveEntry]) -> list[SaveEntry]:
-    copied = []
-    for entry in entries:
-        value = np.array(devices.to_host(entry.get()) if devices.is_device_array(entry.get()) else entry.get(),
-                         copy=True)
-        copied.append(SaveEntry(entry.name, entry.shape, entry.dtype, (lambda v=value: v),
-                                entry.trainable, entry.collections, entry.device))
-    return copied
+class _SnapshotBudget:
+    """Bytes of snapshot copies alive at once, at most `limit` (None: no limit).
+
+    One value larger than the limit is still admitted when nothing else is
+    held, so every save can finish. `fail()` wakes a blocked caller when the
+    writer thread died.
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.used = 0
+        self.peak = 0
+        self.failed = False
+        self._cond = threading.Condition()
+
+    def acquire(self, nbytes: int) -> bool:
+        """Blocks until `nbytes` fit; False when the writer failed meanwhile."""
+        with self._cond:
+            while (self.limit is not None and self.used and self.used + nbytes > self.limit
+                   and not self.failed):
+                self._cond.wait()
+            if self.failed:
+                return False
+            self.used += nbytes
+            self.peak = max(self.peak, self.used)
+            return True
+
+    def release(self, nbytes: int) -> None:
+        with self._cond:
+            self.used -= nbytes
+            self._cond.notify_all()
+
+    def fail(self) -> None:
+        with self._cond:
+            self.failed = True
+            self._cond.notify_all()
+
+
+class _Snapshot:
+    """An entry whose value is a host copy handed over through a queue, in manifest order."""
+
+    __slots__ = ("name", "shape", "dtype", "trainable", "collections", "device", "_queue")
+
+    def __init__(self, entry: Any, values: queue.Queue[Any]) -> None:
+        self.name = entry.name
+        self.shape = entry.shape
+        self.dtype = entry.dtype
+        self.trainable = entry.trainable
+        self.collections = entry.collections
+        self.device = entry.device
+        self._queue = values
+
+    def get(self) -> npt.NDArray[Any]:
+        value = self._queue.get()
+        if isinstance(value, BaseException):
+            raise value
+        return value
+
+
+def _host_copy(value: Any) -> npt.NDArray[Any]:
+    if devices.is_device_array(value):
+        return np.ascontiguousarray(devices.to_host(value))
+    return np.array(value, order="C", copy=True)
+
+
+def save_async(final: Path, entries: list[Any], *, step: int | None = None,
+               metadata: Mapping[str, Any] | None = None, format: str | None = None,
+               checksum: bool = True, pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
+               max_snapshot_bytes: int | None = None, after: Any = None) -> SaveHandle:
+    """Snapshots `entries` into host memory and writes them in a background thread.
+
+    Returns once every value has been copied (so the caller may mutate its
+    variables at once). With `max_snapshot_bytes` (bytes), at most that many
+    bytes of copies are alive: the call then blocks while the background
+    thread writes the copies already taken and frees them, and returns when
+    the last value has been copied. Nothing of the caller's runs between the
+    first and the last copy, so the snapshot is consistent. `after(path)`
+    runs in the background thread after a successful save (the manager's
+    pointer and retention); its result is ignored.
+
+    Raises:
+      As `save_entries`, for names, dtypes and metadata (before anything is copied).
+    """
+    fmt = format_for_path(final, format)
+    records = _plan(entries)
+    header = _header(fmt, step, metadata, final)
+    packed_nbytes = assign_paths(records, max(0, int(pack_threshold_bytes)))
+    budget = _SnapshotBudget(None if max_snapshot_bytes is None else max(0, int(max_snapshot_bytes)))
+    values: queue.Queue[Any] = queue.Queue()
+    snapshots = [_Snapshot(entry, values) for entry in entries]
+
+    def run() -> Path:
+        try:
+            path = _save_planned(final, fmt, snapshots, records, packed_nbytes, header, checksum,
+                                 budget.release)
+            if after is not None:
+                after(path)
+            return path
+        finally:
+            budget.fail()  # unblocks a caller still copying when the writer stopped early
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="varstore-save")
+    future = pool.submit(run)
+    pool.shutdown(wait=False)
+    for entry, record in zip(entries, records):
+        if not budget.acquire(record.nbytes):
+            break  # the writer failed; wait() reports why
+        try:
+            values.put(_host_copy(entry.get()))
+        except BaseException as err:
+            values.put(err)
+            future.exception()  # let the writer stop before the caller sees the error
+            raise
+    return SaveHandle(final, future)
 
 
 def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
          metadata: Mapping[str, Any] | None = None, format: str | None = None, checksum: bool = True,
          pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
-         blocking: bool = True) -> Path | SaveHandle:
+         blocking: bool = True, max_snapshot_bytes: int | None = None) -> Path | SaveHandle:
     """Saves variables to an HDF5 file or Zarr v3 directory, atomically and checksummed.
 
     Args:
@@ -433,23 +611,25 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
       target: a VariableStore (all its variables), a mapping of names to
         Variables or arrays, or a list of Variables.
       step, metadata, format, checksum, pack_threshold_bytes: as `save_entries`.
-      blocking: False copies every value first (a snapshot, so the caller may
-        change its variables at once) and writes in a background thread.
+      blocking: False copies every value into host memory (a snapshot, so the
+        caller may change its variables as soon as the call returns) and
+        writes in a background thread; returns a SaveHandle (wait(), done(),
+        exception()).
+      max_snapshot_bytes: with blocking=False, the most bytes of snapshot
+        copies alive at once (bytes; None: no limit, the call returns after
+        one copy of the model). When the model is larger, the call blocks,
+        writing the copies already taken, until the last value is copied.
 
     Returns:
       The final path, or a SaveHandle when `blocking` is False.
 
     Raises:
       As `save_entries`; object arrays raise UnsupportedDtypeError naming the variable.
+      With blocking=False, errors found while writing are raised by SaveHandle.wait().
     """
     entries = entries_from(target)
     kwargs = dict(step=step, metadata=metadata, format=format, checksum=checksum,
                   pack_threshold_bytes=pack_threshold_bytes)
     if blocking:
         return save_entries(path, entries, **kwargs)
-    _plan(entries)
-    snapshot = _snapshot(entries)
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="varstore-save")
-    future = pool.submit(save_entries, path, snapshot, **kwargs)
-    pool.shutdown(wait=False)
-    return SaveHandle(Path(path), future)
+    return save_async(Path(path), entries, max_snapshot_bytes=max_snapshot_bytes, **kwargs)

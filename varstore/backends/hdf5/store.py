@@ -67,10 +67,13 @@ class Hdf5Writer:
 
     native_bytes_strings = True
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, header_bytes: int = 0) -> None:
         self.path = Path(path)
+        #: Bytes at the file's start left to the caller (an HDF5 user block; 0 or a power of 2 >= 512).
+        self.header_bytes = header_bytes
         try:
-            self._file = h5py.File(self.path, "w-", libver="latest", track_order=False)
+            self._file = h5py.File(self.path, "w-", libver="latest", track_order=False,
+                                   userblock_size=header_bytes or None)
         except (OSError, ValueError) as err:
             raise CorruptCheckpointError(f"cannot create HDF5 file '{self.path}': {err}") from err
         self._dcpl = _dataset_dcpl()
@@ -82,7 +85,8 @@ class Hdf5Writer:
             dataset.attrs[key] = _attr_value(value)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         offset = dataset.id.get_offset() if nbytes else None
-        if offset is None:
+        # HDF5 reports an unallocated address (scalars) as None, or as user block size - 1 with one.
+        if offset is None or offset < self.header_bytes:
             return None
         return RawExtent(self.path, int(offset), nbytes)
 
@@ -123,6 +127,7 @@ class Hdf5Reader:
                 f"'{self.path}' is not an HDF5 file (no HDF5 signature at its start)")
         try:
             self._file = h5py.File(self.path, "r", locking=False)
+            self._userblock: int | None = None
         except (OSError, ValueError, RuntimeError) as err:
             raise CorruptCheckpointError(
                 f"cannot open HDF5 file '{self.path}' (truncated or damaged?): {err}") from err
@@ -162,9 +167,12 @@ class Hdf5Reader:
             if plist.get_layout() != h5py.h5d.CONTIGUOUS or plist.get_nfilters():
                 return None
             offset = dataset.id.get_offset()
+            if self._userblock is None:
+                self._userblock = int(self._file.id.get_create_plist().get_userblock())
         except (OSError, ValueError, RuntimeError) as err:
             raise CorruptCheckpointError(f"cannot locate '{path}' in '{self.path}': {err}") from err
-        if offset is None:
+        # An unallocated address reads as None, or as user block size - 1 in a file with a user block.
+        if offset is None or offset < self._userblock:
             return None
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         return RawExtent(self.path, int(offset), nbytes)
@@ -213,8 +221,9 @@ class Hdf5Backend:
             return False
         return False
 
-    def open_writer(self, path: Path) -> Hdf5Writer:
-        return Hdf5Writer(path)
+    def open_writer(self, path: Path, header_bytes: int = 0) -> Hdf5Writer:
+        """Creates the file; `header_bytes` reserves an HDF5 user block the caller may fill (bytes)."""
+        return Hdf5Writer(path, header_bytes)
 
     def open_reader(self, path: Path) -> Hdf5Reader:
         return Hdf5Reader(path)

@@ -243,7 +243,8 @@ class Zarr3Backend:
         except (OSError, ValueError, AttributeError):
             return False
 
-    def open_writer(self, path: Path) -> Zarr3Writer:
+    def open_writer(self, path: Path, header_bytes: int = 0) -> Zarr3Writer:
+        """Creates the directory; `header_bytes` is ignored (a directory has no file header)."""
         return Zarr3Writer(path)
 
     def open_reader(self, path: Path) -> Zarr3Reader:
