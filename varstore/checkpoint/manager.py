@@ -171,7 +171,13 @@ class CheckpointManager:
                                "checkpoints": managed, "preserved": preserved,
                                "last_preserved_time": last_preserved})
             for name in doomed:
-                atomic.remove_path(self.directory / name)
+                # Rename before deleting: a writer killed mid-delete leaves a temporary, never a partial checkpoint.
+                aside = atomic.temporary_name(self.directory / name)
+                try:
+                    os.rename(self.directory / name, aside)
+                except FileNotFoundError:
+                    continue
+                atomic.remove_path(aside)
             if doomed:
                 atomic.fsync_directory(self.directory)
         return final
