@@ -17,6 +17,7 @@ import fcntl
 import json
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,7 +27,7 @@ from varstore.backends import FORMATS, format_for_path
 from varstore.checkpoint import atomic
 from varstore.checkpoint.reader import open_varstore
 from varstore.checkpoint.restore import RestoreResult, restore
-from varstore.checkpoint.writer import save
+from varstore.checkpoint.writer import SaveHandle, entries_from, save, save_async
 from varstore.errors import CheckpointError, CheckpointLockedError, CorruptCheckpointError, NotACheckpointError
 
 __all__ = ["CheckpointManager"]
@@ -127,17 +128,23 @@ class CheckpointManager:
 
     # -- saving
     def save(self, target: Any, step: int, *, metadata: dict[str, Any] | None = None,
-             **save_options: Any) -> Path:
+             blocking: bool = True, max_snapshot_bytes: int | None = None,
+             **save_options: Any) -> Path | SaveHandle:
         """Saves `target` as "<checkpoint_name>-<step>", updates "latest", applies retention.
 
         Args:
           target: as varstore.checkpoint.save (a store, mapping or list of Variables).
           step: global step (int), part of the file name.
           metadata: JSON-compatible dict recorded in the checkpoint.
+          blocking: False snapshots the values and returns a SaveHandle at once
+            (see varstore.checkpoint.save); the write, the "latest" pointer and
+            retention then run in a background thread, which holds the lock, so
+            the next save waits for this one.
+          max_snapshot_bytes: with blocking=False, bound on snapshot copies (bytes).
           **save_options: checksum, pack_threshold_bytes (see save).
 
         Returns:
-          The checkpoint's path.
+          The checkpoint's path, or a SaveHandle when `blocking` is False.
 
         Raises:
           CheckpointLockedError: another process held the lock longer than lock_timeout_s.
@@ -145,42 +152,69 @@ class CheckpointManager:
         """
         step = int(step)
         final = self.directory / f"{self.checkpoint_name}-{step}{self._suffix}"
+        if not blocking:
+            lock = self._lock()
+            lock.__enter__()
+            released = threading.Lock()
+
+            def unlock() -> None:
+                if released.acquire(blocking=False):  # once, whoever comes first
+                    lock.__exit__(None, None, None)
+
+            try:
+                atomic.sweep_directory(self.directory)
+
+                def after(path: Path) -> None:
+                    self._after_save(path, step)
+
+                handle = save_async(final, entries_from(target), step=step, metadata=metadata,
+                                    format=self.format, max_snapshot_bytes=max_snapshot_bytes,
+                                    after=after, **save_options)
+            except BaseException:
+                unlock()
+                raise
+            handle._future.add_done_callback(lambda _: unlock())
+            return handle
         with self._lock():
             atomic.sweep_directory(self.directory)
             save(final, target, step=step, metadata=metadata, format=self.format, **save_options)
-            atomic.fault_point("after_rename_before_latest")
-            now = self._clock()
-            state = self._state()
-            managed = [entry for entry in state.get("checkpoints", [])
-                       if isinstance(entry, dict) and entry.get("name") != final.name
-                       and (self.directory / str(entry.get("name"))).exists()]
-            managed.append({"name": final.name, "step": step, "time": now})
-            preserved = [p for p in state.get("preserved", []) if (self.directory / str(p)).exists()]
-            last_preserved = float(state.get("last_preserved_time", self._created))
-            doomed = []
-            if self.max_to_keep is not None:
-                while len(managed) > max(self.max_to_keep, 1):
-                    entry = managed.pop(0)
-                    if (self.keep_every_n_hours is not None
-                            and entry["time"] - self.keep_every_n_hours * 3600.0 >= last_preserved):
-                        last_preserved = entry["time"]
-                        preserved.append(entry["name"])
-                        continue
-                    doomed.append(entry["name"])
-            self._write_state({"format_version": "1.0", "latest": final.name, "latest_step": step,
-                               "checkpoints": managed, "preserved": preserved,
-                               "last_preserved_time": last_preserved})
-            for name in doomed:
-                # Rename before deleting: a writer killed mid-delete leaves a temporary, never a partial checkpoint.
-                aside = atomic.temporary_name(self.directory / name)
-                try:
-                    os.rename(self.directory / name, aside)
-                except FileNotFoundError:
-                    continue
-                atomic.remove_path(aside)
-            if doomed:
-                atomic.fsync_directory(self.directory)
+            self._after_save(final, step)
         return final
+
+    def _after_save(self, final: Path, step: int) -> None:
+        """Updates "latest" and applies retention after `final` was saved (lock held)."""
+        atomic.fault_point("after_rename_before_latest")
+        now = self._clock()
+        state = self._state()
+        managed = [entry for entry in state.get("checkpoints", [])
+                   if isinstance(entry, dict) and entry.get("name") != final.name
+                   and (self.directory / str(entry.get("name"))).exists()]
+        managed.append({"name": final.name, "step": step, "time": now})
+        preserved = [p for p in state.get("preserved", []) if (self.directory / str(p)).exists()]
+        last_preserved = float(state.get("last_preserved_time", self._created))
+        doomed = []
+        if self.max_to_keep is not None:
+            while len(managed) > max(self.max_to_keep, 1):
+                entry = managed.pop(0)
+                if (self.keep_every_n_hours is not None
+                        and entry["time"] - self.keep_every_n_hours * 3600.0 >= last_preserved):
+                    last_preserved = entry["time"]
+                    preserved.append(entry["name"])
+                    continue
+                doomed.append(entry["name"])
+        self._write_state({"format_version": "1.0", "latest": final.name, "latest_step": step,
+                           "checkpoints": managed, "preserved": preserved,
+                           "last_preserved_time": last_preserved})
+        for name in doomed:
+            # Rename before deleting: a writer killed mid-delete leaves a temporary, never a partial checkpoint.
+            aside = atomic.temporary_name(self.directory / name)
+            try:
+                os.rename(self.directory / name, aside)
+            except FileNotFoundError:
+                continue
+            atomic.remove_path(aside)
+        if doomed:
+            atomic.fsync_directory(self.directory)
 
     def _write_state(self, state: dict[str, Any]) -> None:
         with atomic.atomic_path(self.directory / _POINTER) as tmp:

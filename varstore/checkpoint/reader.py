@@ -1,10 +1,14 @@
 """Reading varstore's own checkpoints: open_varstore, the lazy reader, and per-variable value sources.
 
-Opening reads the root attributes and the JSON manifest only. Reading a
+Opening reads the root attributes and the JSON manifest only; an HDF5 file
+written by varstore 1.1+ is opened without the HDF5 library at all (its
+user block says where the manifest is, and the manifest where each value
+is), so opening and reading one variable costs three small reads. Reading a
 variable reads only its bytes, with one preadv straight into the caller's
-buffer at the offset the backend reports (the HDF5 dataset's offset or the
-Zarr chunk file), then checks its crc32c on that buffer; arrays stored some
-other way are read through h5py/zarr. `CheckpointValue` implements the
+buffer at the recorded offset (or the one the backend reports: the HDF5
+dataset's offset or the Zarr chunk file), then checks its crc32c on that
+buffer; arrays stored some other way are read through h5py/zarr. Bulk
+restores check checksums in a helper thread while the next value is read. `CheckpointValue` implements the
 core's ValueSource protocol, so deferred and lazy restores read from here.
 Never runs initializers, never writes.
 """
@@ -19,13 +23,18 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore.backends import RawExtent, get_backend
-from varstore.checkpoint.checksum import crc32c_of, pread_into
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from varstore.checkpoint.checksum import crc32c_of, crc32c_raw, pread_into
 from varstore.checkpoint.info import CheckpointReader, VariableInfo, checked_out
 from varstore.checkpoint.manifest import (
     FORMAT_NAMES,
+    INDEX_HEADER_BYTES,
     MANIFEST_PATH,
+    ManifestColumns,
     Record,
-    decode_manifest,
+    decode_index_header,
+    decode_manifest_columns,
     format_checksum,
     storage_layout,
 )
@@ -43,6 +52,8 @@ __all__ = ["VarstoreReader", "CheckpointValue", "open_varstore", "is_varstore_ch
 
 #: The packed blob is read whole for bulk restores when at most this many bytes.
 _PACKED_CACHE_BYTES = 256 << 20
+#: In bulk restores, values of at least this many bytes are checksummed in a helper thread.
+_THREADED_CHECK_BYTES = 1 << 20
 
 
 def _detect(path: Path) -> str:
@@ -80,14 +91,20 @@ class CheckpointValue:
       dtype: stored logical dtype.
     """
 
+    __slots__ = ("_reader", "_record", "_verify", "name", "shape", "dtype")
+
     def __init__(self, reader: VarstoreReader, record: Record, verify: bool) -> None:
         self._reader = reader
         self._record = record
         self._verify = verify
         self.name = record.name
-        self.origin = f"'{record.name}' in '{reader.path}'"
         self.shape = record.shape
         self.dtype = record.numpy_dtype
+
+    @property
+    def origin(self) -> str:
+        """"'<name>' in '<file>'", for error messages."""
+        return f"'{self._record.name}' in '{self._reader.path}'"
 
     def read_into(self, out: npt.NDArray[Any]) -> None:
         """Fills `out` (the variable's shape; its dtype, cast from the stored one when they differ)."""
@@ -110,19 +127,28 @@ class VarstoreReader(CheckpointReader):
         self.format = FORMAT_NAMES[fmt]
         self._fmt = fmt
         self._backend = get_backend(fmt)
-        self._store = self._backend.open_reader(path)
+        self._backend_reader: Any = None
         self._fds: dict[Path, int] = {}
         self._extents: dict[str, RawExtent | None] = {}
         self._packed_cache: bytearray | None = None
+        self._packed_checked = False
+        self._checks: list[tuple[Record, Future[int]]] | None = None
+        self._check_pool: ThreadPoolExecutor | None = None
         self._closed = False
+        self._direct = False  # offsets in the manifest are trusted (the HDF5 index header matched)
         try:
-            root = self._store.root_attrs()
-            if root.get("varstore_format") != self.format:
-                kind = "Zarr v3 directory" if fmt == "zarr" else "HDF5 file"
-                raise NotACheckpointError(
-                    f"'{path}' is a {kind} but not a varstore checkpoint (no varstore_format "
-                    f"attribute); open it with varstore.convert.open_checkpoint")
-            header, records = decode_manifest(self._store.read_bytes(MANIFEST_PATH), str(path))
+            data = self._manifest_from_index_header() if fmt == "h5" else None
+            if data is None:
+                root = self._store.root_attrs()
+                if root.get("varstore_format") != self.format:
+                    kind = "Zarr v3 directory" if fmt == "zarr" else "HDF5 file"
+                    raise NotACheckpointError(
+                        f"'{path}' is a {kind} but not a varstore checkpoint (no varstore_format "
+                        f"attribute); open it with varstore.convert.open_checkpoint")
+                data = self._store.read_bytes(MANIFEST_PATH)
+            header, columns = decode_manifest_columns(data, str(path))
+            if self._direct and header.get("format") != self.format:
+                raise NotACheckpointError(f"'{path}' has an index header but is not a varstore HDF5 file")
         except BaseException:
             self.close()
             raise
@@ -132,16 +158,48 @@ class VarstoreReader(CheckpointReader):
         self.library_version = header.get("library_version")
         self.created_utc = header.get("created_utc")
         self._packed = header.get("packed") or {}
-        self._records = records
-        self._by_name = {record.name: record for record in records}
-        self._names = [record.name for record in records]
+        self._columns: ManifestColumns = columns
+        self._records: dict[int, Record] = {}
+        self._names = columns.names
+
+    @property
+    def _store(self) -> Any:
+        """The backend reader (h5py/zarr), opened on first need."""
+        if self._backend_reader is None:
+            if self._closed:
+                raise CheckpointError(f"checkpoint '{self.path}' is closed")
+            self._backend_reader = self._backend.open_reader(self.path)
+        return self._backend_reader
+
+    def _manifest_from_index_header(self) -> bytes | None:
+        """The manifest's bytes via the HDF5 user block, or None (then the HDF5 library is used)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            where = decode_index_header(os.pread(fd, INDEX_HEADER_BYTES, 0))
+            if where is None:
+                return None
+            offset, nbytes, checksum = where
+            if offset + nbytes > os.fstat(fd).st_size:
+                return None
+            data = os.pread(fd, nbytes, offset)
+            if len(data) != nbytes or crc32c_raw(data) != checksum:
+                return None
+        except OSError:
+            os.close(fd)
+            return None
+        self._fds[self.path] = fd
+        self._direct = True
+        return data
 
     # -- CheckpointReader
     def keys(self) -> list[str]:
         return list(self._names)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._by_name
+        return name in self._columns.index
 
     def __len__(self) -> int:
         return len(self._names)
@@ -152,10 +210,13 @@ class VarstoreReader(CheckpointReader):
         Raises:
           UnknownVariableError: naming the variable and the file.
         """
-        try:
-            return self._by_name[name]
-        except KeyError:
-            raise UnknownVariableError(f"no variable '{name}' in '{self.path}'") from None
+        index = self._columns.index.get(name)  # type: ignore[arg-type]
+        if index is None:
+            raise UnknownVariableError(f"no variable '{name}' in '{self.path}'")
+        record = self._records.get(index)
+        if record is None:
+            record = self._records[index] = self._columns.record(index)
+        return record
 
     def info(self, name: str) -> VariableInfo:
         record = self.record(name)
@@ -179,19 +240,24 @@ class VarstoreReader(CheckpointReader):
         """Reads every variable and checks its crc32c; raises ChecksumError naming the first bad one."""
         self.prefetch_packed()
         try:
-            for record in self._records:
+            for name in self._names:
+                record = self.record(name)
                 self._fill(record, np.empty(record.shape, dtype=record.numpy_dtype), True)
         finally:
-            self._packed_cache = None
+            self.release_packed()
 
     def close(self) -> None:
         for fd in self._fds.values():
             os.close(fd)
         self._fds = {}
         self._packed_cache = None
+        if self._check_pool is not None:
+            self._check_pool.shutdown(wait=True)
+            self._check_pool = None
         if not self._closed:
             self._closed = True
-            self._store.close()
+            if self._backend_reader is not None:
+                self._backend_reader.close()
 
     def __del__(self) -> None:
         try:
@@ -200,12 +266,19 @@ class VarstoreReader(CheckpointReader):
             pass
 
     # -- bytes
+    def _packed_extent(self) -> RawExtent | None:
+        nbytes = int(self._packed.get("nbytes") or 0)
+        file_offset = self._packed.get("file_offset")
+        if self._direct and type(file_offset) is int and file_offset >= 0:
+            return RawExtent(self.path, file_offset, nbytes)
+        return self._extent_of(self._packed["path"], np.dtype("u1"), (nbytes,))
+
     def prefetch_packed(self) -> None:
         """Reads the packed blob of small variables in one go (bulk restores and verify)."""
         nbytes = int(self._packed.get("nbytes") or 0)
         if not nbytes or nbytes > _PACKED_CACHE_BYTES or self._packed_cache is not None:
             return
-        extent = self._extent_of(self._packed["path"], np.dtype("u1"), (nbytes,))
+        extent = self._packed_extent()
         cache = bytearray(nbytes)
         if extent is None:
             array = np.frombuffer(cache, dtype=np.uint8)
@@ -214,10 +287,60 @@ class VarstoreReader(CheckpointReader):
             pread_into(self._fd(extent.file, extent), cache, extent.offset,
                        f"'{self.path}' (packed variables)")
         self._packed_cache = cache
+        self._packed_checked = False
+
+    def check_packed(self, names: list[str]) -> None:
+        """Checks the crc32c of the named packed variables on the prefetched blob, before any is used.
+
+        Raises:
+          ChecksumError: naming the first damaged variable and the file.
+          CorruptCheckpointError: a variable lies outside the blob.
+        """
+        cache = self._packed_cache
+        if cache is None:
+            return
+        view = memoryview(cache)
+        crc = crc32c_raw
+        for name in names:
+            record = self.record(name)
+            if record.path is not None or record.checksum is None:
+                continue
+            start = int(record.offset or 0)
+            if start + record.nbytes > len(cache):
+                raise CorruptCheckpointError(
+                    f"variable '{record.name}' in '{self.path}' lies outside the packed blob")
+            found = crc(view[start:start + record.nbytes])
+            if found != record.checksum:
+                self._checksum_error(record, found)
+        self._packed_checked = True
 
     def release_packed(self) -> None:
         """Drops the blob read by prefetch_packed."""
         self._packed_cache = None
+        self._packed_checked = False
+
+    def begin_checks(self) -> None:
+        """From now on, _fill checks checksums in a helper thread (see end_checks)."""
+        if self._check_pool is None:
+            self._check_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="varstore-crc")
+        self._checks = []
+
+    def end_checks(self) -> None:
+        """Waits for the checks started since begin_checks.
+
+        Raises:
+          ChecksumError: naming the first damaged variable (in read order) and the file.
+        """
+        checks, self._checks = self._checks or [], None
+        for record, future in checks:
+            found = future.result()
+            if found != record.checksum:
+                self._checksum_error(record, found)
+
+    def _checksum_error(self, record: Record, found: int) -> None:
+        raise ChecksumError(
+            f"variable '{record.name}' in '{self.path}' is corrupt: its bytes have crc32c {found:08x}, "
+            f"the checkpoint recorded {record.checksum:08x}; restore from another checkpoint")
 
     def _fd(self, file: Path, extent: RawExtent) -> int:
         fd = self._fds.get(file)
@@ -237,6 +360,10 @@ class VarstoreReader(CheckpointReader):
                     f"needs at least {extent.offset + extent.nbytes}")
             if self._fmt == "h5":
                 self._fds[file] = fd
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+                except (OSError, AttributeError):
+                    pass
         return fd
 
     def _release(self, file: Path, fd: int) -> None:
@@ -256,38 +383,45 @@ class VarstoreReader(CheckpointReader):
         if record.nbytes:
             if record.path is None:
                 self._fill_packed(record, out, where)
+                if self._packed_checked and self._packed_cache is not None:
+                    return  # checked by check_packed before anything was written
             else:
-                storage_dtype, storage_shape = storage_layout(
-                    record.numpy_dtype, record.shape, self._fmt == "h5")
-                extent = self._extent_of(record.path, storage_dtype, storage_shape)
-                if extent is None:
-                    self._store.read_array(
-                        record.path, out.reshape(-1).view(storage_dtype).reshape(storage_shape))
+                if self._direct and record.file_offset is not None:
+                    extent: RawExtent | None = RawExtent(self.path, record.file_offset, record.nbytes)
                 else:
+                    storage_dtype, storage_shape = storage_layout(
+                        record.numpy_dtype, record.shape, self._fmt == "h5")
+                    extent = self._extent_of(record.path, storage_dtype, storage_shape)
+                    if extent is None:
+                        self._store.read_array(
+                            record.path, out.reshape(-1).view(storage_dtype).reshape(storage_shape))
+                if extent is not None:
                     fd = self._fd(extent.file, extent)
                     try:
                         pread_into(fd, out, extent.offset, where)
                     finally:
                         self._release(extent.file, fd)
         if verify and record.checksum is not None:
+            if self._checks is not None and record.nbytes >= _THREADED_CHECK_BYTES:
+                assert self._check_pool is not None
+                self._checks.append((record, self._check_pool.submit(crc32c_of, out)))
+                return
             found = crc32c_of(out) if record.nbytes else 0
             if found != record.checksum:
-                raise ChecksumError(
-                    f"{where} is corrupt: its bytes have crc32c {found:08x}, the checkpoint "
-                    f"recorded {record.checksum:08x}; restore from another checkpoint")
+                self._checksum_error(record, found)
 
     def _fill_packed(self, record: Record, out: npt.NDArray[Any], where: str) -> None:
         start = int(record.offset or 0)
         if self._packed_cache is not None:
             if start + record.nbytes > len(self._packed_cache):
                 raise CorruptCheckpointError(f"{where} lies outside the packed blob")
-            out.reshape(-1).view(np.uint8)[...] = np.frombuffer(
-                self._packed_cache, dtype=np.uint8, count=record.nbytes, offset=start)
+            memoryview(out.reshape(-1).view(np.uint8))[:] = memoryview(self._packed_cache)[
+                start:start + record.nbytes]
             return
         total = int(self._packed.get("nbytes") or 0)
         if start + record.nbytes > total:
             raise CorruptCheckpointError(f"{where} lies outside the packed blob")
-        extent = self._extent_of(self._packed["path"], np.dtype("u1"), (total,))
+        extent = self._packed_extent()
         if extent is None:
             blob = np.empty((total,), dtype=np.uint8)
             self._store.read_array(self._packed["path"], blob)

@@ -6,9 +6,12 @@ under "old_scope/" to the same suffix under "new_scope/" ("" or "/" is the
 root), {"old/w": "new/w"} maps one name; exact names win over prefixes and
 longer prefixes over shorter ones; with a map, names it does not cover are
 left alone. Every shape and dtype is validated before any value is written,
-so a failing restore changes nothing (a ChecksumError found while streaming
-is the exception: variables before the bad one keep their new values; run
-reader.verify() first for all-or-nothing). Existing buffers are filled in
+so a failing restore changes nothing (a ChecksumError is the exception:
+small, packed variables are all checked before any is written, but large
+values are checked, in a helper thread, after they were read into place,
+so a ChecksumError raised at the end of a restore leaves the variables
+read so far with their new values; run reader.verify() first for
+all-or-nothing). Existing buffers are filled in
 place; variables not yet materialized, and lazy=True, keep a ValueSource so
 their initializers never run. Never opens files itself beyond the reader.
 """
@@ -161,19 +164,26 @@ def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
     from varstore.variables import check_restorable
     for obj, name, source in sources:
         if hasattr(obj, "restore_from"):
-            check_restorable(obj, source)
+            if obj.shape != source.shape or obj.dtype != source.dtype:
+                check_restorable(obj, source)
         else:
             _check_array(name, obj, source)
     if not lazy:
         reader.prefetch_packed()
     try:
+        if not lazy and verify:
+            reader.check_packed([ckpt for ckpt, _ in pairs])
+            reader.begin_checks()
         for obj, name, source in sources:
             if hasattr(obj, "restore_from"):
                 obj.restore_from(source, lazy=lazy)
             else:
                 source.read_into(obj)
+        if not lazy and verify:
+            reader.end_checks()
     finally:
         reader.release_packed()
+        reader._checks = None
     deferred: list[str] = []
     if store is not None and unexpected and hasattr(store, "add_pending_restore"):
         waiting = {mapped[ckpt]: ckpt for ckpt in unexpected}

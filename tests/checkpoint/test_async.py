@@ -1,0 +1,86 @@
+"""Async save: the call returns after a consistent snapshot; snapshot memory is bounded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from varstore.checkpoint import CheckpointManager, SaveHandle, open_checkpoint, restore, save
+from varstore.checkpoint import writer as writer_module
+from varstore.errors import ShapeMismatchError
+from varstore.scopes import VariableStore
+
+
+def _store(count: int, size: int) -> VariableStore:
+    store = VariableStore()
+    for i in range(count):
+        store.get_variable(f"layer_{i:02d}/w", shape=(size,), dtype=np.float32,
+                           initializer=lambda shape, dtype=None, i=i: np.full(shape, float(i), np.float32))
+    store.initialize()
+    return store
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".zarr"])
+@pytest.mark.parametrize("limit", [None, 0, 3 * 4096 * 4])
+def test_mutating_right_after_async_save_keeps_the_snapshot(tmp_path: Path, suffix: str,
+                                                            limit: int | None) -> None:
+    store = _store(8, 4096)  # 16 KiB each: own arrays, not packed
+    small = store.get_variable("small/b", shape=(3,), dtype=np.float32, initializer=np.ones)
+    expected = {v.name: v.numpy() for v in store.variables()}
+    handle = save(tmp_path / f"m{suffix}", store, step=3, blocking=False, max_snapshot_bytes=limit)
+    assert isinstance(handle, SaveHandle)
+    for variable in store.variables():
+        variable.assign_add(np.full(variable.shape, 100.0, np.float32))  # training step right away
+    small.assign([7.0, 8.0, 9.0])
+    assert handle.wait() == tmp_path / f"m{suffix}" and handle.done() and handle.exception() is None
+    target = _store(8, 4096)
+    target.get_variable("small/b", shape=(3,), dtype=np.float32, initializer=np.zeros)
+    restore(handle.path, target, strict=True)
+    for variable in target.variables():
+        np.testing.assert_array_equal(variable.numpy(), expected[variable.name])
+    with open_checkpoint(handle.path) as reader:
+        assert reader.step == 3 and reader["layer_05/w"][0] == 5.0
+
+
+def test_snapshot_memory_stays_under_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    peaks: list[int] = []
+    original = writer_module._SnapshotBudget
+
+    class Recording(original):  # type: ignore[misc, valid-type]
+        def fail(self) -> None:
+            peaks.append(self.peak)
+            super().fail()
+
+    monkeypatch.setattr(writer_module, "_SnapshotBudget", Recording)
+    store = _store(10, 4096)  # 10 x 16 KiB
+    save(tmp_path / "m.h5", store, blocking=False, max_snapshot_bytes=3 * 16384).wait()
+    save(tmp_path / "n.h5", store, blocking=False).wait()
+    assert peaks == [3 * 16384, 10 * 16384]
+
+
+def test_async_errors_come_from_wait(tmp_path: Path) -> None:
+    bad = {"w": np.ones(3)}
+    from varstore.checkpoint.entry import SaveEntry
+    entries = [SaveEntry("w", (4,), np.dtype("float64"), lambda: bad["w"])]
+    handle = writer_module.save_async(tmp_path / "m.h5", entries)
+    with pytest.raises(ShapeMismatchError, match="'w'"):
+        handle.wait()
+    assert isinstance(handle.exception(), ShapeMismatchError)
+    assert not (tmp_path / "m.h5").exists()
+
+
+def test_manager_async_save_updates_latest_and_retention(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, max_to_keep=2)
+    store = _store(2, 8)
+    handles = []
+    for step in (1, 2, 3):
+        handles.append(manager.save(store, step=step, blocking=False))
+        store.variables()[0].assign(np.full(8, 50.0 + step, np.float32))
+    paths = [handle.wait() for handle in handles]
+    assert [p.name for p in paths] == ["ckpt-1.h5", "ckpt-2.h5", "ckpt-3.h5"]
+    assert manager.latest == tmp_path / "ckpt-3.h5"
+    assert [p.name for p in manager.checkpoints] == ["ckpt-2.h5", "ckpt-3.h5"]
+    with open_checkpoint(manager.latest) as reader:
+        assert reader["layer_00/w"][0] == 52.0  # the value at the time step 3 was saved
