@@ -84,3 +84,21 @@ def test_manager_async_save_updates_latest_and_retention(tmp_path: Path) -> None
     assert [p.name for p in manager.checkpoints] == ["ckpt-2.h5", "ckpt-3.h5"]
     with open_checkpoint(manager.latest) as reader:
         assert reader["layer_00/w"][0] == 52.0  # the value at the time step 3 was saved
+
+
+@pytest.mark.parametrize("limit", [0, 1000, 64 * 1024])
+def test_bounded_async_save_of_mixed_small_and_large_variables(tmp_path: Path, limit: int) -> None:
+    values = {}
+    for i in range(40):
+        values[f"s{i:02d}/bias"] = np.full(7 + i, float(i), np.float32)          # packed
+        if i % 5 == 0:
+            values[f"s{i:02d}/kernel"] = np.full((64, 100), -float(i), np.float32)  # own array
+    arrays = {name: value.copy() for name, value in values.items()}
+    handle = save(tmp_path / "m.h5", arrays, blocking=False, max_snapshot_bytes=limit)
+    for array in arrays.values():
+        array += 1000.0
+    handle.wait()
+    with open_checkpoint(handle.path) as reader:
+        assert sorted(reader.keys()) == sorted(values)
+        for name, value in values.items():
+            np.testing.assert_array_equal(reader[name], value)

@@ -21,7 +21,6 @@ import datetime
 import json
 import math
 import os
-import queue
 import threading
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -366,6 +365,7 @@ def _write(tmp: Path, fmt: str, entries: list[Any], records: list[Record], packe
                 {"description": "small variables packed back to back; see _varstore/manifest"})
         native = writer.native_bytes_strings
         window: list[int] = []
+        window_values: list[npt.NDArray[Any]] = []  # async saves fetch packed values at once
         window_bytes = 0
 
         def flush_window() -> None:
@@ -373,7 +373,7 @@ def _write(tmp: Path, fmt: str, entries: list[Any], records: list[Record], packe
             if not window:
                 return
             group = [records[i] for i in window]
-            values = [_host_value(entries[i], records[i], tmp) for i in window]
+            values = window_values or [_host_value(entries[i], records[i], tmp) for i in window]
             data = _pack_window(group, values, checksum)
             if release is not None:
                 release(sum(r.nbytes for r in group))
@@ -382,13 +382,19 @@ def _write(tmp: Path, fmt: str, entries: list[Any], records: list[Record], packe
                 writes.submit(RawExtent(packed_extent.file, packed_extent.offset + start, len(data)),
                               data, single_file)
             window.clear()
+            window_values.clear()
             window_bytes = 0
 
         for index, (entry, record) in enumerate(zip(entries, records)):
+            if release is not None and window and not entry.ready():
+                # Async: the caller may be waiting for snapshot memory held by this window.
+                flush_window()
             if record.path is None:
                 if window_bytes + record.nbytes > _STAGING_BYTES:
                     flush_window()
                 window.append(index)
+                if release is not None:
+                    window_values.append(_host_value(entry, record, tmp))
                 window_bytes += record.nbytes
                 continue
             value = _host_value(entry, record, tmp)
@@ -523,21 +529,32 @@ class _SnapshotBudget:
 
 
 class _Snapshot:
-    """An entry whose value is a host copy handed over through a queue, in manifest order."""
+    """An entry whose value is a host copy handed over from the caller's thread."""
 
-    __slots__ = ("name", "shape", "dtype", "trainable", "collections", "device", "_queue")
+    __slots__ = ("name", "shape", "dtype", "trainable", "collections", "device", "_value", "_ready")
 
-    def __init__(self, entry: Any, values: queue.Queue[Any]) -> None:
+    def __init__(self, entry: Any) -> None:
         self.name = entry.name
         self.shape = entry.shape
         self.dtype = entry.dtype
         self.trainable = entry.trainable
         self.collections = entry.collections
         self.device = entry.device
-        self._queue = values
+        self._value: Any = None
+        self._ready = threading.Event()
+
+    def put(self, value: Any) -> None:
+        """Hands over the copy (or the exception taking it raised)."""
+        self._value = value
+        self._ready.set()
+
+    def ready(self) -> bool:
+        """True once the copy was handed over (get() will not block)."""
+        return self._ready.is_set()
 
     def get(self) -> npt.NDArray[Any]:
-        value = self._queue.get()
+        self._ready.wait()
+        value, self._value = self._value, None
         if isinstance(value, BaseException):
             raise value
         return value
@@ -572,8 +589,7 @@ def save_async(final: Path, entries: list[Any], *, step: int | None = None,
     header = _header(fmt, step, metadata, final)
     packed_nbytes = assign_paths(records, max(0, int(pack_threshold_bytes)))
     budget = _SnapshotBudget(None if max_snapshot_bytes is None else max(0, int(max_snapshot_bytes)))
-    values: queue.Queue[Any] = queue.Queue()
-    snapshots = [_Snapshot(entry, values) for entry in entries]
+    snapshots = [_Snapshot(entry) for entry in entries]
 
     def run() -> Path:
         try:
@@ -588,13 +604,13 @@ def save_async(final: Path, entries: list[Any], *, step: int | None = None,
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="varstore-save")
     future = pool.submit(run)
     pool.shutdown(wait=False)
-    for entry, record in zip(entries, records):
+    for entry, record, snapshot in zip(entries, records, snapshots):
         if not budget.acquire(record.nbytes):
             break  # the writer failed; wait() reports why
         try:
-            values.put(_host_copy(entry.get()))
+            snapshot.put(_host_copy(entry.get()))
         except BaseException as err:
-            values.put(err)
+            snapshot.put(err)
             future.exception()  # let the writer stop before the caller sees the error
             raise
     return SaveHandle(final, future)
