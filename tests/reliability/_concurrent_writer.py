@@ -1,0 +1,24 @@
+"""Concurrent writer (a script): saves steps START..START+COUNT-1 into one CheckpointManager directory.
+
+    python _concurrent_writer.py DIRECTORY FORMAT START COUNT
+
+Values are _crash_writer.model(step), so readers can check any checkpoint
+they see. Runs next to another writer and readers (tests/reliability/test_concurrency.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _crash_writer import model  # noqa: E402
+
+from varstore.checkpoint import CheckpointManager  # noqa: E402
+
+if __name__ == "__main__":
+    directory, fmt, start, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    manager = CheckpointManager(directory, format=fmt, max_to_keep=3, lock_timeout_s=120)
+    for step in range(start, start + count):
+        manager.save(model(step), step=step)
