@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import zipfile
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -27,7 +28,9 @@ from varstore.errors import ConversionError, CorruptCheckpointError, UnknownVari
 __all__ = ["NpzReader", "write_npz"]
 
 _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
-               NotImplementedError, RuntimeError)
+               NotImplementedError, RuntimeError, zlib.error)
+#: Deflate cannot expand data more than about 1032:1; a member claiming more is damaged or a zip bomb.
+_MAX_DEFLATE_RATIO = 1032
 
 
 def _read_header(f: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
@@ -90,9 +93,20 @@ class NpzReader(CheckpointReader):
         try:
             with self._zip.open(info) as f:
                 shape, fortran, dtype = _read_header(f)
+                header_end = f.tell()
         except _ZIP_ERRORS as err:
             raise CorruptCheckpointError(
                 f"npz file '{self.path}': member '{member}' has a damaged .npy header: {err}") from err
+        if not dtype.hasobject:
+            # Bound every size before anything is allocated: header + values must be the member's size,
+            # and the member cannot be larger than its compressed bytes allow.
+            nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            limit = info.compress_size * (_MAX_DEFLATE_RATIO if info.compress_type else 1) + 1024
+            if header_end + nbytes != info.file_size or info.file_size > limit:
+                raise CorruptCheckpointError(
+                    f"npz file '{self.path}': member '{member}' has a header saying shape {tuple(shape)} of "
+                    f"{dtype} ({nbytes} bytes after a {header_end}-byte header), but the zip directory says "
+                    f"{info.file_size} bytes ({info.compress_size} stored); the file is damaged")
         if dtype.hasobject:
             reason = (f"member '{member}' holds an object array ({dtype}): loading it would unpickle "
                       f"Python objects, which varstore never does")
@@ -138,6 +152,9 @@ class NpzReader(CheckpointReader):
         try:
             with self._zip.open(member) as f:
                 value = np.lib.format.read_array(f, allow_pickle=False)
+                if f.read(1):  # reading to the end also makes zipfile check the member's CRC-32
+                    raise CorruptCheckpointError(
+                        f"array '{name}' in npz file '{self.path}' has bytes after its values")
         except _ZIP_ERRORS as err:
             raise CorruptCheckpointError(
                 f"cannot read array '{name}' from npz file '{self.path}': {err}") from err
