@@ -3,7 +3,8 @@
 Lists every array with its shape, dtype, chunking and attributes, and every
 array that is not a plain fixed-size array (variable-length strings,
 structured or object dtypes) with the reason it is not read. Reads one array
-at a time. The importer varstore.convert.generic uses it so it never imports
+at a time. Symbolic links leading outside the hierarchy are listed as
+skipped and never followed. The importer varstore.convert.generic uses it so it never imports
 zarr itself; it knows nothing about variables or checkpoints.
 """
 
@@ -70,6 +71,23 @@ def _skip_reason(dtype: Any) -> str | None:
     return None
 
 
+def _links_leading_out(root: Path) -> list[str]:
+    """Relative paths of symbolic links under `root` whose targets lie outside it (not followed)."""
+    try:
+        base = root.resolve()
+    except OSError:
+        return []
+    found = []
+    for directory, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in dirnames + filenames:
+            full = Path(directory) / name
+            if full.is_symlink():
+                target = full.resolve()
+                if target != base and base not in target.parents:
+                    found.append(full.relative_to(root).as_posix())
+    return found
+
+
 class ZarrWalker:
     """Opens a Zarr v2 or v3 group (or single array) read-only and lists its arrays.
 
@@ -94,6 +112,7 @@ class ZarrWalker:
         self.skipped: list[SkippedObject] = []
         self._nodes: dict[str, Any] = {}
         self._reasons: dict[str, str] = {}
+        self._escapes = _links_leading_out(Path(path))
         try:
             root: Any = zarr.open(store=str(Path(path)), mode="r")
             self.zarr_format = int(root.metadata.zarr_format)
@@ -109,10 +128,24 @@ class ZarrWalker:
         self.groups.append((prefix, dict(group.attrs)))
         for name, member in sorted(group.members(), key=lambda item: item[0]):
             path = f"{prefix}/{name}" if prefix else name
+            escape = self._escape_under(path)
+            if escape is not None:
+                reason = (f"'{escape}' is a symbolic link leading outside '{self.label}'; "
+                          f"varstore never reads outside the hierarchy it opens")
+                self.skipped.append(SkippedObject(path, reason))
+                self._reasons[path] = reason
+                continue
             if isinstance(member, zarr.Group):
                 self._walk(member, path)
             else:
                 self._add_array(member, path)
+
+    def _escape_under(self, path: str) -> str | None:
+        """The first link leading outside that is `path`, lies under it or above it, else None."""
+        for escape in self._escapes:
+            if escape == path or escape.startswith(path + "/") or path.startswith(escape + "/"):
+                return escape
+        return None
 
     def _add_array(self, array: Any, path: str) -> None:
         dtype = array.dtype
