@@ -283,6 +283,8 @@ class ManifestColumns:
 
         if not types(c["shape"]) <= {list} or not types(itertools.chain.from_iterable(c["shape"])) <= {int}:
             raise ValueError("a shape is not a list of ints")
+        if min(itertools.chain.from_iterable(c["shape"]), default=0) < 0:
+            raise ValueError("a shape has a negative dimension")
         if not types(c["dtype"]) <= {str} or not types(c["trainable"]) <= {bool}:
             raise ValueError("a dtype is not a string or a trainable flag not a bool")
         for key in ("nbytes", "collections", "device"):
@@ -298,6 +300,7 @@ class ManifestColumns:
                 raise ValueError(f"column {key!r} holds a value that is not a non-negative int or null")
         if not types(c["path"]) <= {str, type(None)}:
             raise ValueError("a path is not a string or null")
+        validate_names([path for path in c["path"] if path is not None])  # no "..", no leading "/": stays inside
         if any((path is None) == (offset is None) for path, offset in zip(c["path"], c["offset"])):
             raise ValueError("each variable needs exactly one of path and offset")
         if c["collections"] and max(c["collections"]) >= len(self._sets):
@@ -329,6 +332,10 @@ def decode_manifest_columns(data: bytes, where: str) -> tuple[dict[str, Any], Ma
             raise ValueError("manifest columns have different lengths")
         decoded = ManifestColumns(columns, sets, devices, where)
         decoded.check()
+        packed = document.get("packed") or {}
+        if (packed.get("path") not in (None, PACKED_PATH) or type(packed.get("nbytes", 0)) is not int
+                or packed.get("nbytes", 0) < 0):
+            raise ValueError(f"the packed header {packed!r} is not {{'path': {PACKED_PATH!r} or null, 'nbytes': int}}")
     except CorruptCheckpointError:
         raise
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
