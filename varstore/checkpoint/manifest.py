@@ -3,8 +3,8 @@
 Defines the name rules, where each variable is stored (its own array at its
 full name, an alias path, or a slice of the packed blob), how logical dtypes
 map to stored dtypes and shapes, and the JSON document (format version 1)
-kept at "_varstore/manifest" (version 1.1 adds the optional "file_offset"
-column and the HDF5 index header; 1.0 files read the same). Decoding is
+kept at "_varstore/manifest" (the optional "file_offset" column
+and the HDF5 index header were added compatibly; files without them read the same). Decoding is
 columnar and lazy: a Record is built only when one is asked for, so opening
 a checkpoint of 50,000 variables costs one json.loads.
 docs/checkpoint-format.md is the prose version of this module. No file I/O here.
@@ -47,7 +47,7 @@ __all__ = [
     "decode_index_header",
 ]
 
-FORMAT_VERSION = "1.1"
+FORMAT_VERSION = "1.0"
 FORMAT_NAMES = {"h5": "varstore-hdf5", "zarr": "varstore-zarr"}
 RESERVED_GROUP = "_varstore"
 MANIFEST_PATH = "_varstore/manifest"
@@ -334,7 +334,9 @@ def decode_manifest_columns(data: bytes, where: str) -> tuple[dict[str, Any], Ma
         decoded.check()
         packed = document.get("packed") or {}
         if (packed.get("path") not in (None, PACKED_PATH) or type(packed.get("nbytes", 0)) is not int
-                or packed.get("nbytes", 0) < 0):
+                or packed.get("nbytes", 0) < 0
+                or packed.get("path") is None
+                and any(o is not None and n for o, n in zip(columns["offset"], columns["nbytes"]))):
             raise ValueError(f"the packed header {packed!r} is not {{'path': {PACKED_PATH!r} or null, 'nbytes': int}}")
     except CorruptCheckpointError:
         raise
