@@ -213,10 +213,13 @@ def _manifest_in_checkpoint(edits: list[tuple[str, int, Any]]) -> None:
         elif column == "packed.path":
             document["packed"]["path"] = value
         elif column == "drop":
-            columns[_COLUMNS[row % len(_COLUMNS)]].pop(row % len(columns["name"]))
+            dropped = columns[_COLUMNS[row % len(_COLUMNS)]]
+            if dropped:
+                dropped.pop(row % len(dropped))
         elif column == "dup":
-            columns["name"][row % len(columns["name"])] = columns["name"][(row + 1) % len(columns["name"])]
-        else:
+            if columns["name"]:
+                columns["name"][row % len(columns["name"])] = columns["name"][(row + 1) % len(columns["name"])]
+        elif columns[column]:
             columns[column][row % len(columns[column])] = value
     raw = json.dumps(document).encode()
     with tempfile.TemporaryDirectory() as tmp:

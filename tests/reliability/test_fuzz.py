@@ -10,11 +10,7 @@ from hypothesis import settings
 
 from ._fuzz import TARGETS, _manifest_in_checkpoint, campaign
 
-#: Targets with a known, reported bug (see the xfail tests below); the figures runner still counts them.
-KNOWN_BAD = {"manifest (wrong columns) in a real checkpoint"}
-
-
-@pytest.mark.parametrize("name", [n for n in TARGETS if n not in KNOWN_BAD])
+@pytest.mark.parametrize("name", list(TARGETS))
 def test_parser_raises_only_varstore_errors(name: str) -> None:
     stats = campaign(name, settings().max_examples)
     assert stats["cases"] >= 10
@@ -37,19 +33,17 @@ def test_wrong_manifest_columns_give_typed_errors(edits: list) -> None:
         _manifest_in_checkpoint(edits)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (checkpoint layer): the manifest's 'packed' header is not validated; "
-                   "a non-string packed.path or a non-integer packed.nbytes escapes as TypeError")
-@pytest.mark.parametrize("edits", [[("packed.path", 0, 0)], [("packed.nbytes", 0, [1])]])
+@pytest.mark.parametrize("edits", [[("packed.path", 0, 0)], [("packed.nbytes", 0, [1])], [("packed.path", 0, None)]])
 def test_wrong_packed_header_gives_typed_error(edits: list) -> None:
+    """Regression: a non-string packed.path or non-integer packed.nbytes escaped as TypeError."""
     from varstore.errors import VarstoreError
 
     with pytest.raises(VarstoreError):
         _manifest_in_checkpoint(edits)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (checkpoint layer): a negative dimension in the manifest escapes "
-                   "as numpy's ValueError when the value is allocated")
 def test_negative_dimension_gives_typed_error() -> None:
+    """Regression: a negative dimension escaped as numpy's ValueError when the value was allocated."""
     from varstore.errors import VarstoreError
 
     with pytest.raises(VarstoreError):
