@@ -65,7 +65,7 @@ def test_groups_mirror_scopes_with_attributes(ckpt: Path) -> None:
     assert (json.loads(collections) if isinstance(collections, str) else list(collections)) == []
     root = plain_root_attrs(ckpt)
     assert root["varstore_format"] == ("varstore-hdf5" if ckpt.suffix == ".h5" else "varstore-zarr")
-    assert root["varstore_format_version"] == "1.1" and root["varstore_library_version"] == "0.1.0"
+    assert root["varstore_format_version"] == "1.0" and root["varstore_library_version"] == "0.1.0"
     assert int(root["step"]) == 1200 and root["created_utc"].endswith("Z")
     metadata = root["metadata"]
     assert (json.loads(metadata) if isinstance(metadata, str) else metadata) == {"run": "a7"}
@@ -196,7 +196,7 @@ def test_round_trip_property(fmt: str, shape: tuple[int, ...], dtype: str, pack:
 def test_reader_reports_metadata_and_infos(ckpt: Path) -> None:
     save(ckpt, {"w": np.ones((2, 3), np.float32), "s": np.array(b"xyz")}, step=7, metadata={"k": [1, 2]})
     with open_checkpoint(ckpt) as reader:
-        assert reader.step == 7 and reader.metadata == {"k": [1, 2]} and reader.format_version == "1.1"
+        assert reader.step == 7 and reader.metadata == {"k": [1, 2]} and reader.format_version == "1.0"
         assert reader.format in ("varstore-hdf5", "varstore-zarr") and len(reader) == 2
         info = reader.info("w")
         assert (info.name, info.shape, info.dtype, info.nbytes, info.trainable) == ("w", (2, 3), "float32", 24,

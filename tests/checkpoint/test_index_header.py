@@ -1,4 +1,4 @@
-"""HDF5 index header (format 1.1): reads skip the HDF5 library, and files without it still read."""
+"""HDF5 index header (optional, format 1.0): reads skip the HDF5 library, and files without it still read."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Reading varstore's own checkpoints: open_varstore, the lazy reader, and per-variable value sources.
 
 Opening reads the root attributes and the JSON manifest only; an HDF5 file
-written by varstore 1.1+ is opened without the HDF5 library at all (its
+that has varstore's index header is opened without the HDF5 library (its
 user block says where the manifest is, and the manifest where each value
 is), so opening and reading one variable costs three small reads. Reading a
 variable reads only its bytes, with one preadv straight into the caller's
@@ -68,11 +68,27 @@ def _detect(path: Path) -> str:
     raise NotACheckpointError(f"'{path}' is neither an HDF5 file nor a Zarr v3 directory")
 
 
+def _has_index_header(path: Path) -> bool:
+    """True when an HDF5 file starts with a varstore index header whose manifest checksum matches."""
+    try:
+        with open(path, "rb") as handle:
+            where = decode_index_header(handle.read(INDEX_HEADER_BYTES))
+            if where is None:
+                return False
+            handle.seek(where[0])
+            data = handle.read(where[1])
+    except OSError:
+        return False
+    return len(data) == where[1] and crc32c_raw(data) == where[2]
+
+
 def is_varstore_checkpoint(path: os.PathLike[str] | str) -> bool:
     """True when `path` is a varstore HDF5 file or Zarr v3 directory (checks magic and root attributes)."""
     path = Path(path)
     try:
         fmt = _detect(path)
+        if fmt == "h5" and _has_index_header(path):
+            return True
         backend_reader = get_backend(fmt).open_reader(path)
         try:
             return backend_reader.root_attrs().get("varstore_format") == FORMAT_NAMES[fmt]

@@ -365,7 +365,7 @@ def _write(tmp: Path, fmt: str, entries: list[Any], records: list[Record], packe
                 {"description": "small variables packed back to back; see _varstore/manifest"})
         native = writer.native_bytes_strings
         window: list[int] = []
-        window_values: list[npt.NDArray[Any]] = []  # async saves fetch packed values at once
+        window_values: list[npt.NDArray[Any]] = []  # fetched when reached: values stream in order
         window_bytes = 0
 
         def flush_window() -> None:
@@ -373,7 +373,7 @@ def _write(tmp: Path, fmt: str, entries: list[Any], records: list[Record], packe
             if not window:
                 return
             group = [records[i] for i in window]
-            values = window_values or [_host_value(entries[i], records[i], tmp) for i in window]
+            values = list(window_values)
             data = _pack_window(group, values, checksum)
             if release is not None:
                 release(sum(r.nbytes for r in group))
@@ -393,8 +393,10 @@ def _write(tmp: Path, fmt: str, entries: list[Any], records: list[Record], packe
                 if window_bytes + record.nbytes > _STAGING_BYTES:
                     flush_window()
                 window.append(index)
-                if release is not None:
-                    window_values.append(_host_value(entry, record, tmp))
+                value = _host_value(entry, record, tmp)
+                if not isinstance(entry, (_Item, _Snapshot)):
+                    value = value.copy()  # a producer's fresh array (convert) is released at once
+                window_values.append(value)
                 window_bytes += record.nbytes
                 continue
             value = _host_value(entry, record, tmp)
