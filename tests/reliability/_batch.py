@@ -38,14 +38,27 @@ def _run_slice(cases: list[dict[str, Any]], workdir: Path, timeout_s: float,
     results: list[dict[str, Any] | None] = [None] * len(cases)
     start = 0
     while start < len(cases):
-        proc = subprocess.Popen([sys.executable, str(WORKER), str(cases_file), str(start), str(workdir / "scratch")],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(env), text=True)
+        stderr_file = workdir / "stderr.txt"
+        with open(stderr_file, "wb") as stderr:  # a file, so a chatty worker never blocks on a full pipe
+            proc = subprocess.Popen([sys.executable, str(WORKER), str(cases_file), str(start),
+                                     str(workdir / "scratch")], stdout=subprocess.PIPE, stderr=stderr, env=_env(env))
         assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        poller = select.poll()  # poll, not select: no limit on descriptor numbers
+        poller.register(fd, select.POLLIN | select.POLLHUP)
         current = None
         deadline = time.monotonic() + timeout_s * 4  # the first case also imports and reads the baseline
-        buffer = ""
-        ended = False
-        while not ended:
+        pending = b""
+        while True:
+            if b"\n" in pending:  # handle every complete line before waiting again
+                line, pending = pending.split(b"\n", 1)
+                message = json.loads(line)
+                if "start" in message:
+                    current = message["start"]
+                    deadline = time.monotonic() + (timeout_s if current != start else timeout_s * 4)
+                else:
+                    results[message.pop("done")] = message
+                continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 proc.kill()
@@ -54,37 +67,23 @@ def _run_slice(cases: list[dict[str, Any]], workdir: Path, timeout_s: float,
                 results[index] = {"hang": True}
                 start = index + 1
                 break
-            ready, _, _ = select.select([proc.stdout], [], [], remaining)
-            if not ready:
+            if not poller.poll(remaining * 1000):
                 continue
-            line = proc.stdout.readline()
-            if not line:
-                code = proc.wait()
-                stderr = proc.stderr.read() if proc.stderr else ""
-                if current is not None and results[current] is None:
-                    results[current] = {"crash": True, "returncode": code, "stderr": stderr[-800:]}
-                    start = current + 1
-                elif current is None:  # died before starting anything
-                    results[start] = {"crash": True, "returncode": code, "stderr": stderr[-800:]}
-                    start += 1
-                else:
-                    start = len(cases) if all(r is not None for r in results) else current + 1
-                ended = True
-                break
-            buffer = line
-            message = json.loads(buffer)
-            if "start" in message:
-                current = message["start"]
-                deadline = time.monotonic() + (timeout_s if current != start else timeout_s * 4)
-            else:
-                results[message.pop("done")] = message
+            chunk = os.read(fd, 1 << 16)
+            if chunk:
+                pending += chunk
+                continue
+            code = proc.wait()  # end of output: finished, or died during case `current`
+            stderr_text = stderr_file.read_text(errors="replace")[-800:]
+            index = current if current is not None else start
+            if results[index] is None:
+                results[index] = {"crash": True, "returncode": code, "stderr": stderr_text}
+            start = index + 1
+            break
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        if proc.stdout:
-            proc.stdout.close()
-        if proc.stderr:
-            proc.stderr.close()
+        proc.stdout.close()
         while start < len(cases) and results[start] is not None:
             start += 1
     return [r if r is not None else {"crash": True, "returncode": None} for r in results]
