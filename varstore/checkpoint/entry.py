@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from varstore.errors import ConversionError
+
 __all__ = ["SaveEntry"]
 
 
@@ -38,3 +40,16 @@ class SaveEntry:
     trainable: bool = True
     collections: tuple[str, ...] = ()
     device: str | None = None
+
+    def fetch(self) -> npt.NDArray[Any]:
+        """Calls `get()` once and returns the value as a C-contiguous array of `shape` and `dtype`.
+
+        Raises:
+          ConversionError: the value's shape or dtype differs from this entry's, naming the variable.
+        """
+        value = np.asarray(self.get(), order="C")
+        if value.dtype != self.dtype or tuple(value.shape) != tuple(self.shape):
+            raise ConversionError(
+                f"variable '{self.name}' gave a value of shape {value.shape} and dtype {value.dtype}, "
+                f"its entry says {tuple(self.shape)} and {self.dtype}")
+        return value

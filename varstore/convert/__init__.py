@@ -44,14 +44,12 @@ _SUFFIXES = {".h5": "h5", ".hdf5": "h5", ".zarr": "zarr", ".safetensors": "safet
 def _open_hdf5_family(path: Path) -> CheckpointReader:
     from varstore.backends.hdf5.walker import HDF5Walker
     from varstore.convert.generic import GenericHDF5Reader
-    from varstore.convert.keras import Keras2Reader, Keras3Reader, keras_layout
+    from varstore.convert.keras import reader_for_layout
 
     walker = HDF5Walker(path)
-    layout = keras_layout(walker)
-    if layout == "keras3":
-        return Keras3Reader(path, walker)
-    if layout == "keras2":
-        return Keras2Reader(path, walker)
+    reader = reader_for_layout(path, walker)
+    if reader is not None:
+        return reader
     walker.close()
     return GenericHDF5Reader(path)
 

@@ -263,10 +263,18 @@ def open_keras(path: os.PathLike[str] | str) -> WalkerReader:
         reader._finalizer = weakref.finalize(reader, cleanup)
         return reader
     walker = HDF5Walker(path)
+    reader = reader_for_layout(path, walker)
+    if reader is None:
+        walker.close()
+        raise NotACheckpointError(f"'{path}' is an HDF5 file but not in a Keras layout")
+    return reader
+
+
+def reader_for_layout(path: Path, walker: HDF5Walker) -> WalkerReader | None:
+    """A Keras 3 or Keras 2 reader over an open walker, or None when the file is in neither layout."""
     layout = keras_layout(walker)
     if layout == "keras3":
         return Keras3Reader(path, walker)
     if layout == "keras2":
         return Keras2Reader(path, walker)
-    walker.close()
-    raise NotACheckpointError(f"'{path}' is an HDF5 file but not in a Keras layout")
+    return None

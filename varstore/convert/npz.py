@@ -202,11 +202,7 @@ def write_npz(path: os.PathLike[str] | str, entries: Sequence[SaveEntry], *, com
         with zipfile.ZipFile(tmp, "w", compression=method, allowZip64=True) as archive:
             for entry in entries:
                 dtype = _dtypes.as_dtype(entry.dtype)
-                value = np.asarray(entry.get(), order="C")
-                if value.dtype != dtype or tuple(value.shape) != tuple(entry.shape):
-                    raise ConversionError(
-                        f"variable '{entry.name}' gave a value of shape {value.shape} and dtype {value.dtype}, "
-                        f"its entry says {tuple(entry.shape)} and {dtype}")
+                value = entry.fetch()
                 if _dtypes.is_extension(dtype):
                     value = value.view(_dtypes.storage_dtype(dtype))
                     notes.append(f"'{entry.name}' ({_dtypes.dtype_name(dtype)}) stored as its raw bits, "

@@ -222,12 +222,7 @@ def write_safetensors(path: os.PathLike[str] | str, entries: Sequence[SaveEntry]
         f.write(struct.pack("<Q", len(header)))
         f.write(header)
         for entry in entries:
-            dtype = _dtypes.as_dtype(entry.dtype)
-            value = np.asarray(entry.get(), order="C")
-            if value.dtype != dtype or tuple(value.shape) != tuple(entry.shape):
-                raise ConversionError(
-                    f"variable '{entry.name}' gave a value of shape {value.shape} and dtype {value.dtype}, "
-                    f"its entry says {tuple(entry.shape)} and {dtype}")
+            value = entry.fetch()
             if value.dtype.byteorder == ">":
                 value = value.astype(value.dtype.newbyteorder("<"))
             f.write(value.reshape(-1).view(np.uint8).data)
