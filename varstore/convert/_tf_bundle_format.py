@@ -49,6 +49,8 @@ FOOTER_SIZE = 48
 _BLOCK_TRAILER_SIZE = 5  # 1-byte compression type + 4-byte masked crc32c
 _MASK_DELTA = 0xA282EAD8
 _MAX_DIMS = 64  # NumPy's limit (TF allows 254)
+#: Largest product of a shape's non-zero extents (elements); 16-byte items must stay below 2**63 bytes.
+_MAX_SPAN = 1 << 59
 
 #: TF DataType enum -> (TF name, logical dtype name or None when only listed as skipped).
 _TF_DTYPES: dict[int, tuple[str, str | None]] = {
@@ -354,6 +356,11 @@ def _parse_shape(buf: bytes, what: str) -> tuple[int, ...]:
         dims.append(size)
     if len(dims) > _MAX_DIMS:
         raise CorruptCheckpointError(f"{what}: shape has {len(dims)} dimensions (at most {_MAX_DIMS})")
+    span = 1
+    for size in dims:  # NumPy refuses shapes whose non-zero extents multiply past 2**63, even when empty
+        span *= max(size, 1)
+    if span > _MAX_SPAN:
+        raise CorruptCheckpointError(f"{what}: shape {tuple(dims)} is larger than any array can be")
     return tuple(dims)
 
 
