@@ -28,7 +28,7 @@ from varstore.errors import ConversionError, CorruptCheckpointError, UnknownVari
 __all__ = ["NpzReader", "write_npz"]
 
 _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
-               NotImplementedError, RuntimeError, zlib.error)
+               NotImplementedError, RuntimeError, zlib.error, OverflowError)
 #: Deflate cannot expand data more than about 1032:1; a member claiming more is damaged or a zip bomb.
 _MAX_DEFLATE_RATIO = 1032
 
@@ -101,8 +101,9 @@ class NpzReader(CheckpointReader):
             # Bound every size before anything is allocated: header + values must be the member's size,
             # and the member cannot be larger than its compressed bytes allow.
             nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            span = int(np.prod([max(int(d), 1) for d in shape], dtype=object))  # numpy refuses > 2**63, even empty
             limit = info.compress_size * (_MAX_DEFLATE_RATIO if info.compress_type else 1) + 1024
-            if header_end + nbytes != info.file_size or info.file_size > limit:
+            if header_end + nbytes != info.file_size or info.file_size > limit or span > 1 << 59:
                 raise CorruptCheckpointError(
                     f"npz file '{self.path}': member '{member}' has a header saying shape {tuple(shape)} of "
                     f"{dtype} ({nbytes} bytes after a {header_end}-byte header), but the zip directory says "
