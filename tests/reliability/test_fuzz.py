@@ -48,3 +48,31 @@ def test_negative_dimension_gives_typed_error() -> None:
 
     with pytest.raises(VarstoreError):
         _manifest_in_checkpoint([("shape", 2, [-1])])
+
+
+def test_tf_shape_past_numpy_limits_is_a_typed_error() -> None:
+    """Regression (long fuzz run): an empty shape with huge extents escaped as numpy's ValueError."""
+    from varstore.convert import _tf_bundle_format as fmt
+    from varstore.errors import CorruptCheckpointError
+
+    from ._fuzz import _field
+
+    shape = _field(2, _field(1, 0)) + _field(2, _field(1, 2**63 - 1)) + _field(2, _field(1, 2**40))
+    with pytest.raises(CorruptCheckpointError, match="larger than any array"):
+        fmt.parse_entry(b"w", _field(1, 1) + _field(2, shape), "test")
+
+
+def test_npz_shape_past_numpy_limits_is_a_typed_error(tmp_path: Path) -> None:
+    """Regression (long fuzz run): shape (0, 2**64 + 5, 0) escaped as OverflowError."""
+    import struct
+    import zipfile
+
+    from varstore.convert.npz import NpzReader
+    from varstore.errors import CorruptCheckpointError
+
+    header = ("{'descr': '<f4', 'fortran_order': False, 'shape': (0, %d, 0), }" % (2**64 + 5)).ljust(118) + "\n"
+    path = tmp_path / "a.npz"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("a.npy", b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+    with pytest.raises(CorruptCheckpointError, match="a.npy"):
+        NpzReader(path)
