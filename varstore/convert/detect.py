@@ -80,7 +80,8 @@ def _sniff_zip(path: Path) -> Sniffed | None:
     try:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError):
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError,
+            RuntimeError):  # NotImplementedError: a damaged "version needed" field
         return None
     if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
         raise UnsafeFormatError(f"refusing '{path}': it is a PyTorch zip checkpoint (holds data.pkl). "
