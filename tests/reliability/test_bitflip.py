@@ -90,3 +90,21 @@ def test_flip_in_a_variable_name_is_detected(tmp_path: Path, fmt: str) -> None:
             for name in names:
                 reader.read(name)
             assert "global_step" in names, json.dumps(names)
+
+
+def test_zip_with_a_damaged_version_field_is_a_typed_error(tmp_path: Path) -> None:
+    """Regression (full flip run): a flipped 'version needed' byte escaped detection as NotImplementedError."""
+    import numpy as np
+
+    from varstore.convert import open_checkpoint
+    from varstore.errors import VarstoreError
+
+    path = tmp_path / "a.npz"
+    np.savez_compressed(path, weights=np.arange(10.0))
+    raw = bytearray(path.read_bytes())
+    central = raw.index(b"PK\x01\x02")
+    raw[central + 6] = 109  # "version needed to extract" 10.9
+    path.write_bytes(bytes(raw))
+    with pytest.raises(VarstoreError):
+        with open_checkpoint(path) as reader:
+            reader.read("weights")
