@@ -254,6 +254,14 @@ TARGETS: dict[str, tuple[Any, Callable[[Any], None]]] = {
 }
 
 
+#: Untyped exceptions of a known, reported bug (strict xfail tests name it), counted apart as "known_bug":
+#: the varstore reader allocates a manifest's claimed shape before comparing it with the file size.
+KNOWN_BUGS: dict[str, Callable[[BaseException], bool]] = {
+    "manifest (wrong columns) in a real checkpoint": lambda err: isinstance(err, MemoryError) or (
+        isinstance(err, ValueError) and "array is too big" in str(err)),
+}
+
+
 def campaign(name: str, examples: int) -> dict[str, Any]:
     """Runs one target for `examples` hypothesis examples; counts cases and untyped exceptions."""
     strategy, check = TARGETS[name]
@@ -268,6 +276,9 @@ def campaign(name: str, examples: int) -> dict[str, Any]:
         except VarstoreError:
             pass
         except Exception as err:  # noqa: BLE001 - counting untyped exceptions is the point
+            if name in KNOWN_BUGS and KNOWN_BUGS[name](err):
+                stats["known_bug"] = stats.get("known_bug", 0) + 1
+                return
             stats["untyped"] += 1
             if len(stats["examples"]) < 3:
                 stats["examples"].append({"input": repr(value)[:300], "error": f"{type(err).__name__}: {err}"[:300],
