@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import reprlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -29,7 +29,7 @@ from varstore.errors import (
 )
 from varstore.initializers import Initializer
 
-__all__ = ["Variable", "ValueSource", "check_restorable", "convert_value"]
+__all__ = ["Variable", "ValueSource", "check_restorable", "convert_value", "host_views", "restore_many"]
 
 
 @runtime_checkable
@@ -264,6 +264,8 @@ class Variable(ArrayInterop):
         self._initializer = initializer
         self._source: ValueSource | None = None
         self._buffer: Any = None
+        self._view: Any = None  # cached read-only view of _buffer (host_view), valid while _view_of is _buffer
+        self._view_of: Any = None
         self._device = "cpu:0"
         self._collection_names = []
 
@@ -422,11 +424,16 @@ class Variable(ArrayInterop):
 
         Materializes first. Used by save, which must not double memory.
         """
-        buf = self._materialize()
-        if devices.is_device_array(buf):
+        buf = self._buffer
+        if buf is None or self._source is not None:
+            buf = self._materialize()
+        if self._view_of is buf:
+            return self._view
+        if type(buf) is not np.ndarray and devices.is_device_array(buf):
             return devices.to_host(buf)
         view = buf.view()
         view.flags.writeable = False
+        self._view, self._view_of = view, buf  # the same buffer for life: the view stays valid
         return view
 
     # --------------------------------------------------------------- assign
@@ -553,3 +560,82 @@ class Variable(ArrayInterop):
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise TypeError(f"variable '{self._name}' cannot be pickled; save it in a checkpoint instead")
+
+
+# ------------------------------------------------------------------ batches
+def host_views(variables: Sequence[Variable]) -> list[npt.NDArray[Any]]:
+    """`[v.host_view() for v in variables]`, at a fraction of a microsecond per materialized CPU variable.
+
+    Used by save for many small variables (50,000 of 64 floats): read-only
+    views of the live buffers, no copy; GPU variables give host copies;
+    variables not yet materialized run their initializer or pending restore
+    first, as host_view does.
+    """
+    out = []
+    append = out.append
+    for variable in variables:
+        if variable._view_of is not None and variable._view_of is variable._buffer and variable._source is None:
+            append(variable._view)
+        else:
+            append(variable.host_view())
+    return out
+
+
+def restore_many(variables: Sequence[Variable], values: Sequence[Any]) -> None:
+    """Fills many variables from host arrays in one validated pass, as `restore_from` each.
+
+    Every shape and dtype is checked before any variable changes, so a
+    failure changes nothing. Each value is COPIED into the variable's own
+    buffer (in place, same data pointer, for allocated CPU variables; a new
+    buffer on the variable's device otherwise), so `values` may be views into
+    one large blob (a checkpoint's packed variables) that the caller frees
+    afterwards: no variable keeps the blob alive. Pending restores are
+    dropped and initializers never run. Costs well under a microsecond per
+    small variable beyond the copy.
+
+    Args:
+      variables: the targets.
+      values: host NumPy arrays, `values[i]` of `variables[i].shape` and a
+        dtype that casts to `variables[i].dtype` by NumPy's "same_kind" rule.
+
+    Raises:
+      ValueError: the two sequences differ in length.
+      ShapeMismatchError, DtypeMismatchError: naming the first bad variable (nothing changes).
+    """
+    if len(variables) != len(values):
+        raise ValueError(f"restore_many got {len(variables)} variables and {len(values)} values")
+    for variable, value in zip(variables, values):
+        if value.shape != variable._shape or value.dtype != variable._dtype:
+            _check_value(variable, value)
+    with _materialize_lock:
+        for variable, value in zip(variables, values):
+            buf = variable._buffer
+            if type(buf) is np.ndarray:
+                if value.dtype == buf.dtype:
+                    buf[...] = value
+                else:
+                    np.copyto(buf, value, casting="same_kind")
+            else:
+                host = np.empty(variable._shape, dtype=variable._dtype)
+                np.copyto(host, value, casting="same_kind")
+                if buf is not None:
+                    devices.copy_into(buf, host)
+                else:
+                    variable._buffer = devices.to_device(host, variable._device)
+            variable._source = None
+
+
+class _ArraySource:
+    """A host array seen as a ValueSource, for check_restorable's messages."""
+
+    def __init__(self, value: Any) -> None:
+        self.origin = "a host array"
+        self.shape = tuple(value.shape)
+        self.dtype = value.dtype
+
+
+def _check_value(variable: Variable, value: Any) -> None:
+    if not isinstance(value, np.ndarray):
+        raise DtypeMismatchError(
+            f"cannot restore variable '{variable.name}': expected a NumPy array, got {type(value).__name__}")
+    check_restorable(variable, _ArraySource(value))

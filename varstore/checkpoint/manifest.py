@@ -42,6 +42,7 @@ __all__ = [
     "decode_manifest_columns",
     "validate_names",
     "format_checksum",
+    "logical_dtype",
     "INDEX_HEADER_BYTES",
     "encode_index_header",
     "decode_index_header",
@@ -97,6 +98,15 @@ class Record:
 @functools.lru_cache(maxsize=None)
 def _logical(name: str) -> np.dtype:
     return _dtypes.as_dtype(name)
+
+
+def logical_dtype(name: str) -> np.dtype:
+    """The NumPy dtype of a logical dtype name from a manifest (cached).
+
+    Raises:
+      UnsupportedDtypeError: an unknown name.
+    """
+    return _logical(name)
 
 
 def validate_name(name: Any) -> str:

@@ -15,6 +15,7 @@ Never runs initializers, never writes.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from varstore.checkpoint.manifest import (
     decode_index_header,
     decode_manifest_columns,
     format_checksum,
+    logical_dtype,
     storage_layout,
 )
 from varstore.errors import (
@@ -54,6 +56,15 @@ __all__ = ["VarstoreReader", "CheckpointValue", "open_varstore", "is_varstore_ch
 _PACKED_CACHE_BYTES = 256 << 20
 #: In bulk restores, values of at least this many bytes are checksummed in a helper thread.
 _THREADED_CHECK_BYTES = 1 << 20
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides = []
+    step = itemsize
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(strides))
 
 
 def _detect(path: Path) -> str:
@@ -289,11 +300,17 @@ class VarstoreReader(CheckpointReader):
             return RawExtent(self.path, file_offset, nbytes)
         return self._extent_of(self._packed["path"], np.dtype("u1"), (nbytes,))
 
-    def prefetch_packed(self) -> None:
-        """Reads the packed blob of small variables in one go (bulk restores and verify)."""
+    def prefetch_packed(self) -> bool:
+        """Reads the packed blob of small variables in one go (bulk restores and verify).
+
+        Returns:
+          True when the blob is now in memory (False: none, or above 256 MiB).
+        """
         nbytes = int(self._packed.get("nbytes") or 0)
-        if not nbytes or nbytes > _PACKED_CACHE_BYTES or self._packed_cache is not None:
-            return
+        if self._packed_cache is not None:
+            return True
+        if not nbytes or nbytes > _PACKED_CACHE_BYTES:
+            return False
         extent = self._packed_extent()
         cache = bytearray(nbytes)
         if extent is None:
@@ -304,6 +321,7 @@ class VarstoreReader(CheckpointReader):
                        f"'{self.path}' (packed variables)")
         self._packed_cache = cache
         self._packed_checked = False
+        return True
 
     def check_packed(self, names: list[str]) -> None:
         """Checks the crc32c of the named packed variables on the prefetched blob, before any is used.
@@ -329,6 +347,93 @@ class VarstoreReader(CheckpointReader):
             if found != record.checksum:
                 self._checksum_error(record, found)
         self._packed_checked = True
+
+    def packed_arrays(self, indices: list[int]) -> list[npt.NDArray[Any]]:
+        """Views of the prefetched blob for packed variables (manifest indices); see check_packed_at.
+
+        Consecutive variables of one shape and dtype at a regular stride become
+        one strided array whose rows are the views, so 50,000 small variables
+        cost a fraction of a microsecond each. The views alias the blob: copy
+        them (variables.restore_many does) before release_packed.
+
+        Raises:
+          CorruptCheckpointError: a variable lies outside the blob or its
+            nbytes disagrees with its shape and dtype.
+        """
+        cache = self._packed_cache
+        assert cache is not None, "prefetch_packed first"
+        columns = self._columns.columns
+        shapes, dtype_names = columns["shape"], columns["dtype"]
+        offsets, sizes = columns["offset"], columns["nbytes"]
+        total = len(cache)
+        out: list[npt.NDArray[Any]] = []
+        count = len(indices)
+        k = 0
+        while k < count:
+            first = indices[k]
+            shape, dtype_name, start = shapes[first], dtype_names[first], offsets[first]
+            try:
+                dtype = logical_dtype(dtype_name)
+            except VarstoreError as err:
+                raise CorruptCheckpointError(
+                    f"variable '{self._names[first]}' in '{self.path}' has an unknown dtype {dtype_name!r}") from err
+            size = math.prod(shape) * dtype.itemsize
+            if size != sizes[first] or start is None or start + size > total:
+                raise CorruptCheckpointError(
+                    f"variable '{self._names[first]}' in '{self.path}' lies outside the packed blob "
+                    f"or its nbytes disagrees with its shape and dtype")
+            stride = size or 1
+            end = k + 1
+            if end < count and size:
+                stride = offsets[indices[end]] - start if offsets[indices[end]] is not None else 0
+                if stride >= size:
+                    expected = start + stride
+                    while end < count:
+                        other = indices[end]
+                        if offsets[other] != expected or shapes[other] != shape or dtype_names[other] != dtype_name:
+                            break
+                        expected += stride
+                        end += 1
+                    if start + (end - k - 1) * stride + size > total:
+                        end = k + 1  # let the single-variable check report it
+                else:
+                    stride = size
+            rows = end - k
+            inner = tuple(shape)
+            strides = _c_strides(inner, dtype.itemsize)
+            block = np.ndarray((rows,) + inner, dtype=dtype, buffer=cache, offset=start,
+                               strides=(stride,) + strides)
+            out.extend(block)
+            k = end
+        return out
+
+    def check_packed_at(self, indices: list[int]) -> None:
+        """Checks the crc32c of packed variables (manifest indices, placed by packed_arrays) on the blob.
+
+        Raises:
+          ChecksumError: naming the first damaged variable and the file.
+        """
+        cache = self._packed_cache
+        assert cache is not None, "prefetch_packed first"
+        columns = self._columns.columns
+        offsets, sizes, checksums = columns["offset"], columns["nbytes"], columns["checksum"]
+        view = memoryview(cache)
+        crc = crc32c_raw
+        for index in indices:
+            expected = checksums[index]
+            if expected is None:
+                continue
+            start = offsets[index]
+            found = crc(view[start:start + sizes[index]])
+            if found != expected:
+                self._checksum_error(self.record(self._names[index]), found)
+
+    def packed_index(self, name: str) -> int | None:
+        """The manifest index of `name` when it is a packed variable, else None."""
+        index = self._columns.index.get(name)
+        if index is None or self._columns.columns["path"][index] is not None:
+            return None
+        return index
 
     def release_packed(self) -> None:
         """Drops the blob read by prefetch_packed."""

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from varstore.checkpoint._batch import paused_gc
 from varstore.checkpoint.reader import CheckpointValue, VarstoreReader, open_varstore
 from varstore.errors import DtypeMismatchError, RestoreError, ShapeMismatchError
 
@@ -146,6 +147,13 @@ def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
       ChecksumError: a variable's bytes are damaged (names it and the file).
       CheckpointNotFoundError, NotACheckpointError, CorruptCheckpointError: see open_varstore.
     """
+    with paused_gc():
+        return _restore(path, target, assignment_map, strict, lazy, verify, format)
+
+
+def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
+             assignment_map: Mapping[str, str] | None, strict: bool, lazy: bool, verify: bool,
+             format: str | None) -> RestoreResult:
     reader = path if isinstance(path, VarstoreReader) else open_varstore(path, format)
     names = reader.keys()
     mapped = map_names(names, assignment_map)
@@ -160,20 +168,44 @@ def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
             f"(variables without a value): {missing}; unexpected in the checkpoint "
             f"(values without a variable): {unexpected}; pass strict=False to restore the "
             f"intersection or an assignment_map to rename", missing=missing, unexpected=unexpected)
-    sources = [(targets[name], name, reader.source(ckpt, verify=verify)) for ckpt, name in pairs]
-    from varstore.variables import check_restorable
-    for obj, name, source in sources:
-        if hasattr(obj, "restore_from"):
-            if obj.shape != source.shape or obj.dtype != source.dtype:
-                check_restorable(obj, source)
-        else:
-            _check_array(name, obj, source)
-    if not lazy:
-        reader.prefetch_packed()
+    from varstore.variables import Variable, check_restorable, restore_many
+
+    # Small packed variables that already hold a value take the batch path: one read of the
+    # packed blob, checksums on it, then one validated copy into every buffer (restore_many).
+    batch_variables: list[Any] = []
+    batch_indices: list[int] = []
+    rest: list[tuple[str, str]] = []
     try:
+        if lazy or not reader.prefetch_packed():
+            rest = pairs
+        else:
+            packed_index = reader.packed_index
+            for ckpt, name in pairs:
+                obj = targets[name]
+                index = packed_index(ckpt) if isinstance(obj, Variable) and obj.is_initialized else None
+                if index is None:
+                    rest.append((ckpt, name))
+                else:
+                    batch_variables.append(obj)
+                    batch_indices.append(index)
+        sources = [(targets[name], name, reader.source(ckpt, verify=verify)) for ckpt, name in rest]
+        batch_values = reader.packed_arrays(batch_indices) if batch_indices else []
+        for variable, value, index in zip(batch_variables, batch_values, batch_indices):
+            if value.shape != variable.shape or value.dtype != variable.dtype:
+                check_restorable(variable, reader.source(reader.keys()[index], verify=verify))
+        for obj, name, source in sources:
+            if hasattr(obj, "restore_from"):
+                if obj.shape != source.shape or obj.dtype != source.dtype:
+                    check_restorable(obj, source)
+            else:
+                _check_array(name, obj, source)
         if not lazy and verify:
-            reader.check_packed([ckpt for ckpt, _ in pairs])
+            if batch_indices:
+                reader.check_packed_at(batch_indices)
+            reader.check_packed([ckpt for ckpt, _ in rest])
             reader.begin_checks()
+        restore_many(batch_variables, batch_values)
+        del batch_values
         for obj, name, source in sources:
             if hasattr(obj, "restore_from"):
                 obj.restore_from(source, lazy=lazy)
@@ -194,4 +226,4 @@ def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
             return None if ckpt is None else reader.source(ckpt, verify=verify)
 
         store.add_pending_restore(resolver)
-    return RestoreResult([name for _, name, _ in sources], missing, unexpected, deferred)
+    return RestoreResult([name for _, name in pairs], missing, unexpected, deferred)
