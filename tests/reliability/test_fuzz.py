@@ -22,9 +22,7 @@ def test_parser_raises_only_varstore_errors(name: str) -> None:
     [("dtype", 1, "float99")],          # unknown dtype
     [("dup", 0, None)],                 # duplicate names
     [("offset", 1, 10**15)],            # packed offset out of range
-    pytest.param([("nbytes", 0, 10**15)], marks=pytest.mark.xfail(strict=True, reason=(
-        "BUG (checkpoint layer, minor): the nbytes column is not compared with shape x itemsize; the values "
-        "still read back correctly"))),  # huge byte count
+    [("nbytes", 0, 10**15)],            # nbytes != shape x itemsize (regression: was not compared)
 ])
 def test_wrong_manifest_columns_give_typed_errors(edits: list) -> None:
     from varstore.errors import VarstoreError

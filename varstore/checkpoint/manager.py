@@ -26,7 +26,7 @@ from typing import Any
 from varstore.backends import FORMATS, format_for_path
 from varstore.checkpoint import atomic
 from varstore.checkpoint.reader import open_varstore
-from varstore.checkpoint.restore import RestoreResult, restore
+from varstore.checkpoint.restore import RestoreResult, _targets_of, restore
 from varstore.checkpoint.writer import SaveHandle, entries_from, save, save_async
 from varstore.errors import CheckpointError, CheckpointLockedError, CorruptCheckpointError, NotACheckpointError
 
@@ -244,7 +244,16 @@ class CheckpointManager:
                 reader = open_varstore(path, self.format)
             except (NotACheckpointError, CorruptCheckpointError, CheckpointError):
                 continue
-            return restore(reader, target, **restore_options)
+            try:
+                result = restore(reader, target, **restore_options)
+            except BaseException:
+                reader.close()
+                raise
+            # Lazy, deferred and not-yet-allocated variables keep reading from it; else close it now.
+            if not result.deferred and not isinstance(target, Iterator) and not any(
+                    getattr(obj, "is_restore_pending", False) for obj in _targets_of(target)[0].values()):
+                reader.close()
+            return result
         return None
 
     def __repr__(self) -> str:

@@ -16,6 +16,8 @@ import dataclasses
 import functools
 import itertools
 import json
+import math
+import operator
 import unicodedata
 from typing import Any
 
@@ -169,7 +171,8 @@ def assign_paths(records: list[Record], pack_threshold_bytes: int) -> int:
     "_varstore/aliased/<k>".
     """
     scopes: set[str] = set()
-    for record in records:
+    own = [record for record in records if record.nbytes >= pack_threshold_bytes]
+    for record in records if own else ():  # scopes matter only for variables with their own array
         name = record.name
         start = 0
         while True:
@@ -308,6 +311,7 @@ class ManifestColumns:
             present = [v for v in column if v is not None]
             if not types(present) <= {int} or (present and min(present) < 0):
                 raise ValueError(f"column {key!r} holds a value that is not a non-negative int or null")
+        self._check_nbytes()
         if not types(c["path"]) <= {str, type(None)}:
             raise ValueError("a path is not a string or null")
         validate_names([path for path in c["path"] if path is not None])  # no "..", no leading "/": stays inside
@@ -317,6 +321,26 @@ class ManifestColumns:
             raise ValueError("a collections index is out of range")
         if c["device"] and max(c["device"]) >= len(self._devices):
             raise ValueError("a device index is out of range")
+
+    def _check_nbytes(self) -> None:
+        """Checks nbytes == prod(shape) x itemsize for every variable (C-level map passes, exact ints).
+
+        Raises:
+          ValueError: naming the first variable with an unknown dtype or a wrong byte count.
+        """
+        c = self.columns
+        itemsizes: dict[str, int] = {}
+        for name in set(c["dtype"]):
+            try:
+                itemsizes[name] = _logical(name).itemsize
+            except UnsupportedDtypeError as err:
+                raise ValueError(f"variable {self.names[c['dtype'].index(name)]!r} has an unknown dtype "
+                                 f"{name!r}") from err
+        expected = list(map(operator.mul, map(math.prod, c["shape"]), map(itemsizes.__getitem__, c["dtype"])))
+        if expected != c["nbytes"]:
+            i = next(i for i, (e, n) in enumerate(zip(expected, c["nbytes"])) if e != n)
+            raise ValueError(f"variable {self.names[i]!r} has nbytes {c['nbytes'][i]}, but its shape "
+                             f"{c['shape'][i]} and dtype {c['dtype'][i]} make {expected[i]}")
 
 
 def decode_manifest_columns(data: bytes, where: str) -> tuple[dict[str, Any], ManifestColumns]:

@@ -177,6 +177,22 @@ class Hdf5Reader:
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         return RawExtent(self.path, int(offset), nbytes)
 
+    def stored_nbytes(self, path: str) -> int | None:
+        """Bytes the dataset at `path` occupies in the file, or None when it is filtered (compressed).
+
+        Lets a reader compare a claimed size with what is really stored before allocating.
+
+        Raises:
+          CorruptCheckpointError: no such dataset, or HDF5 cannot tell.
+        """
+        dataset = self._dataset(path)
+        try:
+            if dataset.id.get_create_plist().get_nfilters():
+                return None
+            return int(dataset.id.get_storage_size())
+        except (OSError, ValueError, RuntimeError) as err:
+            raise CorruptCheckpointError(f"cannot locate '{path}' in '{self.path}': {err}") from err
+
     def read_bytes(self, path: str) -> bytes:
         """The bytes of a 1-D uint8 dataset (the manifest)."""
         dataset = self._dataset(path)

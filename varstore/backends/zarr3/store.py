@@ -14,6 +14,8 @@ Knows nothing about variables, manifests, checksums or atomic renames.
 from __future__ import annotations
 
 import json
+import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -148,12 +150,29 @@ class Zarr3Reader:
             raise CheckpointNotFoundError(f"no checkpoint at '{self.path}'")
         if not (self.path / "zarr.json").is_file():
             raise NotACheckpointError(f"'{self.path}' is not a Zarr v3 directory (no zarr.json)")
+        self._real_root = os.path.realpath(self.path) + os.sep
         self._root = self._document("")
         if self._root.get("node_type") != "group":
             raise NotACheckpointError(f"'{self.path}' is a Zarr array, not a checkpoint group")
 
+    def _inside(self, path: str, file: Path) -> Path:
+        """`file`, after checking that it resolves (symlinks followed) to a place under the store's root.
+
+        Called once per file opened, so a group, array directory or chunk file
+        that is a symlink leading out of the store is never read.
+
+        Raises:
+          CorruptCheckpointError: naming the array/group path and the file.
+        """
+        real = os.path.realpath(file)
+        if not real.startswith(self._real_root):
+            raise CorruptCheckpointError(
+                f"'{path or '/'}' of '{self.path}' leads outside it: '{file}' resolves to '{real}' "
+                f"(a symlink?); refusing to read it")
+        return file
+
     def _document(self, path: str) -> dict[str, Any]:
-        file = self.path / path / "zarr.json"
+        file = self._inside(path, self.path / path / "zarr.json")
         try:
             with open(file, "rb") as handle:
                 document = json.loads(handle.read())
@@ -190,8 +209,8 @@ class Zarr3Reader:
                   and not document.get("storage_transformers"))
         if not simple:
             return None
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        return RawExtent(chunk_file(self.path / path, len(shape)), 0, nbytes)
+        nbytes = math.prod(shape) * dtype.itemsize
+        return RawExtent(self._inside(path, chunk_file(self.path / path, len(shape))), 0, nbytes)
 
     def read_bytes(self, path: str) -> bytes:
         """The bytes of a 1-D uint8 single-chunk array (the manifest)."""
@@ -217,6 +236,10 @@ class Zarr3Reader:
             import zarr
         except ImportError as err:  # pragma: no cover - zarr is a core dependency
             raise MissingDependencyError("Zarr v3 checkpoints need zarr: pip install zarr") from err
+        self._document(path)  # refuses an array (or its zarr.json) outside the store
+        for directory, subdirectories, files in os.walk(self.path / path):  # zarr opens any chunk file
+            for name in subdirectories + files:
+                self._inside(path, Path(directory) / name)
         try:
             array = zarr.open_array(str(self.path / path), mode="r")
             out[...] = array[...]
