@@ -168,3 +168,119 @@ def test_restore_latest_lazy_values_still_read_after_it_returns(tmp_path: Path, 
     kernel = store.get_variable("dense/kernel", shape=(8, 16))
     manager.restore_latest(store, lazy=True)
     np.testing.assert_array_equal(kernel.read_value(), VALUES["dense/kernel"])
+
+
+# ------------------------------------------------------------ 2. the manifest's own crc32c
+def _manifest_bytes(path: Path) -> bytes:
+    from tests.checkpoint.plain import plain_array
+
+    return plain_array(path, "_varstore/manifest").tobytes()
+
+
+def _root_attrs(path: Path) -> dict:
+    if path.suffix == ".zarr":
+        return json.loads((path / "zarr.json").read_text())["attributes"]
+    import h5py
+
+    with h5py.File(path, "r") as handle:
+        return {key: handle.attrs[key] for key in handle.attrs}
+
+
+def _set_root_attr(path: Path, key: str, value: object) -> None:
+    """Sets (value not None) or deletes a root attribute, as another tool would."""
+    if path.suffix == ".zarr":
+        document = json.loads((path / "zarr.json").read_text())
+        if value is None:
+            document["attributes"].pop(key, None)
+        else:
+            document["attributes"][key] = value
+        (path / "zarr.json").write_text(json.dumps(document))
+        return
+    import h5py
+
+    with h5py.File(path, "r+") as handle:
+        if value is None:
+            del handle.attrs[key]
+        else:
+            handle.attrs[key] = value
+
+
+def _flip_name(path: Path) -> None:
+    """'global_step' -> 'global_qtep' inside the stored manifest bytes (one bit)."""
+    target = path if path.suffix == ".h5" else path / "_varstore/manifest/c/0"
+    raw = bytearray(target.read_bytes())
+    raw[raw.index(b'"global_step"') + 8] ^= 0x02
+    target.write_bytes(bytes(raw))
+
+
+def _wipe_index_header(path: Path) -> None:
+    with open(path, "r+b") as handle:
+        handle.write(b"\0" * 512)
+
+
+def test_manifest_crc32c_is_a_root_attribute(ckpt: Path) -> None:
+    from varstore.checkpoint.checksum import crc32c_raw
+
+    save(ckpt, VALUES)
+    assert int(_root_attrs(ckpt)["varstore_manifest_crc32c"]) == crc32c_raw(_manifest_bytes(ckpt))
+
+
+def test_flipped_manifest_is_refused_naming_the_file(ckpt: Path) -> None:
+    save(ckpt, VALUES)
+    _flip_name(ckpt)
+    with pytest.raises(CorruptCheckpointError, match=rf"manifest of '{ckpt}'.*crc32c"):
+        open_checkpoint(ckpt)
+
+
+@pytest.mark.parametrize("keep", ["index header", "root attribute"])
+def test_h5_library_path_checks_the_manifest_crc32c(tmp_path: Path, keep: str) -> None:
+    """Without a matching index header the manifest comes through h5py; either recorded crc32c still guards it."""
+    path = tmp_path / "model.h5"
+    save(path, VALUES)
+    _flip_name(path)
+    if keep == "index header":
+        _set_root_attr(path, "varstore_manifest_crc32c", None)
+    else:
+        _wipe_index_header(path)
+    with pytest.raises(CorruptCheckpointError, match="manifest.*crc32c"):
+        open_checkpoint(path)
+
+
+def test_files_without_a_manifest_crc32c_still_read(ckpt: Path) -> None:
+    """Older writers recorded no manifest checksum (no root attribute, no index header)."""
+    save(ckpt, VALUES)
+    _set_root_attr(ckpt, "varstore_manifest_crc32c", None)
+    if ckpt.suffix == ".h5":
+        _wipe_index_header(ckpt)
+    with open_checkpoint(ckpt) as reader:
+        assert sorted(reader.keys()) == sorted(VALUES)
+        np.testing.assert_array_equal(reader.read("dense/kernel"), VALUES["dense/kernel"])
+
+
+# ------------------------------------------------------------ 5. a damaged root varstore_format
+@pytest.mark.parametrize("found", ["varstore-zaxr", None])
+def test_damaged_format_attribute_with_a_manifest_is_corrupt_not_plain(ckpt: Path, found: str | None) -> None:
+    from varstore.convert import open_checkpoint as open_any
+    from varstore.checkpoint import is_varstore_checkpoint
+
+    save(ckpt, VALUES)
+    if ckpt.suffix == ".h5":
+        _wipe_index_header(ckpt)  # else the index header alone identifies the file (and it reads exactly)
+    _set_root_attr(ckpt, "varstore_format", found)
+    assert is_varstore_checkpoint(ckpt)
+    for opener in (open_checkpoint, open_any):
+        with pytest.raises(CorruptCheckpointError, match=rf"'{ckpt}'.*varstore_format is {found!r}"):
+            opener(ckpt)
+
+
+def test_plain_zarr_group_is_still_not_a_varstore_checkpoint(tmp_path: Path) -> None:
+    from varstore.checkpoint import is_varstore_checkpoint
+    from varstore.errors import NotACheckpointError
+
+    path = tmp_path / "model.zarr"
+    save(path, VALUES)
+    shutil.rmtree(path / "_varstore")
+    _set_root_attr(path, "varstore_format", None)
+    assert not is_varstore_checkpoint(path)
+    with pytest.raises(NotACheckpointError, match="not a varstore checkpoint"):
+        open_checkpoint(path)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._sources import FIXTURES, write_own
+from ._sources import FIXTURES, plant_zarr_manifest, write_own
 
 #: A float32 value that appears in no checkpoint varstore writes in these tests.
 SENTINEL = np.float32(-7.7777e-33)
@@ -38,12 +38,7 @@ def huge_manifest(folder: Path) -> Path:
     columns["shape"][row] = [HUGE // 4]
     columns["nbytes"][row] = HUGE
     raw = json.dumps(document).encode()
-    manifest.write_bytes(raw)
-    meta_file = path / "_varstore/manifest/zarr.json"
-    meta = json.loads(meta_file.read_text())
-    meta["shape"] = [len(raw)]
-    meta["chunk_grid"]["configuration"]["chunk_shape"] = [len(raw)]
-    meta_file.write_text(json.dumps(meta))
+    plant_zarr_manifest(path, raw)
     array_meta_file = path / "dense/kernel/zarr.json"
     array_meta = json.loads(array_meta_file.read_text())
     array_meta["shape"] = [HUGE // 4]
@@ -140,12 +135,7 @@ def _set_checksum(path: Path, name: str, value: np.ndarray) -> None:
     columns = document["variables"]
     columns["checksum"][columns["name"].index(name)] = crc32c_of(value)
     raw = json.dumps(document).encode()
-    manifest.write_bytes(raw)
-    meta_file = path / "_varstore/manifest/zarr.json"
-    meta = json.loads(meta_file.read_text())
-    meta["shape"] = [len(raw)]
-    meta["chunk_grid"]["configuration"]["chunk_shape"] = [len(raw)]
-    meta_file.write_text(json.dumps(meta))
+    plant_zarr_manifest(path, raw)
 
 
 def zarr_manifest_path_out(folder: Path) -> Path:
@@ -164,12 +154,7 @@ def zarr_manifest_path_out(folder: Path) -> Path:
     columns["path"][row] = os.path.relpath(outside, path)
     columns["checksum"][row] = crc32c_of(np.full((8, 16), SENTINEL, np.float32))
     raw = json.dumps(document).encode()
-    manifest.write_bytes(raw)
-    meta_file = path / "_varstore/manifest/zarr.json"
-    meta = json.loads(meta_file.read_text())
-    meta["shape"] = [len(raw)]
-    meta["chunk_grid"]["configuration"]["chunk_shape"] = [len(raw)]
-    meta_file.write_text(json.dumps(meta))
+    plant_zarr_manifest(path, raw)
     return path
 
 

@@ -68,6 +68,25 @@ def write_own(directory: Path, fmt: str) -> Path:
     return path
 
 
+def plant_zarr_manifest(path: Path, raw: bytes) -> None:
+    """Stores `raw` as the manifest of the Zarr checkpoint `path`, with its array shape and root crc32c updated.
+
+    Builders of hostile manifests use it so that the reader's deeper checks, not the manifest's
+    own checksum (root attribute varstore_manifest_crc32c), are what refuses them.
+    """
+    from varstore.checkpoint.checksum import crc32c_raw
+
+    (path / "_varstore/manifest/c/0").write_bytes(raw)
+    meta_file = path / "_varstore/manifest/zarr.json"
+    meta = json.loads(meta_file.read_text())
+    meta["shape"] = [len(raw)]
+    meta["chunk_grid"]["configuration"]["chunk_shape"] = [len(raw)]
+    meta_file.write_text(json.dumps(meta))
+    root = json.loads((path / "zarr.json").read_text())
+    root["attributes"]["varstore_manifest_crc32c"] = crc32c_raw(raw)
+    (path / "zarr.json").write_text(json.dumps(root))
+
+
 def _relative_files(root: Path) -> tuple[str, ...]:
     return tuple(sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()))
 

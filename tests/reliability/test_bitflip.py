@@ -71,10 +71,9 @@ def test_deflated_npz_damage_is_a_typed_error(tmp_path: Path) -> None:
             reader.read("weights")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (checkpoint layer): the manifest has no checksum of its own, so a "
-                   "bit flip in a packed variable's name renames it silently")
 @pytest.mark.parametrize("fmt", ["h5", "zarr"])
 def test_flip_in_a_variable_name_is_detected(tmp_path: Path, fmt: str) -> None:
+    """Regression: the manifest had no checksum of its own; a flipped name bit renamed a variable silently."""
     from varstore.checkpoint import open_checkpoint
     from varstore.errors import VarstoreError
 

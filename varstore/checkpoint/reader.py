@@ -97,7 +97,12 @@ def _has_index_header(path: Path) -> bool:
 
 
 def is_varstore_checkpoint(path: os.PathLike[str] | str) -> bool:
-    """True when `path` is a varstore HDF5 file or Zarr v3 directory (checks magic and root attributes)."""
+    """True when `path` is a varstore HDF5 file or Zarr v3 directory.
+
+    Checks the magic bytes, then the HDF5 index header or the root attribute
+    varstore_format; a file whose attribute is damaged but which holds
+    `_varstore/manifest` counts too (open_varstore then raises CorruptCheckpointError).
+    """
     path = Path(path)
     try:
         fmt = _detect(path)
@@ -105,7 +110,13 @@ def is_varstore_checkpoint(path: os.PathLike[str] | str) -> bool:
             return True
         backend_reader = get_backend(fmt).open_reader(path)
         try:
-            return backend_reader.root_attrs().get("varstore_format") == FORMAT_NAMES[fmt]
+            if backend_reader.root_attrs().get("varstore_format") == FORMAT_NAMES[fmt]:
+                return True
+            try:  # a damaged varstore_format: still varstore (open_varstore says it is corrupt)
+                backend_reader.array_attrs(MANIFEST_PATH)
+            except VarstoreError:
+                return False
+            return True
         finally:
             backend_reader.close()
     except (VarstoreError, OSError):
@@ -176,11 +187,9 @@ class VarstoreReader(CheckpointReader):
             if data is None:
                 root = self._store.root_attrs()
                 if root.get("varstore_format") != self.format:
-                    kind = "Zarr v3 directory" if fmt == "zarr" else "HDF5 file"
-                    raise NotACheckpointError(
-                        f"'{path}' is a {kind} but not a varstore checkpoint (no varstore_format "
-                        f"attribute); open it with varstore.convert.open_checkpoint")
+                    self._refuse_format(root.get("varstore_format"))
                 data = self._store.read_bytes(MANIFEST_PATH)
+                self._check_manifest(data, root.get("varstore_manifest_crc32c"))
             header, columns = decode_manifest_columns(data, str(path))
             if self._direct and header.get("format") != self.format:
                 raise NotACheckpointError(f"'{path}' has an index header but is not a varstore HDF5 file")
@@ -205,6 +214,54 @@ class VarstoreReader(CheckpointReader):
                 raise CheckpointError(f"checkpoint '{self.path}' is closed")
             self._backend_reader = self._backend.open_reader(self.path)
         return self._backend_reader
+
+    def _refuse_format(self, found: Any) -> None:
+        """Raises for a root without the right varstore_format: corrupt when a manifest is there anyway.
+
+        Raises:
+          CorruptCheckpointError: `_varstore/manifest` exists, so the attribute was damaged.
+          NotACheckpointError: no manifest either (a plain HDF5 file / Zarr group).
+        """
+        kind = "Zarr v3 directory" if self._fmt == "zarr" else "HDF5 file"
+        try:
+            self._store.array_attrs(MANIFEST_PATH)
+        except VarstoreError:
+            raise NotACheckpointError(
+                f"'{self.path}' is a {kind} but not a varstore checkpoint (no varstore_format "
+                f"attribute); open it with varstore.convert.open_checkpoint") from None
+        raise CorruptCheckpointError(
+            f"'{self.path}' holds a varstore manifest ({MANIFEST_PATH}) but its root attribute "
+            f"varstore_format is {found!r}, not {self.format!r}: its root metadata is damaged; "
+            f"restore from another checkpoint")
+
+    def _check_manifest(self, data: bytes, recorded: Any) -> None:
+        """Checks manifest bytes read through h5py/zarr against every crc32c the file records for them.
+
+        Those are the root attribute varstore_manifest_crc32c and, in HDF5, the
+        index header's manifest_crc32c (when the header is there but the fast
+        path did not match, e.g. a rewritten file). Files from older writers have neither.
+
+        Raises:
+          CorruptCheckpointError: naming the file and both checksums.
+        """
+        expected = [recorded] if recorded is not None else []
+        if self._fmt == "h5":
+            try:
+                with open(self.path, "rb") as handle:
+                    where = decode_index_header(handle.read(INDEX_HEADER_BYTES))
+            except OSError:
+                where = None
+            if where is not None:
+                expected.append(where[2])
+        if not expected:
+            return
+        found = crc32c_raw(data)
+        for value in expected:
+            if type(value) is not int or value != found:
+                recorded_text = f"{value:08x}" if type(value) is int else repr(value)
+                raise CorruptCheckpointError(
+                    f"the manifest of '{self.path}' is damaged: its bytes have crc32c {found:08x}, the "
+                    f"checkpoint recorded {recorded_text}; restore from another checkpoint")
 
     def _manifest_from_index_header(self) -> bytes | None:
         """The manifest's bytes via the HDF5 user block, or None (then the HDF5 library is used)."""

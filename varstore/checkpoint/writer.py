@@ -493,6 +493,7 @@ def _write(tmp: Path, fmt: str, entries: list[Any], records: list[Record], packe
             writes.submit(extent, manifest, single_file)
         root = {f"varstore_{key}" if key in ("format", "format_version", "library_version") else key: value
                 for key, value in header.items()}
+        root["varstore_manifest_crc32c"] = _crc32c_raw(manifest)  # readers check the manifest with it
         writer.set_root_attrs(root)
         writes.drain()
         paths = writer.close()
