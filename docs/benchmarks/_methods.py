@@ -389,6 +389,13 @@ class _SleepyInitializer:
         return np.zeros(shape, dtype=dtype)
 
 
+def _resident_zeros(shape: Any, dtype: Any = DTYPE) -> npt.NDArray[Any]:
+    """Zeros whose pages are touched now (np.zeros' pages are only mapped on first write)."""
+    array = np.empty(shape, dtype=dtype)
+    array.fill(0)
+    return array
+
+
 class Varstore(Method):
     """varstore's own checkpoints: save a VariableStore, restore into an existing one.
 
@@ -465,8 +472,10 @@ class Varstore(Method):
 
         store = VariableStore()
         for v in workload.variables:
-            store.get_variable(v.name, shape=v.shape, dtype=DTYPE, initializer=np.zeros)
-        store.initialize()  # existing, materialized variables: restore fills their buffers in place
+            store.get_variable(v.name, shape=v.shape, dtype=DTYPE, initializer=_resident_zeros)
+        # Existing, materialized variables whose pages are resident (as h5py's destinations are):
+        # restore fills their buffers in place.
+        store.initialize()
         return store
 
     def load(self, state: Any, workload: Workload, path: Path) -> Any:

@@ -8,7 +8,9 @@ files' layout or manifests.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
 from typing import Any
 
 import crc32c as _crc32c
@@ -17,7 +19,7 @@ import numpy.typing as npt
 
 from varstore.errors import CorruptCheckpointError
 
-__all__ = ["byte_view", "crc32c_of", "crc32c_raw", "pwrite_all", "pread_into"]
+__all__ = ["byte_view", "crc32c_of", "crc32c_raw", "pwrite_all", "pread_into", "start_writeback"]
 
 #: crc32c of a bytes-like object (the C function itself: no per-call Python wrapper).
 crc32c_raw = _crc32c.crc32c
@@ -62,3 +64,32 @@ def pread_into(fd: int, out: Any, offset: int, where: str) -> None:
             raise CorruptCheckpointError(
                 f"{where} is truncated: needed {total} bytes at offset {offset}, the file ends after {done}")
         done += count
+
+
+def _sync_file_range() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_SYNC_FILE_RANGE = _sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def start_writeback(fd: int, offset: int, nbytes: int) -> None:
+    """Asks the kernel to start writing `nbytes` dirty bytes at `offset` of `fd` to disk now, without waiting.
+
+    Linux sync_file_range(SYNC_FILE_RANGE_WRITE): the disk writes while the
+    caller goes on copying the next values into the page cache, so the final
+    fsync finds little left to do (a 1.2 GB save then beats one write + fsync).
+    Durability still comes from fsync. A no-op where unavailable or refused.
+    """
+    function = _SYNC_FILE_RANGE
+    if function is not None and nbytes > 0:
+        function(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)  # errors ignored: fsync reports them

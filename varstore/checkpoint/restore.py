@@ -204,6 +204,8 @@ def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
                 reader.check_packed_at(batch_indices)
             reader.check_packed([ckpt for ckpt, _ in rest])
             reader.begin_checks()
+        if not lazy:
+            reader.plan_reads([ckpt for ckpt, _ in rest])
         restore_many(batch_variables, batch_values)
         del batch_values
         for obj, name, source in sources:
@@ -211,8 +213,7 @@ def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
                 obj.restore_from(source, lazy=lazy)
             else:
                 source.read_into(obj)
-        if not lazy and verify:
-            reader.end_checks()
+        reader.end_checks()
     finally:
         reader.release_packed()
         reader._checks = None

@@ -35,7 +35,7 @@ from varstore import dtypes as _dtypes
 from varstore.backends import RawExtent, format_for_path, get_backend
 from varstore.checkpoint import atomic
 from varstore.checkpoint._batch import paused_gc
-from varstore.checkpoint.checksum import crc32c_of, crc32c_raw as _crc32c_raw, pwrite_all
+from varstore.checkpoint.checksum import crc32c_of, crc32c_raw as _crc32c_raw, pwrite_all, start_writeback
 from varstore.checkpoint.entry import SaveEntry
 from varstore.variables import Variable, host_views
 from varstore.checkpoint.manifest import (
@@ -68,6 +68,8 @@ __all__ = ["save", "save_entries", "save_async", "entries_from", "SaveHandle"]
 _STAGING_BYTES = 8 << 20
 _MAX_PENDING = 8
 _FALLOCATE_BYTES = 1 << 20
+#: Writes of at least this many bytes go in pieces of this size, each handed to disk writeback at once.
+_WRITEBACK_BYTES = 8 << 20
 
 
 class SaveHandle:
@@ -155,7 +157,8 @@ def entries_from(target: Any) -> list[SaveEntry]:
       InvalidNameError: a mapping key that is not a string.
     """
     if hasattr(target, "variables") and callable(target.variables) and not isinstance(target, Mapping):
-        return [_variable_entry(v) for v in target.variables()]
+        return [_Item(v.name, v.shape, v.dtype, v.host_view, v.trainable, v.collections, v.device, v)
+                if type(v) is Variable else _variable_entry(v) for v in target.variables()]
     if isinstance(target, Mapping):
         entries = []
         for name, value in target.items():
@@ -257,7 +260,15 @@ class _Writes:
                         os.posix_fallocate(fd, extent.offset, extent.nbytes)
                     except OSError:
                         pass
-                pwrite_all(fd, data, extent.offset)
+                if extent.nbytes >= _WRITEBACK_BYTES:
+                    view = memoryview(data.reshape(-1).view(np.uint8) if isinstance(data, np.ndarray)
+                                      else data).cast("B")
+                    for start in range(0, extent.nbytes, _WRITEBACK_BYTES):
+                        piece = view[start:start + _WRITEBACK_BYTES]
+                        pwrite_all(fd, piece, extent.offset + start)
+                        start_writeback(fd, extent.offset + start, len(piece))
+                else:
+                    pwrite_all(fd, data, extent.offset)
             finally:
                 if not keep:
                     os.close(fd)
@@ -431,7 +442,7 @@ def _write(tmp: Path, fmt: str, entries: list[Any], records: list[Record], packe
             group = [records[i] for i in window]
             values = list(window_values)
             if window_variables:  # Variables' live buffers, fetched in one batch (host_views)
-                views = host_views([entries[window[k]].variable for k in window_variables])
+                views = host_views([entries[window[k]].variable for k in window_variables], read_only=False)
                 for k, view in zip(window_variables, views):
                     values[k] = _checked_value(view, group[k], tmp)
                 window_variables.clear()

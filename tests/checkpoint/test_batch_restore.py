@@ -1,0 +1,78 @@
+"""Many small (packed) variables: the batch save and restore paths keep every rule of the slow path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from varstore.checkpoint import open_checkpoint, restore, save
+from varstore.errors import ChecksumError, ShapeMismatchError
+from varstore.scopes import VariableStore
+
+
+def _small_store(values: np.ndarray, extra_dtypes: bool = True) -> VariableStore:
+    store = VariableStore()
+    for i, row in enumerate(values):
+        store.get_variable(f"small/v{i:03d}", shape=row.shape, dtype=row.dtype).assign(row)
+    if extra_dtypes:
+        store.get_variable("odd/i8", shape=(5,), dtype=np.int8).assign(np.arange(5, dtype=np.int8))
+        store.get_variable("odd/scalar", shape=(), dtype=np.float64).assign(3.25)
+        store.get_variable("odd/text", shape=(2,), dtype="U3", initializer=np.array(["", ""], "U3")).assign(np.array(["ab", "xyz"]))
+        store.get_variable("odd/empty", shape=(0, 4), dtype=np.float32).assign(np.zeros((0, 4), np.float32))
+    return store
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".zarr"])
+def test_batch_round_trip_of_many_small_variables(tmp_path: Path, suffix: str) -> None:
+    values = np.random.default_rng(1).standard_normal((300, 7)).astype(np.float32)
+    path = save(tmp_path / f"m{suffix}", _small_store(values))
+    target = _small_store(np.zeros_like(values))
+    pointer = target.get_variable_by_name("small/v123").host_view().ctypes.data
+    result = restore(path, target)
+    assert len(result.restored) == 304 and result.missing == [] and result.unexpected == []
+    np.testing.assert_array_equal(target.get_variable_by_name("small/v123").numpy(), values[123])
+    assert target.get_variable_by_name("small/v123").host_view().ctypes.data == pointer
+    assert target.get_variable_by_name("odd/text").numpy().tolist() == ["ab", "xyz"]
+    assert target.get_variable_by_name("odd/scalar").numpy() == 3.25
+    assert target.get_variable_by_name("odd/i8").numpy().tolist() == [0, 1, 2, 3, 4]
+    with open_checkpoint(path) as reader:
+        np.testing.assert_array_equal(reader["small/v299"], values[299])
+
+
+def test_batch_restore_shape_mismatch_names_variable_and_changes_nothing(tmp_path: Path) -> None:
+    values = np.ones((20, 4), np.float32)
+    path = save(tmp_path / "m.h5", _small_store(values, extra_dtypes=False))
+    target = VariableStore()
+    for i in range(20):
+        shape = (5,) if i == 13 else (4,)
+        target.get_variable(f"small/v{i:03d}", shape=shape, dtype=np.float32, initializer=np.zeros)
+    target.initialize()
+    with pytest.raises(ShapeMismatchError, match="small/v013"):
+        restore(path, target)
+    assert all(v.numpy().sum() == 0 for v in target.variables())
+
+
+def test_batch_restore_checksum_error_names_variable_and_changes_nothing(tmp_path: Path) -> None:
+    values = np.arange(40, dtype=np.float32).reshape(10, 4)
+    path = save(tmp_path / "m.h5", _small_store(values, extra_dtypes=False))
+    with open_checkpoint(path) as reader:
+        packed_offset = reader._packed["file_offset"]
+        offset = packed_offset + reader.record("small/v006").offset
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+    target = _small_store(np.zeros_like(values), extra_dtypes=False)
+    with pytest.raises(ChecksumError, match="small/v006"):
+        restore(path, target)
+    assert all(v.numpy().sum() == 0 for v in target.variables())
+
+
+def test_batch_restore_casts_float32_into_float64_variables(tmp_path: Path) -> None:
+    values = np.full((6, 3), 0.5, np.float32)
+    path = save(tmp_path / "m.h5", _small_store(values, extra_dtypes=False))
+    target = _small_store(np.zeros((6, 3), np.float64), extra_dtypes=False)
+    restore(path, target)
+    assert target.get_variable_by_name("small/v004").numpy().tolist() == [0.5, 0.5, 0.5]
+    assert target.get_variable_by_name("small/v004").dtype == np.float64
