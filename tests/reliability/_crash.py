@@ -133,7 +133,7 @@ def crash_campaign(directory: Path, fmt: str, kills: int, *, seed: int = 0) -> d
         plan: list[tuple[str | None, float | None]] = [
             (FAULT_POINTS[i % len(FAULT_POINTS)], None) for i in range(named_quota)]
         attempts = 0
-        while landed < kills and attempts < kills * 4:
+        while landed < kills and attempts < kills * 8:
             attempts += 1
             fault, delay = plan.pop(0) if plan else (None, rng.uniform(0.0, window))
             step = 4 + rng.randrange(6)  # a few steps reused, so saves replace existing checkpoints
