@@ -15,9 +15,9 @@ Never runs initializers, never writes.
 
 from __future__ import annotations
 
-import collections
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +123,50 @@ def is_varstore_checkpoint(path: os.PathLike[str] | str) -> bool:
         return False
 
 
+class _ReadAhead:
+    """A thread announcing planned extents to the kernel (POSIX_FADV_WILLNEED), at most `window` bytes ahead.
+
+    `done(offset)` is called after each read of a planned extent; `stop()`
+    ends the thread and waits for it (before the descriptor is closed).
+    """
+
+    def __init__(self, fd: int, extents: list[tuple[int, int]], window: int) -> None:
+        self._pending = dict(extents)  # file offset -> nbytes, planned and not yet read
+        self._consumed = 0
+        self._stopped = False
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, args=(fd, extents, window),
+                                        name="varstore-readahead", daemon=True)
+        self._thread.start()
+
+    def _run(self, fd: int, extents: list[tuple[int, int]], window: int) -> None:
+        issued = 0
+        for offset, nbytes in extents:
+            with self._cond:
+                while not self._stopped and issued - self._consumed >= window:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+            try:
+                os.posix_fadvise(fd, offset, nbytes, os.POSIX_FADV_WILLNEED)
+            except (OSError, AttributeError):
+                return
+            issued += nbytes
+
+    def done(self, offset: int) -> None:
+        nbytes = self._pending.pop(offset, None)
+        if nbytes is not None:
+            with self._cond:
+                self._consumed += nbytes
+                self._cond.notify()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        self._thread.join()
+
+
 class CheckpointValue:
     """One variable of an open checkpoint as a ValueSource (see varstore.variables).
 
@@ -175,9 +219,7 @@ class VarstoreReader(CheckpointReader):
         self._sizes: dict[Path, int] = {}
         self._packed_cache: bytearray | None = None
         self._packed_checked = False
-        self._ahead: collections.deque[tuple[int, int]] = collections.deque()  # (file offset, nbytes) to announce
-        self._announced: dict[int, int] = {}  # file offset -> nbytes announced and not yet read
-        self._ahead_bytes = 0
+        self._read_ahead: _ReadAhead | None = None
         self._checks: list[tuple[Record, Future[int]]] | None = None
         self._check_pool: ThreadPoolExecutor | None = None
         self._closed = False
@@ -342,6 +384,8 @@ class VarstoreReader(CheckpointReader):
             self.release_packed()
 
     def close(self) -> None:
+        if getattr(self, "_read_ahead", None) is not None:
+            self._stop_read_ahead()  # before its descriptor is closed
         for fd in self._fds.values():
             os.close(fd)
         self._fds = {}
@@ -524,47 +568,34 @@ class VarstoreReader(CheckpointReader):
     def plan_reads(self, names: list[str]) -> None:
         """Says in which order the next bulk fills will read (a restore's order), for read-ahead.
 
-        In an HDF5 file opened through its index header, the values are then
-        announced to the kernel (POSIX_FADV_WILLNEED) at most `_READ_AHEAD_BYTES`
-        (64 MiB) ahead of the one being read, so the disk works on the next
-        values while the current one is copied and checksummed. Page cache
-        only: no extra process memory. Cleared by end_checks.
+        In an HDF5 file opened through its index header, a helper thread then
+        announces the values to the kernel (POSIX_FADV_WILLNEED) at most
+        `_READ_AHEAD_BYTES` (64 MiB) ahead of the one being read, so the disk
+        works on the next values while the current one is copied and
+        checksummed (the announcing itself costs page allocations, kept off
+        the reading thread). Page cache only: no extra process memory.
+        Stopped by end_checks and close.
         """
-        self._ahead.clear()
-        self._ahead_bytes = 0
+        self._stop_read_ahead()
         if not (self._direct and self._fmt == "h5"):
             return
         index, columns = self._columns.index, self._columns.columns
-        offsets, sizes, file_offsets = columns["offset"], columns["nbytes"], self._columns.columns.get("file_offset")
-        if file_offsets is None:
+        offsets, sizes, file_offsets = columns["offset"], columns["nbytes"], columns.get("file_offset")
+        fd = self._fds.get(self.path)
+        if file_offsets is None or fd is None:
             return
+        extents = []
         for name in names:
             i = index.get(name)
             if i is not None and offsets[i] is None and file_offsets[i] is not None and sizes[i]:
-                self._ahead.append((file_offsets[i], sizes[i]))
-        self._read_ahead(None)
+                extents.append((file_offsets[i], sizes[i]))
+        if len(extents) > 1:
+            self._read_ahead = _ReadAhead(fd, extents, _READ_AHEAD_BYTES)
 
-    def _read_ahead(self, done: Record | None) -> None:
-        """Advances the read-ahead window past `done` (just read) and announces what comes next."""
-        if done is not None:
-            if done.file_offset not in self._announced:
-                return
-            self._ahead_bytes -= self._announced.pop(done.file_offset)
-        ahead = self._ahead
-        if not ahead:
-            return
-        fd = self._fds.get(self.path)
-        if fd is None:
-            return
-        while ahead and self._ahead_bytes < _READ_AHEAD_BYTES:
-            offset, nbytes = ahead.popleft()
-            try:
-                os.posix_fadvise(fd, offset, nbytes, os.POSIX_FADV_WILLNEED)
-            except (OSError, AttributeError):
-                ahead.clear()
-                return
-            self._announced[offset] = nbytes
-            self._ahead_bytes += nbytes
+    def _stop_read_ahead(self) -> None:
+        if self._read_ahead is not None:
+            self._read_ahead.stop()
+            self._read_ahead = None
 
     def end_checks(self) -> None:
         """Waits for the checks started since begin_checks.
@@ -573,9 +604,7 @@ class VarstoreReader(CheckpointReader):
           ChecksumError: naming the first damaged variable (in read order) and the file.
         """
         checks, self._checks = self._checks or [], None
-        self._ahead.clear()
-        self._announced.clear()
-        self._ahead_bytes = 0
+        self._stop_read_ahead()
         for record, future in checks:
             found = future.result()
             if found != record.checksum:
@@ -708,8 +737,8 @@ class VarstoreReader(CheckpointReader):
                         pread_into(fd, out, extent.offset, where)
                     finally:
                         self._release(extent.file, fd)
-                    if self._announced:
-                        self._read_ahead(record)
+                    if self._read_ahead is not None:
+                        self._read_ahead.done(extent.offset)
         if verify and record.checksum is not None:
             if self._checks is not None and record.nbytes >= _THREADED_CHECK_BYTES:
                 assert self._check_pool is not None

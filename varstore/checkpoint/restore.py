@@ -217,6 +217,7 @@ def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
     finally:
         reader.release_packed()
         reader._checks = None
+        reader._stop_read_ahead()
     deferred: list[str] = []
     if store is not None and unexpected and hasattr(store, "add_pending_restore"):
         waiting = {mapped[ckpt]: ckpt for ckpt in unexpected}

@@ -241,7 +241,21 @@ class _Writes:
         self._slots = threading.BoundedSemaphore(_MAX_PENDING)
         self._futures: list[Future[None]] = []
         self._fds: dict[Path, int] = {}
+        self._reserved: set[Path] = set()
         self.files: list[Path] = []
+
+    def reserve(self, file: Path, nbytes: int) -> None:
+        """Allocates the first `nbytes` bytes of `file` (kept open) at once; best effort."""
+        if nbytes < _FALLOCATE_BYTES:
+            return
+        fd = self._fd(file, True)
+        if file not in self.files:
+            self.files.append(file)
+        try:
+            os.posix_fallocate(fd, 0, nbytes)
+        except OSError:
+            return
+        self._reserved.add(file)
 
     def _fd(self, file: Path, keep: bool) -> int:
         fd = self._fds.get(file)
@@ -255,7 +269,7 @@ class _Writes:
         try:
             fd = self._fd(extent.file, keep)
             try:
-                if extent.nbytes >= _FALLOCATE_BYTES:
+                if extent.nbytes >= _FALLOCATE_BYTES and extent.file not in self._reserved:
                     try:  # reserve the blocks first: writes into allocated extents run ~2x faster on ext4
                         os.posix_fallocate(fd, extent.offset, extent.nbytes)
                     except OSError:
@@ -423,6 +437,13 @@ def _write(tmp: Path, fmt: str, entries: list[Any], records: list[Record], packe
     single_file = not backend.is_directory
     writer = backend.open_writer(tmp, INDEX_HEADER_BYTES if single_file else 0)
     writes = _Writes()
+    if single_file:
+        # Reserve the data's blocks in one go before HDF5 lays out anything: the file's extents then
+        # lie on disk in file order (per-dataset reservations interleaved with HDF5's metadata writes
+        # scattered a 1.2 GB file over ~150 extents out of order, slowing the later sequential read).
+        # HDF5 truncates the file to its end-of-allocation on close, so an overestimate leaves nothing.
+        writes.reserve(tmp, INDEX_HEADER_BYTES + packed_nbytes
+                       + sum(record.nbytes for record in records if record.path is not None))
     try:
         packed_extent = None
         if packed_nbytes:
