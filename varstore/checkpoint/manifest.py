@@ -27,6 +27,7 @@ from varstore import dtypes as _dtypes
 from varstore.errors import CorruptCheckpointError, InvalidNameError, UnsupportedDtypeError
 
 __all__ = [
+    "c_strides",
     "FORMAT_VERSION",
     "FORMAT_NAMES",
     "RESERVED_GROUP",
@@ -452,3 +453,13 @@ def check_dtype_name(name: str, dtype: Any) -> np.dtype:
         return _dtypes.as_dtype(dtype)
     except UnsupportedDtypeError as err:
         raise UnsupportedDtypeError(f"cannot save variable '{name}': {err}") from err
+
+
+def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Byte strides of a C-ordered array of `shape` (zero extents count as 1, so views stay valid)."""
+    strides = []
+    step = itemsize
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(strides))

@@ -30,6 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from varstore.checkpoint.checksum import crc32c_of, crc32c_raw, pread_into
 from varstore.checkpoint.info import CheckpointReader, VariableInfo, checked_out
 from varstore.checkpoint.manifest import (
+    c_strides,
     FORMAT_NAMES,
     INDEX_HEADER_BYTES,
     MANIFEST_PATH,
@@ -59,15 +60,6 @@ _PACKED_CACHE_BYTES = 256 << 20
 _READ_AHEAD_BYTES = 64 << 20
 #: In bulk restores, values of at least this many bytes are checksummed in a helper thread.
 _THREADED_CHECK_BYTES = 1 << 20
-
-
-def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    strides = []
-    step = itemsize
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= max(extent, 1)
-    return tuple(reversed(strides))
 
 
 def _detect(path: Path) -> str:
@@ -519,7 +511,7 @@ class VarstoreReader(CheckpointReader):
                     stride = size
             rows = end - k
             inner = tuple(shape)
-            strides = _c_strides(inner, dtype.itemsize)
+            strides = c_strides(inner, dtype.itemsize)
             block = np.ndarray((rows,) + inner, dtype=dtype, buffer=cache, offset=start,
                                strides=(stride,) + strides)
             out.extend(block)

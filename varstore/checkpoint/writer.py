@@ -39,6 +39,7 @@ from varstore.checkpoint.checksum import crc32c_of, crc32c_raw as _crc32c_raw, p
 from varstore.checkpoint.entry import SaveEntry
 from varstore.variables import Variable, host_views
 from varstore.checkpoint.manifest import (
+    c_strides,
     DEFAULT_PACK_THRESHOLD_BYTES,
     FORMAT_NAMES,
     FORMAT_VERSION,
@@ -324,15 +325,6 @@ class _Writes:
         self._fds = {}
 
 
-def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    strides = []
-    step = itemsize
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= max(extent, 1)
-    return tuple(reversed(strides))
-
-
 def _pack_window(records: list[Record], values: list[npt.NDArray[Any]], checksum: bool) -> Any:
     """One staging window of the packed blob from consecutive packed records.
 
@@ -374,7 +366,7 @@ def _pack_window(records: list[Record], values: list[npt.NDArray[Any]], checksum
                     end += 1
         value = values[k]
         dst = np.ndarray((end - k,) + record.shape, dtype=value.dtype, buffer=window, offset=start,
-                         strides=(stride,) + _c_strides(record.shape, value.dtype.itemsize))
+                         strides=(stride,) + c_strides(record.shape, value.dtype.itemsize))
         if end - k == 1:
             dst[0] = value
         else:
