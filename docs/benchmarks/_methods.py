@@ -49,6 +49,17 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _write_file(path: Path, write: Any, durable: bool) -> None:
+    """Opens `path` for writing, calls `write(f)`, and when durable fsyncs the file and its folder."""
+    with open(path, "wb") as f:
+        write(f)
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
+    if durable:
+        _fsync_dir(path.parent)
+
+
 def fsync_tree(path: Path) -> None:
     """Makes `path` durable: fsyncs the file, or every file and folder under it, then its parent folder."""
     path = Path(path)
@@ -165,13 +176,7 @@ class Raw(Method):
         return workload.read_flat()
 
     def save(self, model: Any, path: Path, durable: bool) -> None:
-        with open(path, "wb") as f:
-            model.tofile(f)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        if durable:
-            _fsync_dir(path.parent)
+        _write_file(path, lambda f: model.tofile(f), durable)
 
     def load(self, state: Any, workload: Workload, path: Path) -> Any:
         return np.fromfile(path, dtype=DTYPE)
@@ -286,13 +291,7 @@ class Npz(Method):
     suffix = ".npz"
 
     def save(self, model: Arrays, path: Path, durable: bool) -> None:
-        with open(path, "wb") as f:
-            np.savez(f, **model)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        if durable:
-            _fsync_dir(path.parent)
+        _write_file(path, lambda f: np.savez(f, **model), durable)
 
     def load(self, state: Any, workload: Workload, path: Path) -> Any:
         with np.load(path, allow_pickle=False) as z:
@@ -318,13 +317,7 @@ class Torch(Method):
     def save(self, model: Any, path: Path, durable: bool) -> None:
         import torch
 
-        with open(path, "wb") as f:
-            torch.save(model, f)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        if durable:
-            _fsync_dir(path.parent)
+        _write_file(path, lambda f: torch.save(model, f), durable)
 
     def load(self, state: Any, workload: Workload, path: Path) -> Any:
         import torch
