@@ -14,7 +14,7 @@ __version__ = "0.1.0"  # before the imports: submodules read it
 from varstore import _core_api, dtypes, errors
 from varstore._core_api import *  # noqa: F401,F403
 from varstore.checkpoint import CheckpointManager, RestoreResult, SaveHandle, restore, save
-from varstore.checkpoint.info import CheckpointReader, SkippedEntry, VariableInfo
+from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo
 from varstore.convert import ConvertReport, convert, detect_format, open_checkpoint
 from varstore.errors import *  # noqa: F401,F403
 from varstore.inspect import CheckpointDiff, VariableStats, diff_checkpoints, scope_tree, variable_stats

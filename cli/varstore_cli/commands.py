@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import click
 
-from varstore.checkpoint.info import CheckpointReader, VariableInfo
+from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo
 from varstore.errors import UnknownVariableError
 from varstore.inspect import diff_checkpoints, scope_tree, variable_stats
 from varstore_cli import formatting as fmt

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from varstore.checkpoint.info import VariableInfo
+from varstore.checkpoint.reader_api import VariableInfo
 from varstore.inspect import ScopeNode
 
 __all__ = [

@@ -435,7 +435,7 @@ class Varstore(Method):
 
         if hasattr(varstore, "open_checkpoint"):
             return varstore.open_checkpoint
-        from varstore.checkpoint import open_checkpoint
+        from varstore.checkpoint import open_varstore as open_checkpoint
 
         return open_checkpoint
 

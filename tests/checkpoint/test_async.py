@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from varstore.checkpoint import CheckpointManager, SaveHandle, open_checkpoint, restore, save
-from varstore.checkpoint import writer as writer_module
+from varstore.checkpoint import CheckpointManager, SaveHandle, open_varstore as open_checkpoint, restore, save
+from varstore.checkpoint import snapshot as snapshot_module
 from varstore.errors import ShapeMismatchError
 from varstore.scopes import VariableStore
 
@@ -46,14 +46,14 @@ def test_mutating_right_after_async_save_keeps_the_snapshot(tmp_path: Path, suff
 
 def test_snapshot_memory_stays_under_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     peaks: list[int] = []
-    original = writer_module._SnapshotBudget
+    original = snapshot_module._SnapshotBudget
 
     class Recording(original):  # type: ignore[misc, valid-type]
         def fail(self) -> None:
             peaks.append(self.peak)
             super().fail()
 
-    monkeypatch.setattr(writer_module, "_SnapshotBudget", Recording)
+    monkeypatch.setattr(snapshot_module, "_SnapshotBudget", Recording)
     store = _store(10, 4096)  # 10 x 16 KiB
     save(tmp_path / "m.h5", store, blocking=False, max_snapshot_bytes=3 * 16384).wait()
     save(tmp_path / "n.h5", store, blocking=False).wait()
@@ -64,7 +64,7 @@ def test_async_errors_come_from_wait(tmp_path: Path) -> None:
     bad = {"w": np.ones(3)}
     from varstore.checkpoint.entry import SaveEntry
     entries = [SaveEntry("w", (4,), np.dtype("float64"), lambda: bad["w"])]
-    handle = writer_module.save_async(tmp_path / "m.h5", entries)
+    handle = snapshot_module.save_async(tmp_path / "m.h5", entries)
     with pytest.raises(ShapeMismatchError, match="'w'"):
         handle.wait()
     assert isinstance(handle.exception(), ShapeMismatchError)

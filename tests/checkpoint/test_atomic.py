@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from varstore.checkpoint import atomic, open_checkpoint, save
+from varstore.checkpoint import atomic, open_varstore as open_checkpoint, save
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.writer import save_entries
 

@@ -15,7 +15,7 @@ from hypothesis.extra import numpy as hnp
 from tests.checkpoint.plain import plain_array, plain_attrs, plain_manifest, plain_packed_value, plain_root_attrs
 from varstore import dtypes
 from varstore.backends import get_backend
-from varstore.checkpoint import is_varstore_checkpoint, open_checkpoint, save
+from varstore.checkpoint import is_varstore_checkpoint, open_varstore as open_checkpoint, save
 from varstore.errors import (
     CheckpointNotFoundError,
     ChecksumError,

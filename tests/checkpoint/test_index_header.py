@@ -8,7 +8,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from varstore.checkpoint import open_checkpoint, save
+from varstore.checkpoint import open_varstore as open_checkpoint, save
 from varstore.checkpoint.manifest import INDEX_HEADER_BYTES
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from varstore.checkpoint import CheckpointManager, open_checkpoint
+from varstore.checkpoint import CheckpointManager, open_varstore as open_checkpoint
 from varstore.errors import CheckpointLockedError
 
 ROOT = Path(__file__).resolve().parents[2]

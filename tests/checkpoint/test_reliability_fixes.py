@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from varstore.checkpoint import CheckpointManager, open_checkpoint, save
+from varstore.checkpoint import CheckpointManager, open_varstore as open_checkpoint, save
 from varstore.errors import CorruptCheckpointError
 
 VALUES = {"dense/kernel": np.arange(8 * 16, dtype=np.float32).reshape(8, 16),

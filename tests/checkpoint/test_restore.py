@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from varstore.checkpoint import open_checkpoint, restore, save
+from varstore.checkpoint import open_varstore as open_checkpoint, restore, save
 from varstore.checkpoint.reader import CheckpointValue
 from varstore.errors import DtypeMismatchError, RestoreError, ShapeMismatchError
 from varstore.scopes import VariableStore

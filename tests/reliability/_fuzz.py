@@ -202,7 +202,7 @@ def manifest_edits(draw: Any) -> list[tuple[str, int, Any]]:
 
 def _manifest_in_checkpoint(edits: list[tuple[str, int, Any]]) -> None:
     """Plants an edited manifest in a copy of a real Zarr checkpoint, then opens and reads it whole."""
-    from varstore.checkpoint import open_checkpoint
+    from varstore.checkpoint import open_varstore as open_checkpoint
 
     source, document = _template()
     document = json.loads(json.dumps(document))

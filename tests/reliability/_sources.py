@@ -126,7 +126,7 @@ def data_regions(source: Source) -> dict[str, list[tuple[int, int, str]]]:
     """
     regions: dict[str, list[tuple[int, int, str]]] = {}
     if source.own:
-        from varstore.checkpoint import open_checkpoint
+        from varstore.checkpoint import open_varstore as open_checkpoint
         from varstore.checkpoint.manifest import storage_layout
 
         path = source.src / source.open if source.open else source.src

@@ -74,7 +74,7 @@ def test_deflated_npz_damage_is_a_typed_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize("fmt", ["h5", "zarr"])
 def test_flip_in_a_variable_name_is_detected(tmp_path: Path, fmt: str) -> None:
     """Regression: the manifest had no checksum of its own; a flipped name bit renamed a variable silently."""
-    from varstore.checkpoint import open_checkpoint
+    from varstore.checkpoint import open_varstore as open_checkpoint
     from varstore.errors import VarstoreError
 
     path = write_own(tmp_path, fmt)

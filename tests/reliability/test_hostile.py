@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from varstore.checkpoint import open_checkpoint as open_varstore
+from varstore.checkpoint import open_varstore
 from varstore.checkpoint import save
 from varstore.convert import open_checkpoint
 from varstore.errors import InvalidNameError, UnsafeFormatError, VarstoreError

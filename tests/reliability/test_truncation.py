@@ -33,7 +33,7 @@ def test_truncated_files_give_typed_errors(figures: dict, label: str) -> None:
 
 
 def test_truncating_a_zarr_chunk_names_the_variable(tmp_path: Path) -> None:
-    from varstore.checkpoint import open_checkpoint
+    from varstore.checkpoint import open_varstore as open_checkpoint
     from varstore.errors import CorruptCheckpointError
 
     from ._sources import write_own

@@ -95,9 +95,15 @@ class BackendReader(Protocol):
 class Backend(Protocol):
     """A storage format: how to sniff, open for writing, open for reading."""
 
+    #: Short name ("h5", "zarr").
     name: str
+    #: What a container is, for messages ("HDF5 file", "Zarr v3 directory").
+    description: str
     suffixes: tuple[str, ...]
+    #: True when a container is a directory of files, False for one file.
     is_directory: bool
+    #: True when fixed-length bytes ("S<n>") are stored natively (as BackendWriter.native_bytes_strings).
+    native_bytes_strings: bool
 
     def sniff(self, path: Path) -> bool:
         """True when `path` looks like this backend's container (magic bytes / zarr.json)."""

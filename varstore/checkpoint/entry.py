@@ -1,12 +1,15 @@
 """SaveEntry: one variable to be written, with its value fetched only when written.
 
 Lets `save_entries` stream a model (or a foreign checkpoint being converted)
-variable by variable, so memory stays near the largest variable. No I/O here.
+variable by variable, so memory stays near the largest variable.
+`SnapshotEntry` is the same for async saves: its value is a copy handed over
+from the caller's thread. No I/O here.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +18,7 @@ import numpy.typing as npt
 
 from varstore.errors import ConversionError
 
-__all__ = ["SaveEntry"]
+__all__ = ["SaveEntry", "SnapshotEntry"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,3 +56,40 @@ class SaveEntry:
                 f"variable '{self.name}' gave a value of shape {value.shape} and dtype {value.dtype}, "
                 f"its entry says {tuple(self.shape)} and {self.dtype}")
         return value
+
+
+class SnapshotEntry:
+    """An entry whose value is a host copy handed over from another thread (async saves).
+
+    Attributes:
+      name, shape, dtype, trainable, collections, device: as the entry it copies.
+    """
+
+    __slots__ = ("name", "shape", "dtype", "trainable", "collections", "device", "_value", "_ready")
+
+    def __init__(self, entry: Any) -> None:
+        self.name = entry.name
+        self.shape = entry.shape
+        self.dtype = entry.dtype
+        self.trainable = entry.trainable
+        self.collections = entry.collections
+        self.device = entry.device
+        self._value: Any = None
+        self._ready = threading.Event()
+
+    def put(self, value: npt.NDArray[Any] | BaseException) -> None:
+        """Hands over the copy (or the exception taking it raised)."""
+        self._value = value
+        self._ready.set()
+
+    def ready(self) -> bool:
+        """True once the copy was handed over (get() will not block)."""
+        return self._ready.is_set()
+
+    def get(self) -> npt.NDArray[Any]:
+        """Waits for the copy and returns it once (raises what taking it raised)."""
+        self._ready.wait()
+        value, self._value = self._value, None
+        if isinstance(value, BaseException):
+            raise value
+        return value  # type: ignore[no-any-return]

@@ -26,8 +26,10 @@ from typing import Any
 from varstore.backends import FORMATS, format_for_path
 from varstore.checkpoint import atomic
 from varstore.checkpoint.reader import open_varstore
-from varstore.checkpoint.restore import RestoreResult, _targets_of, restore
-from varstore.checkpoint.writer import SaveHandle, entries_from, save, save_async
+from varstore.checkpoint.restore import RestoreResult, targets_of, restore
+from varstore.checkpoint.plan import entries_from
+from varstore.checkpoint.snapshot import SaveHandle, save_async
+from varstore.checkpoint.writer import save
 from varstore.errors import CheckpointError, CheckpointLockedError, CorruptCheckpointError, NotACheckpointError
 
 __all__ = ["CheckpointManager"]
@@ -251,7 +253,7 @@ class CheckpointManager:
                 raise
             # Lazy, deferred and not-yet-allocated variables keep reading from it; else close it now.
             if not result.deferred and not isinstance(target, Iterator) and not any(
-                    getattr(obj, "is_restore_pending", False) for obj in _targets_of(target)[0].values()):
+                    getattr(obj, "is_restore_pending", False) for obj in targets_of(target)[0].values()):
                 reader.close()
             return result
         return None

@@ -1,162 +1,76 @@
-"""Reading varstore's own checkpoints: open_varstore, the lazy reader, and per-variable value sources.
+"""The lazy reader of varstore's own checkpoints: open_varstore, VarstoreReader, CheckpointValue.
 
-Opening reads the root attributes and the JSON manifest only; an HDF5 file
-that has varstore's index header is opened without the HDF5 library (its
-user block says where the manifest is, and the manifest where each value
-is), so opening and reading one variable costs three small reads. Reading a
-variable reads only its bytes, with one preadv straight into the caller's
-buffer at the recorded offset (or the one the backend reports: the HDF5
-dataset's offset or the Zarr chunk file), then checks its crc32c on that
-buffer; arrays stored some other way are read through h5py/zarr. Bulk
-restores check checksums in a helper thread while the next value is read. `CheckpointValue` implements the
-core's ValueSource protocol, so deferred and lazy restores read from here.
-Never runs initializers, never writes.
+Opening reads the root attributes and the JSON manifest only (through the
+index header when there is one: see detection.py). Reading a variable reads
+only its bytes, with one positional read through the Storage protocol
+straight into the caller's buffer at the recorded offset (or the one the
+backend reports: the HDF5 dataset's offset or the Zarr chunk file), then
+checks its crc32c on that buffer; arrays stored some other way are read
+through the backend. `CheckpointValue` implements the core's ValueSource
+protocol, so deferred and lazy restores read from here. Bulk reads lend the
+reader a `ReadSession` (read_engine.py owns its threads). Never runs
+initializers, never writes.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from varstore.backends import RawExtent, get_backend
-from concurrent.futures import Future, ThreadPoolExecutor
-
-from varstore.checkpoint.checksum import crc32c_of, crc32c_raw, pread_into
-from varstore.checkpoint.info import CheckpointReader, VariableInfo, checked_out
+from varstore.backends import BackendReader, RawExtent, get_backend
+from varstore.checkpoint.checksum import crc32c_of, crc32c_raw
+from varstore.checkpoint.detection import (
+    detect_container,
+    index_header,
+    is_varstore_checkpoint,
+    manifest_via_index_header,
+)
 from varstore.checkpoint.manifest import (
-    c_strides,
     FORMAT_NAMES,
-    INDEX_HEADER_BYTES,
     MANIFEST_PATH,
     ManifestColumns,
     Record,
-    decode_index_header,
     decode_manifest_columns,
     format_checksum,
-    logical_dtype,
     storage_layout,
 )
+from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo, checked_out
 from varstore.errors import (
     CheckpointError,
-    CheckpointNotFoundError,
     ChecksumError,
     CorruptCheckpointError,
     NotACheckpointError,
     UnknownVariableError,
     VarstoreError,
 )
+from varstore.storage import LocalStorage, ReadAhead, Storage
 
-__all__ = ["VarstoreReader", "CheckpointValue", "open_varstore", "is_varstore_checkpoint"]
-
-#: The packed blob is read whole for bulk restores when at most this many bytes.
-_PACKED_CACHE_BYTES = 256 << 20
-#: Bulk restores announce values to the kernel (POSIX_FADV_WILLNEED) this many bytes ahead.
-_READ_AHEAD_BYTES = 64 << 20
-#: In bulk restores, values of at least this many bytes are checksummed in a helper thread.
-_THREADED_CHECK_BYTES = 1 << 20
+__all__ = ["VarstoreReader", "CheckpointValue", "ReadSession", "open_varstore", "is_varstore_checkpoint"]
 
 
-def _detect(path: Path) -> str:
-    if not path.exists():
-        raise CheckpointNotFoundError(f"no checkpoint at '{path}'")
-    if path.is_dir():
-        if get_backend("zarr").sniff(path):
-            return "zarr"
-        raise NotACheckpointError(f"'{path}' is a directory without a Zarr v3 zarr.json")
-    if get_backend("h5").sniff(path):
-        return "h5"
-    raise NotACheckpointError(f"'{path}' is neither an HDF5 file nor a Zarr v3 directory")
+class ReadSession:
+    """What a bulk read lends a reader while it runs (see read_engine.py, which owns the threads).
 
-
-def _has_index_header(path: Path) -> bool:
-    """True when an HDF5 file starts with a varstore index header whose manifest checksum matches."""
-    try:
-        with open(path, "rb") as handle:
-            where = decode_index_header(handle.read(INDEX_HEADER_BYTES))
-            if where is None:
-                return False
-            handle.seek(where[0])
-            data = handle.read(where[1])
-    except OSError:
-        return False
-    return len(data) == where[1] and crc32c_raw(data) == where[2]
-
-
-def is_varstore_checkpoint(path: os.PathLike[str] | str) -> bool:
-    """True when `path` is a varstore HDF5 file or Zarr v3 directory.
-
-    Checks the magic bytes, then the HDF5 index header or the root attribute
-    varstore_format; a file whose attribute is damaged but which holds
-    `_varstore/manifest` counts too (open_varstore then raises CorruptCheckpointError).
-    """
-    path = Path(path)
-    try:
-        fmt = _detect(path)
-        if fmt == "h5" and _has_index_header(path):
-            return True
-        backend_reader = get_backend(fmt).open_reader(path)
-        try:
-            if backend_reader.root_attrs().get("varstore_format") == FORMAT_NAMES[fmt]:
-                return True
-            try:  # a damaged varstore_format: still varstore (open_varstore says it is corrupt)
-                backend_reader.array_attrs(MANIFEST_PATH)
-            except VarstoreError:
-                return False
-            return True
-        finally:
-            backend_reader.close()
-    except (VarstoreError, OSError):
-        return False
-
-
-class _ReadAhead:
-    """A thread announcing planned extents to the kernel (POSIX_FADV_WILLNEED), at most `window` bytes ahead.
-
-    `done(offset)` is called after each read of a planned extent; `stop()`
-    ends the thread and waits for it (before the descriptor is closed).
+    Attributes:
+      packed: the whole packed blob, read once, or None.
+      packed_checked: True once every packed variable to be read was checked on `packed`.
+      read_ahead: the storage's read-ahead over the planned extents, or None.
+      defer: takes a variable's crc32c check off the reading thread: called
+        with the record and the buffer just filled; None checks inline.
     """
 
-    def __init__(self, fd: int, extents: list[tuple[int, int]], window: int) -> None:
-        self._pending = dict(extents)  # file offset -> nbytes, planned and not yet read
-        self._consumed = 0
-        self._stopped = False
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, args=(fd, extents, window),
-                                        name="varstore-readahead", daemon=True)
-        self._thread.start()
+    __slots__ = ("packed", "packed_checked", "read_ahead", "defer")
 
-    def _run(self, fd: int, extents: list[tuple[int, int]], window: int) -> None:
-        issued = 0
-        for offset, nbytes in extents:
-            with self._cond:
-                while not self._stopped and issued - self._consumed >= window:
-                    self._cond.wait()
-                if self._stopped:
-                    return
-            try:
-                os.posix_fadvise(fd, offset, nbytes, os.POSIX_FADV_WILLNEED)
-            except (OSError, AttributeError):
-                return
-            issued += nbytes
-
-    def done(self, offset: int) -> None:
-        nbytes = self._pending.pop(offset, None)
-        if nbytes is not None:
-            with self._cond:
-                self._consumed += nbytes
-                self._cond.notify()
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify()
-        self._thread.join()
+    def __init__(self) -> None:
+        self.packed: bytearray | None = None
+        self.packed_checked = False
+        self.read_ahead: ReadAhead | None = None
+        self.defer: Callable[[Record, npt.NDArray[Any]], bool] | None = None
 
 
 class CheckpointValue:
@@ -186,11 +100,11 @@ class CheckpointValue:
     def read_into(self, out: npt.NDArray[Any]) -> None:
         """Fills `out` (the variable's shape; its dtype, cast from the stored one when they differ)."""
         if out.dtype == self.dtype and out.flags.c_contiguous and out.flags.writeable:
-            self._reader._fill(self._record, out, self._verify)
+            self._reader.fill(self._record, out, self._verify)
             return
-        self._reader._check_stored(self._record)
+        self._reader.check_stored(self._record)
         value = np.empty(self.shape, dtype=self.dtype)
-        self._reader._fill(self._record, value, self._verify)
+        self._reader.fill(self._record, value, self._verify)
         np.copyto(out, value, casting="unsafe")
 
     def __repr__(self) -> str:
@@ -198,26 +112,30 @@ class CheckpointValue:
 
 
 class VarstoreReader(CheckpointReader):
-    """A read-only, lazy view of one varstore checkpoint (format "varstore-hdf5" or "varstore-zarr")."""
+    """A read-only, lazy view of one varstore checkpoint (format "varstore-hdf5" or "varstore-zarr").
 
-    def __init__(self, path: Path, fmt: str) -> None:
+    Attributes:
+      storage: where its bytes are read from (the Storage protocol).
+      session: the ReadSession of a running bulk read, or None.
+    """
+
+    def __init__(self, path: Path, fmt: str, storage: Storage | None = None) -> None:
         super().__init__(path)
         self.format = FORMAT_NAMES[fmt]
-        self._fmt = fmt
         self._backend = get_backend(fmt)
-        self._backend_reader: Any = None
-        self._fds: dict[Path, int] = {}
+        self._backend_reader: BackendReader | None = None
+        self.storage: Storage = LocalStorage() if storage is None else storage
+        self._key = str(path)
         self._extents: dict[str, RawExtent | None] = {}
-        self._sizes: dict[Path, int] = {}
-        self._packed_cache: bytearray | None = None
-        self._packed_checked = False
-        self._read_ahead: _ReadAhead | None = None
-        self._checks: list[tuple[Record, Future[int]]] | None = None
-        self._check_pool: ThreadPoolExecutor | None = None
+        self._sizes: dict[str, int] = {}
+        self.session: ReadSession | None = None
         self._closed = False
-        self._direct = False  # offsets in the manifest are trusted (the HDF5 index header matched)
+        self._direct = False  # offsets in the manifest are trusted (the index header matched)
         try:
-            data = self._manifest_from_index_header() if fmt == "h5" else None
+            data = None
+            if not self._backend.is_directory:
+                data = manifest_via_index_header(self.storage, self._key)
+                self._direct = data is not None
             if data is None:
                 root = self._store.root_attrs()
                 if root.get("varstore_format") != self.format:
@@ -227,6 +145,8 @@ class VarstoreReader(CheckpointReader):
             header, columns = decode_manifest_columns(data, str(path))
             if self._direct and header.get("format") != self.format:
                 raise NotACheckpointError(f"'{path}' has an index header but is not a varstore HDF5 file")
+            if not self._backend.is_directory:
+                self.storage.keep_open(self._key)  # one file read many times
         except BaseException:
             self.close()
             raise
@@ -235,13 +155,13 @@ class VarstoreReader(CheckpointReader):
         self.format_version = header.get("format_version")
         self.library_version = header.get("library_version")
         self.created_utc = header.get("created_utc")
-        self._packed = header.get("packed") or {}
+        self._packed: dict[str, Any] = header.get("packed") or {}
         self._columns: ManifestColumns = columns
         self._records: dict[int, Record] = {}
         self._names = columns.names
 
     @property
-    def _store(self) -> Any:
+    def _store(self) -> BackendReader:
         """The backend reader (h5py/zarr), opened on first need."""
         if self._backend_reader is None:
             if self._closed:
@@ -256,37 +176,31 @@ class VarstoreReader(CheckpointReader):
           CorruptCheckpointError: `_varstore/manifest` exists, so the attribute was damaged.
           NotACheckpointError: no manifest either (a plain HDF5 file / Zarr group).
         """
-        kind = "Zarr v3 directory" if self._fmt == "zarr" else "HDF5 file"
         try:
             self._store.array_attrs(MANIFEST_PATH)
         except VarstoreError:
             raise NotACheckpointError(
-                f"'{self.path}' is a {kind} but not a varstore checkpoint (no varstore_format "
-                f"attribute); open it with varstore.convert.open_checkpoint") from None
+                f"'{self.path}' is a {self._backend.description} but not a varstore checkpoint (no "
+                f"varstore_format attribute); open it with varstore.convert.open_checkpoint") from None
         raise CorruptCheckpointError(
             f"'{self.path}' holds a varstore manifest ({MANIFEST_PATH}) but its root attribute "
             f"varstore_format is {found!r}, not {self.format!r}: its root metadata is damaged; "
             f"restore from another checkpoint")
 
     def _check_manifest(self, data: bytes, recorded: Any) -> None:
-        """Checks manifest bytes read through h5py/zarr against every crc32c the file records for them.
+        """Checks manifest bytes read through the backend against every crc32c the file records for them.
 
-        Those are the root attribute varstore_manifest_crc32c and, in HDF5, the
-        index header's manifest_crc32c (when the header is there but the fast
-        path did not match, e.g. a rewritten file). Files from older writers have neither.
+        Those are the root attribute varstore_manifest_crc32c and the index
+        header's manifest_crc32c (when a header is there but the fast path did
+        not match, e.g. a rewritten HDF5 file). Files from older writers have neither.
 
         Raises:
           CorruptCheckpointError: naming the file and both checksums.
         """
         expected = [recorded] if recorded is not None else []
-        if self._fmt == "h5":
-            try:
-                with open(self.path, "rb") as handle:
-                    where = decode_index_header(handle.read(INDEX_HEADER_BYTES))
-            except OSError:
-                where = None
-            if where is not None:
-                expected.append(where[2])
+        where = None if self._backend.is_directory else index_header(self.storage, self._key)
+        if where is not None:
+            expected.append(where[2])
         if not expected:
             return
         found = crc32c_raw(data)
@@ -296,29 +210,6 @@ class VarstoreReader(CheckpointReader):
                 raise CorruptCheckpointError(
                     f"the manifest of '{self.path}' is damaged: its bytes have crc32c {found:08x}, the "
                     f"checkpoint recorded {recorded_text}; restore from another checkpoint")
-
-    def _manifest_from_index_header(self) -> bytes | None:
-        """The manifest's bytes via the HDF5 user block, or None (then the HDF5 library is used)."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except OSError:
-            return None
-        try:
-            where = decode_index_header(os.pread(fd, INDEX_HEADER_BYTES, 0))
-            if where is None:
-                return None
-            offset, nbytes, checksum = where
-            if offset + nbytes > os.fstat(fd).st_size:
-                return None
-            data = os.pread(fd, nbytes, offset)
-            if len(data) != nbytes or crc32c_raw(data) != checksum:
-                return None
-        except OSError:
-            os.close(fd)
-            return None
-        self._fds[self.path] = fd
-        self._direct = True
-        return data
 
     # -- CheckpointReader
     def keys(self) -> list[str]:
@@ -330,13 +221,18 @@ class VarstoreReader(CheckpointReader):
     def __len__(self) -> int:
         return len(self._names)
 
+    @property
+    def manifest(self) -> ManifestColumns:
+        """The decoded manifest, column by column (read-only use)."""
+        return self._columns
+
     def record(self, name: str) -> Record:
         """The manifest record of `name`.
 
         Raises:
           UnknownVariableError: naming the variable and the file.
         """
-        index = self._columns.index.get(name)  # type: ignore[arg-type]
+        index = self._columns.index.get(name)
         if index is None:
             raise UnknownVariableError(f"no variable '{name}' in '{self.path}'")
         record = self._records.get(index)
@@ -355,9 +251,9 @@ class VarstoreReader(CheckpointReader):
              verify: bool = True) -> npt.NDArray[Any]:
         record = self.record(name)
         if out is None:
-            self._check_stored(record)  # before allocating what the manifest claims
+            self.check_stored(record)  # before allocating what the manifest claims
         out = checked_out(name, record.shape, record.numpy_dtype, out)
-        self._fill(record, out, verify)
+        self.fill(record, out, verify)
         return out
 
     def source(self, name: str, *, verify: bool = True) -> CheckpointValue:
@@ -366,26 +262,26 @@ class VarstoreReader(CheckpointReader):
 
     def verify(self) -> None:
         """Reads every variable and checks its crc32c; raises ChecksumError naming the first bad one."""
-        self.prefetch_packed()
+        session = ReadSession()
+        session.packed = self.packed_blob()
+        previous, self.session = self.session, session
         try:
             for name in self._names:
                 record = self.record(name)
-                self._check_stored(record)
-                self._fill(record, np.empty(record.shape, dtype=record.numpy_dtype), True)
+                self.check_stored(record)
+                self.fill(record, np.empty(record.shape, dtype=record.numpy_dtype), True)
         finally:
-            self.release_packed()
+            self.session = previous
 
     def close(self) -> None:
-        if getattr(self, "_read_ahead", None) is not None:
-            self._stop_read_ahead()  # before its descriptor is closed
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds = {}
-        self._packed_cache = None
-        if self._check_pool is not None:
-            self._check_pool.shutdown(wait=True)
-            self._check_pool = None
-        if not self._closed:
+        session = getattr(self, "session", None)
+        if session is not None and session.read_ahead is not None:
+            session.read_ahead.stop()  # before its descriptor is closed
+            session.read_ahead = None
+        storage = getattr(self, "storage", None)
+        if storage is not None:
+            storage.close()
+        if not getattr(self, "_closed", True):
             self._closed = True
             if self._backend_reader is not None:
                 self._backend_reader.close()
@@ -396,7 +292,22 @@ class VarstoreReader(CheckpointReader):
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
-    # -- bytes
+    # -- where bytes are
+    def direct_extents(self, names: list[str]) -> tuple[str, list[tuple[int, int]]] | None:
+        """(storage key, [(offset, nbytes)...]) of the named own-array variables whose file offsets the
+        manifest records (a single-file checkpoint opened through its index header), in order; else None."""
+        file_offsets = self._columns.columns.get("file_offset")
+        if not self._direct or file_offsets is None:
+            return None
+        index, columns = self._columns.index, self._columns.columns
+        offsets, sizes = columns["offset"], columns["nbytes"]
+        extents = []
+        for name in names:
+            i = index.get(name)
+            if i is not None and offsets[i] is None and file_offsets[i] is not None and sizes[i]:
+                extents.append((file_offsets[i], sizes[i]))
+        return self._key, extents
+
     def _packed_extent(self) -> RawExtent | None:
         nbytes = int(self._packed.get("nbytes") or 0)
         file_offset = self._packed.get("file_offset")
@@ -404,236 +315,44 @@ class VarstoreReader(CheckpointReader):
             return RawExtent(self.path, file_offset, nbytes)
         return self._extent_of(self._packed["path"], np.dtype("u1"), (nbytes,))
 
-    def prefetch_packed(self) -> bool:
-        """Reads the packed blob of small variables in one go (bulk restores and verify).
+    def packed_nbytes(self) -> int:
+        """Bytes of the packed blob (0 when there is none)."""
+        return int(self._packed.get("nbytes") or 0)
 
-        Returns:
-          True when the blob is now in memory (False: none, or above 256 MiB).
+    def packed_blob(self, limit: int = 256 << 20) -> bytearray | None:
+        """The whole packed blob read in one go (bulk restores and verify), or None when there is
+        none or it is larger than `limit` bytes.
+
+        Raises:
+          CorruptCheckpointError: the file holds fewer bytes than the blob claims.
         """
-        nbytes = int(self._packed.get("nbytes") or 0)
-        if self._packed_cache is not None:
-            return True
-        if not nbytes or nbytes > _PACKED_CACHE_BYTES:
-            return False
+        nbytes = self.packed_nbytes()
+        if not nbytes or nbytes > limit:
+            return None
         extent = self._packed_extent()
         if extent is not None and self._file_size(extent.file) < extent.offset + nbytes:
             raise CorruptCheckpointError(
                 f"the packed blob of '{self.path}' claims {nbytes} bytes at byte {extent.offset} of "
                 f"'{extent.file}', which has only {self._file_size(extent.file)} bytes (truncated?)")
-        cache = bytearray(nbytes)
+        blob = bytearray(nbytes)
         if extent is None:
-            array = np.frombuffer(cache, dtype=np.uint8)
-            self._store.read_array(self._packed["path"], array)
+            self._store.read_array(self._packed["path"], np.frombuffer(blob, dtype=np.uint8))
         else:
-            fd = self._fd(extent.file, extent)
-            try:
-                pread_into(fd, cache, extent.offset, f"'{self.path}' (packed variables)")
-            finally:
-                self._release(extent.file, fd)  # a Zarr chunk's descriptor is not kept (one leaked per call)
-        self._packed_cache = cache
-        self._packed_checked = False
-        return True
+            self._read_extent(extent, 0, blob, f"'{self.path}' (packed variables)")
+        return blob
 
-    def check_packed(self, names: list[str]) -> None:
-        """Checks the crc32c of the named packed variables on the prefetched blob, before any is used.
-
-        Raises:
-          ChecksumError: naming the first damaged variable and the file.
-          CorruptCheckpointError: a variable lies outside the blob.
-        """
-        cache = self._packed_cache
-        if cache is None:
-            return
-        view = memoryview(cache)
-        crc = crc32c_raw
-        for name in names:
-            record = self.record(name)
-            if record.path is not None or record.checksum is None:
-                continue
-            start = int(record.offset or 0)
-            if start + record.nbytes > len(cache):
-                raise CorruptCheckpointError(
-                    f"variable '{record.name}' in '{self.path}' lies outside the packed blob")
-            found = crc(view[start:start + record.nbytes])
-            if found != record.checksum:
-                self._checksum_error(record, found)
-        self._packed_checked = True
-
-    def packed_arrays(self, indices: list[int]) -> list[npt.NDArray[Any]]:
-        """Views of the prefetched blob for packed variables (manifest indices); see check_packed_at.
-
-        Consecutive variables of one shape and dtype at a regular stride become
-        one strided array whose rows are the views, so 50,000 small variables
-        cost a fraction of a microsecond each. The views alias the blob: copy
-        them (variables.restore_many does) before release_packed.
-
-        Raises:
-          CorruptCheckpointError: a variable lies outside the blob or its
-            nbytes disagrees with its shape and dtype.
-        """
-        cache = self._packed_cache
-        assert cache is not None, "prefetch_packed first"
-        columns = self._columns.columns
-        shapes, dtype_names = columns["shape"], columns["dtype"]
-        offsets, sizes = columns["offset"], columns["nbytes"]
-        total = len(cache)
-        out: list[npt.NDArray[Any]] = []
-        count = len(indices)
-        k = 0
-        while k < count:
-            first = indices[k]
-            shape, dtype_name, start = shapes[first], dtype_names[first], offsets[first]
-            try:
-                dtype = logical_dtype(dtype_name)
-            except VarstoreError as err:
-                raise CorruptCheckpointError(
-                    f"variable '{self._names[first]}' in '{self.path}' has an unknown dtype {dtype_name!r}") from err
-            size = math.prod(shape) * dtype.itemsize
-            if size != sizes[first] or start is None or start + size > total:
-                raise CorruptCheckpointError(
-                    f"variable '{self._names[first]}' in '{self.path}' lies outside the packed blob "
-                    f"or its nbytes disagrees with its shape and dtype")
-            stride = size or 1
-            end = k + 1
-            if end < count and size:
-                stride = offsets[indices[end]] - start if offsets[indices[end]] is not None else 0
-                if stride >= size:
-                    expected = start + stride
-                    while end < count:
-                        other = indices[end]
-                        if offsets[other] != expected or shapes[other] != shape or dtype_names[other] != dtype_name:
-                            break
-                        expected += stride
-                        end += 1
-                    if start + (end - k - 1) * stride + size > total:
-                        end = k + 1  # let the single-variable check report it
-                else:
-                    stride = size
-            rows = end - k
-            inner = tuple(shape)
-            strides = c_strides(inner, dtype.itemsize)
-            block = np.ndarray((rows,) + inner, dtype=dtype, buffer=cache, offset=start,
-                               strides=(stride,) + strides)
-            out.extend(block)
-            k = end
-        return out
-
-    def check_packed_at(self, indices: list[int]) -> None:
-        """Checks the crc32c of packed variables (manifest indices, placed by packed_arrays) on the blob.
-
-        Raises:
-          ChecksumError: naming the first damaged variable and the file.
-        """
-        cache = self._packed_cache
-        assert cache is not None, "prefetch_packed first"
-        columns = self._columns.columns
-        offsets, sizes, checksums = columns["offset"], columns["nbytes"], columns["checksum"]
-        view = memoryview(cache)
-        crc = crc32c_raw
-        for index in indices:
-            expected = checksums[index]
-            if expected is None:
-                continue
-            start = offsets[index]
-            found = crc(view[start:start + sizes[index]])
-            if found != expected:
-                self._checksum_error(self.record(self._names[index]), found)
-
-    def packed_index(self, name: str) -> int | None:
-        """The manifest index of `name` when it is a packed variable, else None."""
-        index = self._columns.index.get(name)
-        if index is None or self._columns.columns["path"][index] is not None:
-            return None
-        return index
-
-    def release_packed(self) -> None:
-        """Drops the blob read by prefetch_packed."""
-        self._packed_cache = None
-        self._packed_checked = False
-
-    def begin_checks(self) -> None:
-        """From now on, _fill checks checksums in a helper thread (see end_checks)."""
-        if self._check_pool is None:
-            self._check_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="varstore-crc")
-        self._checks = []
-
-    def plan_reads(self, names: list[str]) -> None:
-        """Says in which order the next bulk fills will read (a restore's order), for read-ahead.
-
-        In an HDF5 file opened through its index header, a helper thread then
-        announces the values to the kernel (POSIX_FADV_WILLNEED) at most
-        `_READ_AHEAD_BYTES` (64 MiB) ahead of the one being read, so the disk
-        works on the next values while the current one is copied and
-        checksummed (the announcing itself costs page allocations, kept off
-        the reading thread). Page cache only: no extra process memory.
-        Stopped by end_checks and close.
-        """
-        self._stop_read_ahead()
-        if not (self._direct and self._fmt == "h5"):
-            return
-        index, columns = self._columns.index, self._columns.columns
-        offsets, sizes, file_offsets = columns["offset"], columns["nbytes"], columns.get("file_offset")
-        fd = self._fds.get(self.path)
-        if file_offsets is None or fd is None:
-            return
-        extents = []
-        for name in names:
-            i = index.get(name)
-            if i is not None and offsets[i] is None and file_offsets[i] is not None and sizes[i]:
-                extents.append((file_offsets[i], sizes[i]))
-        if len(extents) > 1:
-            self._read_ahead = _ReadAhead(fd, extents, _READ_AHEAD_BYTES)
-
-    def _stop_read_ahead(self) -> None:
-        if self._read_ahead is not None:
-            self._read_ahead.stop()
-            self._read_ahead = None
-
-    def end_checks(self) -> None:
-        """Waits for the checks started since begin_checks.
-
-        Raises:
-          ChecksumError: naming the first damaged variable (in read order) and the file.
-        """
-        checks, self._checks = self._checks or [], None
-        self._stop_read_ahead()
-        for record, future in checks:
-            found = future.result()
-            if found != record.checksum:
-                self._checksum_error(record, found)
-
-    def _checksum_error(self, record: Record, found: int) -> None:
-        raise ChecksumError(
-            f"variable '{record.name}' in '{self.path}' is corrupt: its bytes have crc32c {found:08x}, "
-            f"the checkpoint recorded {record.checksum:08x}; restore from another checkpoint")
-
-    def _fd(self, file: Path, extent: RawExtent) -> int:
-        fd = self._fds.get(file)
-        if fd is None:
-            if self._closed:
-                raise CheckpointError(f"checkpoint '{self.path}' is closed")
-            try:
-                fd = os.open(file, os.O_RDONLY)
-            except FileNotFoundError as err:
-                raise CorruptCheckpointError(
-                    f"'{file}' of checkpoint '{self.path}' is missing (truncated checkpoint?)") from err
-            size = os.fstat(fd).st_size
-            if size < extent.offset + extent.nbytes:
-                os.close(fd)
-                raise CorruptCheckpointError(
-                    f"'{file}' of checkpoint '{self.path}' is truncated: it has {size} bytes, "
-                    f"needs at least {extent.offset + extent.nbytes}")
-            if self._fmt == "h5":
-                self._fds[file] = fd
-                try:
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-                except (OSError, AttributeError):
-                    pass
-        return fd
-
-    def _release(self, file: Path, fd: int) -> None:
-        if self._fds.get(file) != fd:
-            os.close(fd)
+    def _read_extent(self, extent: RawExtent, skip: int, out: Any, where: str) -> None:
+        """Fills `out` from `extent`, starting `skip` bytes into it."""
+        if self._closed:
+            raise CheckpointError(f"checkpoint '{self.path}' is closed")
+        nbytes = out.nbytes if isinstance(out, np.ndarray) else len(out)
+        try:
+            self.storage.read_range(str(extent.file), extent.offset + skip, nbytes, out)
+        except FileNotFoundError as err:
+            raise CorruptCheckpointError(
+                f"'{extent.file}' of checkpoint '{self.path}' is missing (truncated checkpoint?)") from err
+        except CorruptCheckpointError as err:
+            raise CorruptCheckpointError(f"{where}: {err}") from err
 
     def _extent_of(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
                    name: str | None = None) -> RawExtent | None:
@@ -646,23 +365,33 @@ class VarstoreReader(CheckpointReader):
                 raise CorruptCheckpointError(f"cannot read variable '{name}' in '{self.path}': {err}") from err
         return self._extents[path]
 
+    def _record_extent(self, record: Record) -> RawExtent | None:
+        """Where an own-array variable's bytes are, or None when only the backend can read them."""
+        if self._direct and record.file_offset is not None:
+            return RawExtent(self.path, record.file_offset, record.nbytes)
+        assert record.path is not None
+        storage_dtype, storage_shape = storage_layout(
+            record.numpy_dtype, record.shape, self._backend.native_bytes_strings)
+        return self._extent_of(record.path, storage_dtype, storage_shape, record.name)
+
     def _file_size(self, file: Path) -> int:
-        """Bytes in `file` (cached: an HDF5 checkpoint is one file; a Zarr chunk is statted once)."""
-        size = self._sizes.get(file)
+        """Bytes in `file` (cached: an HDF5 checkpoint is one file; a Zarr chunk is asked once)."""
+        key = str(file)
+        size = self._sizes.get(key)
         if size is None:
             try:
-                size = self._sizes[file] = os.stat(file).st_size
+                size = self._sizes[key] = self.storage.size(key)
             except FileNotFoundError as err:
                 raise CorruptCheckpointError(
                     f"'{file}' of checkpoint '{self.path}' is missing (truncated checkpoint?)") from err
         return size
 
-    def _check_stored(self, record: Record) -> None:
+    def check_stored(self, record: Record) -> None:
         """Refuses a variable whose manifest claims more bytes than its storage holds, before allocating.
 
         Compares the claim with the real stored size: the file's (or Zarr
         chunk file's) size past the value's offset, the packed blob's length,
-        or the HDF5 dataset's storage size when it is read through h5py. A
+        or the backend's storage size when it is read through the backend. A
         manifest claiming 10**15 bytes is refused here instead of failing in
         numpy's allocator. Arrays stored compressed (never written by varstore)
         have no such bound and are left to their library.
@@ -674,7 +403,7 @@ class VarstoreReader(CheckpointReader):
             return
         where = f"variable '{record.name}' in '{self.path}'"
         if record.path is None:
-            start, total = int(record.offset or 0), int(self._packed.get("nbytes") or 0)
+            start, total = int(record.offset or 0), self.packed_nbytes()
             if start + record.nbytes > total:
                 raise CorruptCheckpointError(
                     f"{where} lies outside the packed blob: it claims bytes {start}..{start + record.nbytes}, "
@@ -685,11 +414,7 @@ class VarstoreReader(CheckpointReader):
                 raise CorruptCheckpointError(f"cannot read {where}: {err}") from err
         else:
             path, claimed = record.path, record.nbytes
-            if self._direct and record.file_offset is not None:
-                extent = RawExtent(self.path, record.file_offset, record.nbytes)
-            else:
-                storage_dtype, storage_shape = storage_layout(record.numpy_dtype, record.shape, self._fmt == "h5")
-                extent = self._extent_of(path, storage_dtype, storage_shape, record.name)
+            extent = self._record_extent(record)
         if extent is not None:
             size = self._file_size(extent.file)
             if size < extent.offset + extent.nbytes:
@@ -703,52 +428,60 @@ class VarstoreReader(CheckpointReader):
                 f"{where} claims {claimed} bytes, but its storage '{path}' in '{self.path}' holds {stored} "
                 f"(truncated or damaged manifest)")
 
-    def _fill(self, record: Record, out: npt.NDArray[Any], verify: bool) -> None:
-        """Fills `out` (C-contiguous, the record's logical dtype and shape) and checks the checksum."""
+    def checksum_error(self, record: Record, found: int) -> None:
+        """Raises the ChecksumError for `record` whose bytes have crc32c `found`."""
+        raise ChecksumError(
+            f"variable '{record.name}' in '{self.path}' is corrupt: its bytes have crc32c {found:08x}, "
+            f"the checkpoint recorded {record.checksum:08x}; restore from another checkpoint")
+
+    def fill(self, record: Record, out: npt.NDArray[Any], verify: bool) -> None:
+        """Fills `out` (C-contiguous, the record's logical dtype and shape) and checks the checksum.
+
+        Raises:
+          CheckpointError: the reader is closed.
+          CorruptCheckpointError, ChecksumError: damaged or truncated bytes, naming the variable and file.
+        """
         if self._closed:
             raise CheckpointError(f"checkpoint '{self.path}' is closed; cannot read '{record.name}'")
+        session = self.session
         where = f"variable '{record.name}' in '{self.path}'"
         if record.nbytes:
             if record.path is None:
-                self._fill_packed(record, out, where)
-                if self._packed_checked and self._packed_cache is not None:
-                    return  # checked by check_packed before anything was written
+                if self._fill_packed(record, out, where, session):
+                    return  # checked on the blob before anything was written
             else:
-                if self._direct and record.file_offset is not None:
-                    extent: RawExtent | None = RawExtent(self.path, record.file_offset, record.nbytes)
-                else:
+                extent = self._record_extent(record)
+                if extent is None:
                     storage_dtype, storage_shape = storage_layout(
-                        record.numpy_dtype, record.shape, self._fmt == "h5")
-                    extent = self._extent_of(record.path, storage_dtype, storage_shape, record.name)
-                    if extent is None:
-                        self._store.read_array(
-                            record.path, out.reshape(-1).view(storage_dtype).reshape(storage_shape))
-                if extent is not None:
-                    fd = self._fd(extent.file, extent)
-                    try:
-                        pread_into(fd, out, extent.offset, where)
-                    finally:
-                        self._release(extent.file, fd)
-                    if self._read_ahead is not None:
-                        self._read_ahead.done(extent.offset)
+                        record.numpy_dtype, record.shape, self._backend.native_bytes_strings)
+                    self._store.read_array(
+                        record.path, out.reshape(-1).view(storage_dtype).reshape(storage_shape))
+                else:
+                    size = self._file_size(extent.file)
+                    if size < extent.offset + extent.nbytes:
+                        raise CorruptCheckpointError(
+                            f"'{extent.file}' of checkpoint '{self.path}' is truncated: it has {size} bytes, "
+                            f"needs at least {extent.offset + extent.nbytes}")
+                    self._read_extent(extent, 0, out, where)
+                    if session is not None and session.read_ahead is not None:
+                        session.read_ahead.done(extent.offset)
         if verify and record.checksum is not None:
-            if self._checks is not None and record.nbytes >= _THREADED_CHECK_BYTES:
-                assert self._check_pool is not None
-                self._checks.append((record, self._check_pool.submit(crc32c_of, out)))
+            if session is not None and session.defer is not None and session.defer(record, out):
                 return
             found = crc32c_of(out) if record.nbytes else 0
             if found != record.checksum:
-                self._checksum_error(record, found)
+                self.checksum_error(record, found)
 
-    def _fill_packed(self, record: Record, out: npt.NDArray[Any], where: str) -> None:
+    def _fill_packed(self, record: Record, out: npt.NDArray[Any], where: str, session: ReadSession | None) -> bool:
+        """Fills a packed variable; True when its checksum was already checked on the session's blob."""
         start = int(record.offset or 0)
-        if self._packed_cache is not None:
-            if start + record.nbytes > len(self._packed_cache):
+        blob = None if session is None else session.packed
+        if blob is not None:
+            if start + record.nbytes > len(blob):
                 raise CorruptCheckpointError(f"{where} lies outside the packed blob")
-            memoryview(out.reshape(-1).view(np.uint8))[:] = memoryview(self._packed_cache)[
-                start:start + record.nbytes]
-            return
-        total = int(self._packed.get("nbytes") or 0)
+            memoryview(out.reshape(-1).view(np.uint8))[:] = memoryview(blob)[start:start + record.nbytes]
+            return bool(session.packed_checked) if session is not None else False
+        total = self.packed_nbytes()
         if start + record.nbytes > total:
             raise CorruptCheckpointError(f"{where} lies outside the packed blob")
         extent = self._packed_extent()
@@ -757,15 +490,12 @@ class VarstoreReader(CheckpointReader):
             if stored is not None and stored < total:
                 raise CorruptCheckpointError(
                     f"{where}: the packed blob claims {total} bytes, its storage holds {stored}")
-            blob = np.empty((total,), dtype=np.uint8)
-            self._store.read_array(self._packed["path"], blob)
-            out.reshape(-1).view(np.uint8)[...] = blob[start:start + record.nbytes]
-            return
-        fd = self._fd(extent.file, extent)
-        try:
-            pread_into(fd, out, extent.offset + start, where)
-        finally:
-            self._release(extent.file, fd)
+            whole = np.empty((total,), dtype=np.uint8)
+            self._store.read_array(self._packed["path"], whole)
+            out.reshape(-1).view(np.uint8)[...] = whole[start:start + record.nbytes]
+            return False
+        self._read_extent(extent, start, out, where)
+        return False
 
 
 def open_varstore(path: os.PathLike[str] | str, format: str | None = None) -> VarstoreReader:
@@ -781,7 +511,7 @@ def open_varstore(path: os.PathLike[str] | str, format: str | None = None) -> Va
       CorruptCheckpointError: truncated or damaged metadata.
     """
     path = Path(path)
-    fmt = _detect(path) if format is None else get_backend(format).name
+    fmt = detect_container(path) if format is None else get_backend(format).name
     try:
         return VarstoreReader(path, fmt)
     except VarstoreError:

@@ -13,7 +13,8 @@ so a ChecksumError raised at the end of a restore leaves the variables
 read so far with their new values; run reader.verify() first for
 all-or-nothing). Existing buffers are filled in
 place; variables not yet materialized, and lazy=True, keep a ValueSource so
-their initializers never run. Never opens files itself beyond the reader.
+their initializers never run. The reading itself is read_engine's one call;
+this module decides names, targets and what is valid, and never reads bytes.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from typing import Any
 import numpy as np
 
 from varstore.checkpoint._batch import paused_gc
+from varstore.checkpoint.read_engine import read_into_targets
 from varstore.checkpoint.reader import CheckpointValue, VarstoreReader, open_varstore
 from varstore.errors import DtypeMismatchError, RestoreError, ShapeMismatchError
 
-__all__ = ["restore", "RestoreResult", "map_names"]
+__all__ = ["restore", "RestoreResult", "map_names", "targets_of"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,8 +95,12 @@ def _covered_targets(targets: list[str], assignment_map: Mapping[str, str] | Non
     return [t for t in targets if t in exact or any(t.startswith(p) for p in prefixes)]
 
 
-def _targets_of(target: Any) -> tuple[dict[str, Any], Any]:
-    """(name -> Variable or ndarray, the store for deferred restores or None)."""
+def targets_of(target: Any) -> tuple[dict[str, Any], Any]:
+    """What a restore fills: (name -> Variable or ndarray, the store for deferred restores or None).
+
+    Args:
+      target: a VariableStore, a mapping of names to Variables or arrays, one Variable, or a list of Variables.
+    """
     if hasattr(target, "variables") and callable(target.variables) and not isinstance(target, Mapping):
         return {v.name: v for v in target.variables()}, target
     if isinstance(target, Mapping):
@@ -157,7 +163,7 @@ def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
     reader = path if isinstance(path, VarstoreReader) else open_varstore(path, format)
     names = reader.keys()
     mapped = map_names(names, assignment_map)
-    targets, store = _targets_of(target)
+    targets, store = targets_of(target)
     pairs = [(ckpt, mapped[ckpt]) for ckpt in names if ckpt in mapped and mapped[ckpt] in targets]
     unexpected = [ckpt for ckpt in names if ckpt in mapped and mapped[ckpt] not in targets]
     covered = set(mapped[ckpt] for ckpt, _ in pairs)
@@ -168,56 +174,17 @@ def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
             f"(variables without a value): {missing}; unexpected in the checkpoint "
             f"(values without a variable): {unexpected}; pass strict=False to restore the "
             f"intersection or an assignment_map to rename", missing=missing, unexpected=unexpected)
-    from varstore.variables import Variable, check_restorable, restore_many
+    from varstore.variables import check_restorable
 
-    # Small packed variables that already hold a value take the batch path: one read of the
-    # packed blob, checksums on it, then one validated copy into every buffer (restore_many).
-    batch_variables: list[Any] = []
-    batch_indices: list[int] = []
-    rest: list[tuple[str, str]] = []
-    try:
-        if lazy or not reader.prefetch_packed():
-            rest = pairs
+    def validate(name: str, obj: Any, source: CheckpointValue) -> None:
+        if hasattr(obj, "restore_from"):
+            if obj.shape != source.shape or obj.dtype != source.dtype:
+                check_restorable(obj, source)
         else:
-            packed_index = reader.packed_index
-            for ckpt, name in pairs:
-                obj = targets[name]
-                index = packed_index(ckpt) if isinstance(obj, Variable) and obj.is_initialized else None
-                if index is None:
-                    rest.append((ckpt, name))
-                else:
-                    batch_variables.append(obj)
-                    batch_indices.append(index)
-        sources = [(targets[name], name, reader.source(ckpt, verify=verify)) for ckpt, name in rest]
-        batch_values = reader.packed_arrays(batch_indices) if batch_indices else []
-        for variable, value, index in zip(batch_variables, batch_values, batch_indices):
-            if value.shape != variable.shape or value.dtype != variable.dtype:
-                check_restorable(variable, reader.source(reader.keys()[index], verify=verify))
-        for obj, name, source in sources:
-            if hasattr(obj, "restore_from"):
-                if obj.shape != source.shape or obj.dtype != source.dtype:
-                    check_restorable(obj, source)
-            else:
-                _check_array(name, obj, source)
-        if not lazy and verify:
-            if batch_indices:
-                reader.check_packed_at(batch_indices)
-            reader.check_packed([ckpt for ckpt, _ in rest])
-            reader.begin_checks()
-        if not lazy:
-            reader.plan_reads([ckpt for ckpt, _ in rest])
-        restore_many(batch_variables, batch_values)
-        del batch_values
-        for obj, name, source in sources:
-            if hasattr(obj, "restore_from"):
-                obj.restore_from(source, lazy=lazy)
-            else:
-                source.read_into(obj)
-        reader.end_checks()
-    finally:
-        reader.release_packed()
-        reader._checks = None
-        reader._stop_read_ahead()
+            _check_array(name, obj, source)
+
+    read_into_targets(reader, [(ckpt, name, targets[name]) for ckpt, name in pairs],
+                      verify=verify, lazy=lazy, validate=validate)
     deferred: list[str] = []
     if store is not None and unexpected and hasattr(store, "add_pending_restore"):
         waiting = {mapped[ckpt]: ckpt for ckpt in unexpected}

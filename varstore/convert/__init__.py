@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.entry import SaveEntry
-from varstore.checkpoint.info import CheckpointReader, SkippedEntry
+from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry
 from varstore.convert.detect import detect_format, sniff
 from varstore.errors import ConversionError, UnsupportedFormatError
 

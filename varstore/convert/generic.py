@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
-from varstore.checkpoint.info import CheckpointReader, SkippedEntry, VariableInfo, checked_out
+from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.errors import UnknownVariableError
 
 __all__ = ["WalkerReader", "GenericHDF5Reader", "GenericZarrReader"]

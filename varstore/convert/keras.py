@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from varstore.backends.hdf5.walker import HDF5Walker
 from varstore.convert.generic import WalkerReader
-from varstore.checkpoint.info import SkippedEntry
+from varstore.checkpoint.reader_api import SkippedEntry
 from varstore.errors import CorruptCheckpointError, NotACheckpointError
 
 __all__ = ["Keras3Reader", "Keras2Reader", "keras_layout", "open_keras", "KERAS_WEIGHTS_MEMBER"]

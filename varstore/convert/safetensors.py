@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.entry import SaveEntry
-from varstore.checkpoint.info import CheckpointReader, SkippedEntry, VariableInfo, checked_out
+from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.errors import ConversionError, CorruptCheckpointError, UnknownVariableError, UnsupportedDtypeError
 
 __all__ = ["SafetensorsReader", "write_safetensors", "SAFETENSORS_DTYPES"]

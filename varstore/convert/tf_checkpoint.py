@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
-from varstore.checkpoint.info import CheckpointReader, SkippedEntry, VariableInfo, checked_out
+from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.convert import _tf_bundle_format as fmt
 from varstore.errors import (
     ChecksumError,

@@ -222,6 +222,8 @@ class Hdf5Backend:
     """The "h5" format: one HDF5 file."""
 
     name = "h5"
+    description = "HDF5 file"
+    native_bytes_strings = True
     suffixes = (".h5", ".hdf5")
     is_directory = False
 

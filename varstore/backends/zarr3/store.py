@@ -255,6 +255,8 @@ class Zarr3Backend:
     """The "zarr" format: one Zarr v3 directory."""
 
     name = "zarr"
+    description = "Zarr v3 directory"
+    native_bytes_strings = False
     suffixes = (".zarr",)
     is_directory = True
 

@@ -1,4 +1,4 @@
-"""The read-only checkpoint interface every format's reader implements.
+"""The read-only checkpoint interface every format's reader implements (VariableInfo, CheckpointReader).
 
 `VariableInfo` describes one stored variable without reading its bytes;
 `CheckpointReader` is the lazy, read-only mapping of names to arrays that

@@ -1,0 +1,56 @@
+"""Publishing a new checkpoint: write it where the storage's commit protocol says, then make it visible.
+
+On a storage that renames (a local file system, `Storage.renames`), the
+checkpoint is written into a temporary sibling, every file of it is fsynced
+and it is renamed over the final name (atomic.py does temporaries, fsync and
+rename). A storage without rename (an object store) commits by writing the
+manifest object last instead (see varstore/storage/protocol.py); that
+protocol is not implemented yet and is refused here by name. Decides
+nothing about what is written (plan.py, write_engine.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from varstore.checkpoint import atomic
+from varstore.checkpoint.manifest import Record
+from varstore.checkpoint.write_engine import write_container
+from varstore.errors import CheckpointError, VarstoreError
+from varstore.storage import LocalStorage, Storage
+
+__all__ = ["publish"]
+
+
+def publish(final: Path, fmt: str, entries: list[Any], records: list[Record], packed_nbytes: int,
+            header: dict[str, Any], checksum: bool, release: Callable[[int], None] | None = None,
+            storage: Storage | None = None) -> Path:
+    """Writes a planned checkpoint (see write_engine.write_container) and commits it under `final`.
+
+    Either the whole new checkpoint is under `final` afterwards, or (on any
+    error) `final` is as it was and no temporary is left.
+
+    Returns:
+      `final`.
+
+    Raises:
+      CheckpointError: the file system refused (naming `final` and the cause),
+        or the storage cannot commit without rename yet.
+      Any error of writing (as save_entries).
+    """
+    storage = LocalStorage() if storage is None else storage
+    if not storage.renames:
+        raise CheckpointError(
+            f"cannot write checkpoint '{final}' to {storage.url}: committing without rename "
+            f"(manifest object last) is not implemented yet")
+    try:
+        with atomic.atomic_path(final) as tmp:
+            write_container(tmp, fmt, entries, records, packed_nbytes, header, checksum, release,
+                            make_durable=atomic.fsync_paths, storage=storage)
+    except VarstoreError:
+        raise
+    except OSError as err:
+        raise CheckpointError(f"cannot write checkpoint '{final}': {err}") from err
+    return final

@@ -1,0 +1,101 @@
+"""Recognising varstore's own checkpoints: which container, and the index-header fast path to the manifest.
+
+A varstore HDF5 file starts with a 512-byte index header (in the HDF5 user
+block) saying where the manifest is and its crc32c, so a reader finds the
+manifest with two small positional reads and no HDF5 library. Otherwise the
+root attribute varstore_format (read through the backend) says whether a
+container is varstore's. Reads through the Storage protocol and the
+backends; never decodes the manifest, never reads a variable.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from varstore.backends import get_backend
+from varstore.checkpoint.checksum import crc32c_raw
+from varstore.checkpoint.manifest import FORMAT_NAMES, INDEX_HEADER_BYTES, MANIFEST_PATH, decode_index_header
+from varstore.errors import CheckpointNotFoundError, NotACheckpointError, VarstoreError
+from varstore.storage import LocalStorage, Storage
+
+__all__ = ["detect_container", "index_header", "manifest_via_index_header", "is_varstore_checkpoint"]
+
+
+def detect_container(path: Path) -> str:
+    """The backend name of the container at `path`: "zarr" (a Zarr v3 directory) or "h5" (an HDF5 file).
+
+    Raises:
+      CheckpointNotFoundError: nothing at `path`.
+      NotACheckpointError: neither (naming what was found).
+    """
+    if not path.exists():
+        raise CheckpointNotFoundError(f"no checkpoint at '{path}'")
+    if path.is_dir():
+        if get_backend("zarr").sniff(path):
+            return "zarr"
+        raise NotACheckpointError(f"'{path}' is a directory without a Zarr v3 zarr.json")
+    if get_backend("h5").sniff(path):
+        return "h5"
+    raise NotACheckpointError(f"'{path}' is neither an HDF5 file nor a Zarr v3 directory")
+
+
+def index_header(storage: Storage, key: str) -> tuple[int, int, int] | None:
+    """(manifest offset, manifest bytes, manifest crc32c) from the index header at the start of `key`, or None.
+
+    None for anything without a valid header: a directory, a short file, a
+    file from an older writer, or an unreadable one.
+    """
+    try:
+        data = bytes(storage.read_range(key, 0, INDEX_HEADER_BYTES))
+    except (OSError, VarstoreError):
+        return None
+    return decode_index_header(data)
+
+
+def manifest_via_index_header(storage: Storage, key: str) -> bytes | None:
+    """The manifest's bytes found through the index header, when its crc32c matches; else None.
+
+    None sends the caller to the backend (the HDF5 library), which also
+    reports whatever is wrong with the file.
+    """
+    where = index_header(storage, key)
+    if where is None:
+        return None
+    offset, nbytes, checksum = where
+    try:
+        if offset + nbytes > storage.size(key):
+            return None
+        data = bytes(storage.read_range(key, offset, nbytes))
+    except (OSError, VarstoreError):
+        return None
+    if crc32c_raw(data) != checksum:
+        return None
+    return data
+
+
+def is_varstore_checkpoint(path: os.PathLike[str] | str) -> bool:
+    """True when `path` is a varstore HDF5 file or Zarr v3 directory.
+
+    Checks the magic bytes, then the HDF5 index header or the root attribute
+    varstore_format; a file whose attribute is damaged but which holds
+    `_varstore/manifest` counts too (open_varstore then raises CorruptCheckpointError).
+    """
+    path = Path(path)
+    try:
+        fmt = detect_container(path)
+        if not get_backend(fmt).is_directory and manifest_via_index_header(LocalStorage(), str(path)) is not None:
+            return True
+        backend_reader = get_backend(fmt).open_reader(path)
+        try:
+            if backend_reader.root_attrs().get("varstore_format") == FORMAT_NAMES[fmt]:
+                return True
+            try:  # a damaged varstore_format: still varstore (open_varstore says it is corrupt)
+                backend_reader.array_attrs(MANIFEST_PATH)
+            except VarstoreError:
+                return False
+            return True
+        finally:
+            backend_reader.close()
+    except (VarstoreError, OSError):
+        return False

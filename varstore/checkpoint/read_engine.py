@@ -1,0 +1,161 @@
+"""The bulk read engine: fill many targets from one open checkpoint, fast; `read_into_targets` is its one call.
+
+Owns the threads of a bulk read: a helper thread checksums large values
+while the next one is read, and the storage's read-ahead fetches the planned
+extents ahead of the reader. Small packed variables that already hold a value
+take the batch path: one read of the packed blob, every checksum on it, then
+one validated copy into every buffer (variables.restore_many). The engine
+lends the reader a ReadSession for the duration and takes it back, threads
+stopped, whatever happens. Decides nothing about names or which targets
+(restore.py does); never writes files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy.typing as npt
+
+from varstore.checkpoint.checksum import crc32c_of
+from varstore.checkpoint.manifest import Record
+from varstore.checkpoint.packed import packed_checksum_failure, packed_views
+from varstore.checkpoint.reader import CheckpointValue, ReadSession, VarstoreReader
+from varstore.errors import CorruptCheckpointError
+
+__all__ = ["read_into_targets", "Validate"]
+
+#: The packed blob is read whole for bulk restores when at most this many bytes.
+PACKED_CACHE_BYTES = 256 << 20
+#: Bulk restores announce values to the storage this many bytes ahead (read-ahead).
+READ_AHEAD_BYTES = 64 << 20
+#: In bulk restores, values of at least this many bytes are checksummed in a helper thread.
+THREADED_CHECK_BYTES = 1 << 20
+
+#: Checks one (target name, target, source) before anything is written; raises to refuse.
+Validate = Callable[[str, Any, CheckpointValue], None]
+
+
+def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, Any]], *, verify: bool,
+                      lazy: bool, validate: Validate) -> None:
+    """Fills every target from `reader`: all validated first, then read (or, lazily, handed a source).
+
+    Args:
+      reader: the open checkpoint.
+      items: (checkpoint name, target name, target) triples; a target is a
+        Variable (anything with `restore_from`) or a writeable NumPy array.
+      verify: check crc32c checksums.
+      lazy: hand Variables a source to read at first use instead of reading now.
+      validate: called for every item (with the variable's CheckpointValue)
+        before any target changes; raises to refuse the whole restore.
+
+    Raises:
+      Whatever `validate` raises, before any target changed.
+      ChecksumError / CorruptCheckpointError: damaged bytes, naming the variable and the file.
+        Packed variables are all checked before any is written; large values
+        are checked in a helper thread after they were read into place, and
+        the first failure (in read order) is raised once all were read.
+    """
+    from varstore.variables import Variable, restore_many
+
+    session = ReadSession()
+    blob = None if lazy else reader.packed_blob(PACKED_CACHE_BYTES)
+    session.packed = blob
+    batch_variables: list[Any] = []
+    batch_indices: list[int] = []
+    rest: list[tuple[str, str, Any]] = []
+    if blob is None:
+        rest = list(items)
+    else:
+        index_of, paths = reader.manifest.index, reader.manifest.columns["path"]
+        for item in items:
+            obj = item[2]
+            index = index_of.get(item[0]) if isinstance(obj, Variable) and obj.is_initialized else None
+            if index is None or paths[index] is not None:
+                rest.append(item)
+            else:
+                batch_variables.append(obj)
+                batch_indices.append(index)
+    pool: ThreadPoolExecutor | None = None
+    checks: list[tuple[Record, Future[int]]] = []
+    reader.session = session
+    try:
+        sources = [(obj, name, reader.source(ckpt, verify=verify)) for ckpt, name, obj in rest]
+        batch_values = (packed_views(blob, reader.manifest.columns, reader.manifest.names, batch_indices,
+                                     str(reader.path)) if batch_indices and blob is not None else [])
+        names = reader.manifest.names
+        for variable, value, index in zip(batch_variables, batch_values, batch_indices):
+            if value.shape != variable.shape or value.dtype != variable.dtype:
+                validate(variable.name, variable, reader.source(names[index], verify=verify))
+        for obj, name, source in sources:
+            validate(name, obj, source)
+        if not lazy and verify and blob is not None:
+            _check_packed(reader, blob, batch_indices + _packed_indices(reader, [ckpt for ckpt, _, _ in rest]))
+            session.packed_checked = True
+        if not lazy and verify:
+            pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="varstore-crc")
+
+            def defer(record: Record, out: npt.NDArray[Any]) -> bool:
+                if record.nbytes < THREADED_CHECK_BYTES:
+                    return False
+                assert pool is not None
+                checks.append((record, pool.submit(crc32c_of, out)))
+                return True
+
+            session.defer = defer
+        if not lazy:
+            planned = reader.direct_extents([ckpt for ckpt, _, _ in rest])
+            if planned is not None:
+                session.read_ahead = reader.storage.read_ahead(planned[0], planned[1], READ_AHEAD_BYTES)
+        restore_many(batch_variables, batch_values)
+        del batch_values
+        for obj, name, source in sources:
+            if hasattr(obj, "restore_from"):
+                obj.restore_from(source, lazy=lazy)
+            else:
+                source.read_into(obj)
+        _stop(session)
+        for record, future in checks:
+            found = future.result()
+            if found != record.checksum:
+                reader.checksum_error(record, found)
+    finally:
+        _stop(session)
+        reader.session = None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+def _stop(session: ReadSession) -> None:
+    if session.read_ahead is not None:
+        session.read_ahead.stop()
+        session.read_ahead = None
+    session.defer = None
+
+
+def _packed_indices(reader: VarstoreReader, names: list[str]) -> list[int]:
+    index_of, paths = reader.manifest.index, reader.manifest.columns["path"]
+    found = []
+    for name in names:
+        index = index_of.get(name)
+        if index is not None and paths[index] is None:
+            found.append(index)
+    return found
+
+
+def _check_packed(reader: VarstoreReader, blob: bytearray, indices: list[int]) -> None:
+    """Checks the crc32c of packed variables (manifest indices) on the blob, before any is used.
+
+    Raises:
+      ChecksumError: naming the first damaged variable and the file.
+      CorruptCheckpointError: a variable lies outside the blob.
+    """
+    failure = packed_checksum_failure(blob, reader.manifest.columns, indices)
+    if failure is None:
+        return
+    index, found = failure
+    record = reader.record(reader.manifest.names[index])
+    if found < 0:
+        raise CorruptCheckpointError(f"variable '{record.name}' in '{reader.path}' lies outside the packed blob")
+    reader.checksum_error(record, found)

@@ -1,0 +1,162 @@
+"""Async saves: snapshot the values into host memory, then write them in a background thread (SaveHandle).
+
+`save_async` copies every value (bounded by `max_snapshot_bytes`, blocking
+the caller while the background thread frees copies it has written) and
+returns a SaveHandle; the background thread runs the ordinary save
+(commit.publish) over the copies. Nothing of the caller's runs between the
+first and the last copy, so the snapshot is consistent. Never writes bytes itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from varstore import devices
+from varstore.backends import format_for_path
+from varstore.checkpoint.commit import publish
+from varstore.checkpoint.entry import SnapshotEntry
+from varstore.checkpoint.manifest import DEFAULT_PACK_THRESHOLD_BYTES, assign_paths
+from varstore.checkpoint.plan import header as _header, plan_records
+
+__all__ = ["SaveHandle", "save_async"]
+
+
+class SaveHandle:
+    """A save running in a background thread (`blocking=False`).
+
+    Every value was copied (snapshot) before the call returned, so the caller
+    may change its variables at once.
+
+    Attributes:
+      path: the final checkpoint path.
+    """
+
+    def __init__(self, path: Path, future: Future[Path]) -> None:
+        self.path = path
+        self._future = future
+
+    def wait(self, timeout_s: float | None = None) -> Path:
+        """Blocks until the checkpoint is durable under `path`; returns it or raises the save's error.
+
+        Raises:
+          TimeoutError: `timeout_s` (seconds) passed first.
+          Any error of the save (as `save_entries`).
+        """
+        return self._future.result(timeout=timeout_s)
+
+    def done(self) -> bool:
+        """True once the save finished (successfully or not)."""
+        return self._future.done()
+
+    def exception(self, timeout_s: float | None = None) -> BaseException | None:
+        """The save's error once it finished (None on success); waits up to `timeout_s` seconds."""
+        return self._future.exception(timeout=timeout_s)
+
+    def __repr__(self) -> str:
+        state = "done" if self.done() else "running"
+        return f"<SaveHandle '{self.path}' {state}>"
+
+
+
+class _SnapshotBudget:
+    """Bytes of snapshot copies alive at once, at most `limit` (None: no limit).
+
+    One value larger than the limit is still admitted when nothing else is
+    held, so every save can finish. `fail()` wakes a blocked caller when the
+    writer thread died.
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.used = 0
+        self.peak = 0
+        self.failed = False
+        self._cond = threading.Condition()
+
+    def acquire(self, nbytes: int) -> bool:
+        """Blocks until `nbytes` fit; False when the writer failed meanwhile."""
+        with self._cond:
+            while (self.limit is not None and self.used and self.used + nbytes > self.limit
+                   and not self.failed):
+                self._cond.wait()
+            if self.failed:
+                return False
+            self.used += nbytes
+            self.peak = max(self.peak, self.used)
+            return True
+
+    def release(self, nbytes: int) -> None:
+        with self._cond:
+            self.used -= nbytes
+            self._cond.notify_all()
+
+    def fail(self) -> None:
+        with self._cond:
+            self.failed = True
+            self._cond.notify_all()
+
+
+
+def _host_copy(value: Any) -> npt.NDArray[Any]:
+    if devices.is_device_array(value):
+        return np.ascontiguousarray(devices.to_host(value))
+    return np.array(value, order="C", copy=True)
+
+
+def save_async(final: Path, entries: list[Any], *, step: int | None = None,
+               metadata: Mapping[str, Any] | None = None, format: str | None = None,
+               checksum: bool = True, pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
+               max_snapshot_bytes: int | None = None,
+               after: Callable[[Path], object] | None = None) -> SaveHandle:
+    """Snapshots `entries` into host memory and writes them in a background thread.
+
+    Returns once every value has been copied (so the caller may mutate its
+    variables at once). With `max_snapshot_bytes` (bytes), at most that many
+    bytes of copies are alive: the call then blocks while the background
+    thread writes the copies already taken and frees them, and returns when
+    the last value has been copied. Nothing of the caller's runs between the
+    first and the last copy, so the snapshot is consistent. `after(path)`
+    runs in the background thread after a successful save (the manager's
+    pointer and retention); its result is ignored.
+
+    Raises:
+      As `save_entries`, for names, dtypes and metadata (before anything is copied).
+    """
+    fmt = format_for_path(final, format)
+    records = plan_records(entries)
+    header = _header(fmt, step, metadata, final)
+    packed_nbytes = assign_paths(records, max(0, int(pack_threshold_bytes)))
+    budget = _SnapshotBudget(None if max_snapshot_bytes is None else max(0, int(max_snapshot_bytes)))
+    snapshots = [SnapshotEntry(entry) for entry in entries]
+
+    def run() -> Path:
+        try:
+            path = publish(final, fmt, list(snapshots), records, packed_nbytes, header, checksum,
+                           budget.release)
+            if after is not None:
+                after(path)
+            return path
+        finally:
+            budget.fail()  # unblocks a caller still copying when the writer stopped early
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="varstore-save")
+    future = pool.submit(run)
+    pool.shutdown(wait=False)
+    for entry, record, snapshot in zip(entries, records, snapshots):
+        if not budget.acquire(record.nbytes):
+            break  # the writer failed; wait() reports why
+        try:
+            snapshot.put(_host_copy(entry.get()))
+        except BaseException as err:
+            snapshot.put(err)
+            future.exception()  # let the writer stop before the caller sees the error
+            raise
+    return SaveHandle(final, future)
+

@@ -1,0 +1,307 @@
+"""LocalStorage: the Storage protocol on a local file system, with positional I/O.
+
+Reads are preadv straight into the caller's buffer; writes are pwrite straight
+from it, large ones in 8 MiB pieces each handed to the disk at once
+(sync_file_range write-back) into blocks reserved with posix_fallocate.
+Read-ahead announces planned extents to the kernel (POSIX_FADV_WILLNEED)
+from a helper thread. Descriptors of single-file containers are cached.
+Never renames, never fsyncs, never creates temporaries (the commit is the
+checkpoint layer's: varstore/checkpoint/atomic.py); knows nothing about
+formats, manifests or checksums.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from varstore.errors import CorruptCheckpointError
+from varstore.storage.protocol import Buffer
+
+__all__ = ["LocalStorage", "LocalWriter", "LocalReadAhead", "pread_into", "pwrite_all", "start_writeback"]
+
+#: Bytes per preadv/pwrite call (Linux caps single transfers near 2 GiB).
+_MAX_IO = 1 << 30
+#: Extents of at least this many bytes get their blocks reserved (posix_fallocate) before writing.
+_FALLOCATE_BYTES = 1 << 20
+#: Writes of at least this many bytes go in pieces of this size, each handed to disk write-back at once.
+_WRITEBACK_BYTES = 8 << 20
+
+
+def _bytes_of(data: Buffer) -> memoryview:
+    """A flat byte view of a bytes-like object or a C-contiguous array (no copy; 0-d and bfloat16 too)."""
+    if isinstance(data, np.ndarray):
+        data = data.reshape(-1).view(np.uint8)
+    return memoryview(data).cast("B")
+
+
+def pwrite_all(fd: int, data: Buffer, offset: int) -> None:
+    """Writes all of `data` (bytes-like or C-contiguous array) at byte `offset` of `fd`."""
+    view = _bytes_of(data)
+    done = 0
+    total = len(view)
+    while done < total:
+        done += os.pwrite(fd, view[done:done + _MAX_IO], offset + done)
+
+
+def pread_into(fd: int, out: Buffer, offset: int, where: str) -> None:
+    """Fills `out` (writable bytes-like or C-contiguous array) from byte `offset` of `fd`.
+
+    Raises:
+      CorruptCheckpointError: the file ends early (truncated); `where` names it.
+    """
+    view = _bytes_of(out)
+    done = 0
+    total = len(view)
+    while done < total:
+        count = os.preadv(fd, [view[done:done + _MAX_IO]], offset + done)
+        if count == 0:
+            raise CorruptCheckpointError(
+                f"{where} is truncated: needed {total} bytes at offset {offset}, the file ends after {done}")
+        done += count
+
+
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function  # type: ignore[no-any-return]
+
+
+_SYNC_FILE_RANGE = _sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def start_writeback(fd: int, offset: int, nbytes: int) -> None:
+    """Asks the kernel to start writing `nbytes` dirty bytes at `offset` of `fd` to disk now, without waiting.
+
+    Linux sync_file_range(SYNC_FILE_RANGE_WRITE): the disk writes while the
+    caller goes on copying the next values into the page cache, so the final
+    fsync finds little left to do (a 1.2 GB save then beats one write + fsync).
+    Durability still comes from fsync. A no-op where unavailable or refused.
+    """
+    function = _SYNC_FILE_RANGE
+    if function is not None and nbytes > 0:
+        function(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)  # errors ignored: fsync reports them
+
+
+class LocalReadAhead:
+    """A thread announcing planned extents to the kernel (POSIX_FADV_WILLNEED), at most `window` bytes ahead.
+
+    `done(offset)` is called after each read of a planned extent; `stop()`
+    ends the thread and waits for it (before the descriptor is closed).
+    """
+
+    def __init__(self, fd: int, extents: Sequence[tuple[int, int]], window: int) -> None:
+        self._pending = dict(extents)  # file offset -> nbytes, planned and not yet read
+        self._consumed = 0
+        self._stopped = False
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, args=(fd, list(extents), window),
+                                        name="varstore-readahead", daemon=True)
+        self._thread.start()
+
+    def _run(self, fd: int, extents: list[tuple[int, int]], window: int) -> None:
+        issued = 0
+        for offset, nbytes in extents:
+            with self._cond:
+                while not self._stopped and issued - self._consumed >= window:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+            try:
+                os.posix_fadvise(fd, offset, nbytes, os.POSIX_FADV_WILLNEED)
+            except (OSError, AttributeError):
+                return
+            issued += nbytes
+
+    def done(self, offset: int) -> None:
+        nbytes = self._pending.pop(offset, None)
+        if nbytes is not None:
+            with self._cond:
+                self._consumed += nbytes
+                self._cond.notify()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        self._thread.join()
+
+
+class LocalWriter:
+    """Positional writes into one local file (see StorageWriter)."""
+
+    def __init__(self, storage: LocalStorage, key: str, fd: int, shared: bool) -> None:
+        self.key = key
+        self._storage = storage
+        self._fd = fd
+        self._shared = shared  # the descriptor belongs to the storage (kept open for later writers)
+        self._reserved = False
+
+    def reserve(self, nbytes: int) -> None:
+        """Allocates the first `nbytes` bytes at once (posix_fallocate) when at least 1 MiB; best effort."""
+        if nbytes < _FALLOCATE_BYTES:
+            return
+        try:
+            os.posix_fallocate(self._fd, 0, nbytes)
+        except OSError:
+            return
+        self._reserved = True
+        self._storage._reserved.add(self.key)
+
+    def write_at(self, offset: int, data: Buffer) -> None:
+        fd = self._fd
+        view = _bytes_of(data)
+        nbytes = len(view)
+        if nbytes >= _FALLOCATE_BYTES and not self._reserved and self.key not in self._storage._reserved:
+            try:  # reserve the blocks first: writes into allocated extents run ~2x faster on ext4
+                os.posix_fallocate(fd, offset, nbytes)
+            except OSError:
+                pass
+        if nbytes >= _WRITEBACK_BYTES:
+            for start in range(0, nbytes, _WRITEBACK_BYTES):
+                piece = view[start:start + _WRITEBACK_BYTES]
+                pwrite_all(fd, piece, offset + start)
+                start_writeback(fd, offset + start, len(piece))
+        else:
+            pwrite_all(fd, view, offset)
+
+    def finish(self) -> None:
+        if not self._shared and self._fd >= 0:
+            os.close(self._fd)
+        self._fd = -1
+
+    def abort(self) -> None:
+        try:
+            self.finish()
+        except OSError:
+            pass
+
+
+class LocalStorage:
+    """Files under a root directory of the local file system (see varstore.storage.protocol.Storage).
+
+    Keys are paths relative to `root`; absolute paths (as the backends'
+    RawExtent reports them) are taken as they are, so `LocalStorage()` takes
+    ordinary paths. Thread-safe for reads and writes of different keys.
+
+    Args:
+      root: the directory keys are relative to (default: the working directory).
+    """
+
+    renames = True
+
+    def __init__(self, root: os.PathLike[str] | str = ".") -> None:
+        self.root = Path(root)
+        self.url = self.root.absolute().as_uri()
+        self._read_fds: dict[str, int] = {}   # keys held open for reading (keep_open)
+        self._write_fds: dict[str, int] = {}  # keys shared by several writers
+        self._reserved: set[str] = set()
+        self._lock = threading.Lock()
+
+    def path(self, key: str | os.PathLike[str]) -> Path:
+        """The local path of `key`."""
+        return self.root / key
+
+    def __repr__(self) -> str:
+        return f"<LocalStorage {self.url}>"
+
+    # -- queries
+    def exists(self, key: str) -> bool:
+        return os.path.exists(self.path(key))
+
+    def size(self, key: str) -> int:
+        return os.stat(self.path(key)).st_size
+
+    def list(self, prefix: str) -> list[str]:
+        base = self.path(prefix) if prefix else self.root
+        if base.is_file():
+            return [str(prefix)]
+        found = []
+        for directory, _, files in os.walk(base):
+            for name in files:
+                found.append(Path(directory, name).relative_to(self.root).as_posix())
+        return sorted(found)
+
+    # -- reads
+    def keep_open(self, key: str) -> None:
+        """Keeps `key`'s descriptor open until close() (a single-file checkpoint read many times), read sequentially.
+
+        Raises:
+          FileNotFoundError: no such file.
+        """
+        with self._lock:
+            if key in self._read_fds:
+                return
+            fd = os.open(self.path(key), os.O_RDONLY)
+            self._read_fds[key] = fd
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        except (OSError, AttributeError):
+            pass
+
+    def read_range(self, key: str, offset: int, length: int, out: Buffer | None = None) -> Buffer:
+        buffer: Buffer = bytearray(length) if out is None else out
+        fd = self._read_fds.get(key)
+        if fd is not None:
+            pread_into(fd, buffer, offset, f"'{self.path(key)}'")
+            return buffer
+        fd = os.open(self.path(key), os.O_RDONLY)
+        try:
+            pread_into(fd, buffer, offset, f"'{self.path(key)}'")
+        finally:
+            os.close(fd)
+        return buffer
+
+    def read_all(self, key: str) -> bytes:
+        with open(self.path(key), "rb") as handle:
+            return handle.read()
+
+    def read_ahead(self, key: str, extents: Sequence[tuple[int, int]], window_bytes: int) -> LocalReadAhead | None:
+        """Announces `extents` of a kept-open key to the kernel ahead of the reader; None when not kept open."""
+        fd = self._read_fds.get(key)
+        if fd is None or len(extents) < 2:
+            return None
+        return LocalReadAhead(fd, extents, window_bytes)
+
+    # -- writes
+    def writer(self, key: str, *, keep_open: bool = False) -> LocalWriter:
+        """A writer for `key` (created if missing, never truncated: writes land at their offsets)."""
+        if keep_open:
+            with self._lock:
+                fd = self._write_fds.get(key)
+                if fd is None:
+                    fd = self._write_fds[key] = os.open(self.path(key), os.O_WRONLY | os.O_CREAT, 0o644)
+            return LocalWriter(self, key, fd, True)
+        return LocalWriter(self, key, os.open(self.path(key), os.O_WRONLY | os.O_CREAT, 0o644), False)
+
+    def delete(self, key: str) -> None:
+        path = self.path(key)
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink()
+        except FileNotFoundError:
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            fds = list(self._read_fds.values()) + list(self._write_fds.values())
+            self._read_fds, self._write_fds = {}, {}
+            self._reserved.clear()
+        for fd in fds:
+            os.close(fd)
