@@ -85,7 +85,7 @@ def _array_entry(name: str, value: Any) -> SaveEntry:
     return SaveEntry(name, tuple(array.shape), array.dtype, lambda: array, True, (), "cpu:0")
 
 
-def entries_from(target: Any) -> list[SaveEntry]:
+def entries_from(target: Any) -> list[SaveEntry | PlannedEntry]:
     """SaveEntries for a VariableStore, a mapping of names to Variables or arrays, or a list of Variables.
 
     Raises:
@@ -96,7 +96,7 @@ def entries_from(target: Any) -> list[SaveEntry]:
         return [PlannedEntry(v.name, v.shape, v.dtype, v.host_view, v.trainable, v.collections, v.device, v)
                 if type(v) is Variable else _variable_entry(v) for v in target.variables()]
     if isinstance(target, Mapping):
-        entries = []
+        entries: list[SaveEntry | PlannedEntry] = []
         for name, value in target.items():
             if not isinstance(name, str):
                 raise InvalidNameError(f"checkpoint names must be strings, got {name!r}")
@@ -124,10 +124,11 @@ def plan_records(entries: list[Any]) -> list[Record]:
     validate_names([entry.name for entry in entries])
     logical: dict[Any, tuple[np.dtype, str]] = {}
     layouts: dict[Any, tuple[tuple[int, ...], str, int]] = {}  # (shape, dtype) -> (shape, name, nbytes)
-    records = []
+    records: list[Record] = []
     append = records.append
     for entry in entries:
-        key = (entry.shape, entry.dtype)
+        key: Any = (entry.shape, entry.dtype)
+        layout: tuple[tuple[int, ...], str, int] | None
         try:
             layout = layouts.get(key)
         except TypeError:  # an unhashable shape (a list)

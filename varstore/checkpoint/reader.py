@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from varstore.backends import BackendReader, RawExtent, get_backend
 from varstore.checkpoint.checksum import crc32c_of, crc32c_raw
+from varstore.checkpoint.locations import VariableBytes
 from varstore.checkpoint.detection import (
     detect_container,
     index_header,
@@ -126,8 +127,6 @@ class VarstoreReader(CheckpointReader):
         self._backend_reader: BackendReader | None = None
         self.storage: Storage = LocalStorage() if storage is None else storage
         self._key = str(path)
-        self._extents: dict[str, RawExtent | None] = {}
-        self._sizes: dict[str, int] = {}
         self.session: ReadSession | None = None
         self._closed = False
         self._direct = False  # offsets in the manifest are trusted (the index header matched)
@@ -156,6 +155,8 @@ class VarstoreReader(CheckpointReader):
         self.library_version = header.get("library_version")
         self.created_utc = header.get("created_utc")
         self._packed: dict[str, Any] = header.get("packed") or {}
+        self._bytes = VariableBytes(self.path, self._key, self._backend, lambda: self._store, self.storage,
+                                    self._direct, self._packed)
         self._columns: ManifestColumns = columns
         self._records: dict[int, Record] = {}
         self._names = columns.names
@@ -292,32 +293,11 @@ class VarstoreReader(CheckpointReader):
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
-    # -- where bytes are
+    # -- where bytes are (locations.py)
     def direct_extents(self, names: list[str]) -> tuple[str, list[tuple[int, int]]] | None:
         """(storage key, [(offset, nbytes)...]) of the named own-array variables whose file offsets the
         manifest records (a single-file checkpoint opened through its index header), in order; else None."""
-        file_offsets = self._columns.columns.get("file_offset")
-        if not self._direct or file_offsets is None:
-            return None
-        index, columns = self._columns.index, self._columns.columns
-        offsets, sizes = columns["offset"], columns["nbytes"]
-        extents = []
-        for name in names:
-            i = index.get(name)
-            if i is not None and offsets[i] is None and file_offsets[i] is not None and sizes[i]:
-                extents.append((file_offsets[i], sizes[i]))
-        return self._key, extents
-
-    def _packed_extent(self) -> RawExtent | None:
-        nbytes = int(self._packed.get("nbytes") or 0)
-        file_offset = self._packed.get("file_offset")
-        if self._direct and type(file_offset) is int and file_offset >= 0:
-            return RawExtent(self.path, file_offset, nbytes)
-        return self._extent_of(self._packed["path"], np.dtype("u1"), (nbytes,))
-
-    def packed_nbytes(self) -> int:
-        """Bytes of the packed blob (0 when there is none)."""
-        return int(self._packed.get("nbytes") or 0)
+        return self._bytes.direct_extents(self._columns, names)
 
     def packed_blob(self, limit: int = 256 << 20) -> bytearray | None:
         """The whole packed blob read in one go (bulk restores and verify), or None when there is
@@ -326,107 +306,20 @@ class VarstoreReader(CheckpointReader):
         Raises:
           CorruptCheckpointError: the file holds fewer bytes than the blob claims.
         """
-        nbytes = self.packed_nbytes()
-        if not nbytes or nbytes > limit:
-            return None
-        extent = self._packed_extent()
-        if extent is not None and self._file_size(extent.file) < extent.offset + nbytes:
-            raise CorruptCheckpointError(
-                f"the packed blob of '{self.path}' claims {nbytes} bytes at byte {extent.offset} of "
-                f"'{extent.file}', which has only {self._file_size(extent.file)} bytes (truncated?)")
-        blob = bytearray(nbytes)
-        if extent is None:
-            self._store.read_array(self._packed["path"], np.frombuffer(blob, dtype=np.uint8))
-        else:
-            self._read_extent(extent, 0, blob, f"'{self.path}' (packed variables)")
-        return blob
-
-    def _read_extent(self, extent: RawExtent, skip: int, out: Any, where: str) -> None:
-        """Fills `out` from `extent`, starting `skip` bytes into it."""
         if self._closed:
             raise CheckpointError(f"checkpoint '{self.path}' is closed")
-        nbytes = out.nbytes if isinstance(out, np.ndarray) else len(out)
-        try:
-            self.storage.read_range(str(extent.file), extent.offset + skip, nbytes, out)
-        except FileNotFoundError as err:
-            raise CorruptCheckpointError(
-                f"'{extent.file}' of checkpoint '{self.path}' is missing (truncated checkpoint?)") from err
-        except CorruptCheckpointError as err:
-            raise CorruptCheckpointError(f"{where}: {err}") from err
-
-    def _extent_of(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
-                   name: str | None = None) -> RawExtent | None:
-        if path not in self._extents:
-            try:
-                self._extents[path] = self._store.raw_extent(path, dtype, shape)
-            except CorruptCheckpointError as err:
-                if name is None:
-                    raise
-                raise CorruptCheckpointError(f"cannot read variable '{name}' in '{self.path}': {err}") from err
-        return self._extents[path]
-
-    def _record_extent(self, record: Record) -> RawExtent | None:
-        """Where an own-array variable's bytes are, or None when only the backend can read them."""
-        if self._direct and record.file_offset is not None:
-            return RawExtent(self.path, record.file_offset, record.nbytes)
-        assert record.path is not None
-        storage_dtype, storage_shape = storage_layout(
-            record.numpy_dtype, record.shape, self._backend.native_bytes_strings)
-        return self._extent_of(record.path, storage_dtype, storage_shape, record.name)
-
-    def _file_size(self, file: Path) -> int:
-        """Bytes in `file` (cached: an HDF5 checkpoint is one file; a Zarr chunk is asked once)."""
-        key = str(file)
-        size = self._sizes.get(key)
-        if size is None:
-            try:
-                size = self._sizes[key] = self.storage.size(key)
-            except FileNotFoundError as err:
-                raise CorruptCheckpointError(
-                    f"'{file}' of checkpoint '{self.path}' is missing (truncated checkpoint?)") from err
-        return size
+        return self._bytes.packed_blob(limit)
 
     def check_stored(self, record: Record) -> None:
         """Refuses a variable whose manifest claims more bytes than its storage holds, before allocating.
 
-        Compares the claim with the real stored size: the file's (or Zarr
-        chunk file's) size past the value's offset, the packed blob's length,
-        or the backend's storage size when it is read through the backend. A
-        manifest claiming 10**15 bytes is refused here instead of failing in
-        numpy's allocator. Arrays stored compressed (never written by varstore)
-        have no such bound and are left to their library.
-
         Raises:
-          CorruptCheckpointError: naming the variable, the file and both sizes.
+          CorruptCheckpointError: naming the variable, the file and both sizes (see locations.py).
         """
-        if not record.nbytes:
-            return
-        where = f"variable '{record.name}' in '{self.path}'"
-        if record.path is None:
-            start, total = int(record.offset or 0), self.packed_nbytes()
-            if start + record.nbytes > total:
-                raise CorruptCheckpointError(
-                    f"{where} lies outside the packed blob: it claims bytes {start}..{start + record.nbytes}, "
-                    f"the blob has {total}")
-            try:
-                extent, path, claimed = self._packed_extent(), self._packed["path"], total
-            except CorruptCheckpointError as err:
-                raise CorruptCheckpointError(f"cannot read {where}: {err}") from err
-        else:
-            path, claimed = record.path, record.nbytes
-            extent = self._record_extent(record)
-        if extent is not None:
-            size = self._file_size(extent.file)
-            if size < extent.offset + extent.nbytes:
-                raise CorruptCheckpointError(
-                    f"{where} claims {claimed} bytes at byte {extent.offset} of '{extent.file}', which has "
-                    f"only {size} bytes (truncated or damaged manifest)")
-            return
-        stored = getattr(self._store, "stored_nbytes", lambda _: None)(path)
-        if stored is not None and stored < claimed:
-            raise CorruptCheckpointError(
-                f"{where} claims {claimed} bytes, but its storage '{path}' in '{self.path}' holds {stored} "
-                f"(truncated or damaged manifest)")
+        self._bytes.check_stored(record)
+
+    def _extent_of(self, path: str, dtype: np.dtype, shape: tuple[int, ...]) -> RawExtent | None:
+        return self._bytes.extent_of(path, dtype, shape)
 
     def checksum_error(self, record: Record, found: int) -> None:
         """Raises the ChecksumError for `record` whose bytes have crc32c `found`."""
@@ -450,19 +343,14 @@ class VarstoreReader(CheckpointReader):
                 if self._fill_packed(record, out, where, session):
                     return  # checked on the blob before anything was written
             else:
-                extent = self._record_extent(record)
+                extent = self._bytes.record_extent(record)
                 if extent is None:
                     storage_dtype, storage_shape = storage_layout(
                         record.numpy_dtype, record.shape, self._backend.native_bytes_strings)
                     self._store.read_array(
                         record.path, out.reshape(-1).view(storage_dtype).reshape(storage_shape))
                 else:
-                    size = self._file_size(extent.file)
-                    if size < extent.offset + extent.nbytes:
-                        raise CorruptCheckpointError(
-                            f"'{extent.file}' of checkpoint '{self.path}' is truncated: it has {size} bytes, "
-                            f"needs at least {extent.offset + extent.nbytes}")
-                    self._read_extent(extent, 0, out, where)
+                    self._bytes.read_extent(extent, 0, out, where, check_size=True)
                     if session is not None and session.read_ahead is not None:
                         session.read_ahead.done(extent.offset)
         if verify and record.checksum is not None:
@@ -479,12 +367,12 @@ class VarstoreReader(CheckpointReader):
         if blob is not None:
             if start + record.nbytes > len(blob):
                 raise CorruptCheckpointError(f"{where} lies outside the packed blob")
-            memoryview(out.reshape(-1).view(np.uint8))[:] = memoryview(blob)[start:start + record.nbytes]
+            out.reshape(-1).view(np.uint8)[:] = np.frombuffer(blob, np.uint8, record.nbytes, start)
             return bool(session.packed_checked) if session is not None else False
-        total = self.packed_nbytes()
+        total = self._bytes.packed_nbytes()
         if start + record.nbytes > total:
             raise CorruptCheckpointError(f"{where} lies outside the packed blob")
-        extent = self._packed_extent()
+        extent = self._bytes.packed_extent()
         if extent is None:
             stored = getattr(self._store, "stored_nbytes", lambda _: None)(self._packed["path"])
             if stored is not None and stored < total:
@@ -494,7 +382,7 @@ class VarstoreReader(CheckpointReader):
             self._store.read_array(self._packed["path"], whole)
             out.reshape(-1).view(np.uint8)[...] = whole[start:start + record.nbytes]
             return False
-        self._read_extent(extent, start, out, where)
+        self._bytes.read_extent(extent, start, out, where)
         return False
 
 

@@ -20,13 +20,13 @@ from varstore.checkpoint._batch import paused_gc
 from varstore.checkpoint.commit import publish
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.manifest import DEFAULT_PACK_THRESHOLD_BYTES, assign_paths
-from varstore.checkpoint.plan import entries_from, header, plan_records
+from varstore.checkpoint.plan import PlannedEntry, entries_from, header, plan_records
 from varstore.checkpoint.snapshot import SaveHandle, save_async
 
 __all__ = ["save", "save_entries", "save_async", "entries_from", "SaveHandle"]
 
 
-def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry], *, step: int | None = None,
+def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry | PlannedEntry], *, step: int | None = None,
                  metadata: Mapping[str, Any] | None = None, format: str | None = None,
                  checksum: bool = True,
                  pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES) -> Path:
@@ -89,10 +89,10 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
       As `save_entries`; object arrays raise UnsupportedDtypeError naming the variable.
       With blocking=False, errors found while writing are raised by SaveHandle.wait().
     """
-    kwargs = dict(step=step, metadata=metadata, format=format, checksum=checksum,
-                  pack_threshold_bytes=pack_threshold_bytes)
     with paused_gc():  # see _batch.py: collections walking 50,000 variables doubled small-variable saves
         entries = entries_from(target)
         if blocking:
-            return save_entries(path, entries, **kwargs)
-        return save_async(Path(path), entries, max_snapshot_bytes=max_snapshot_bytes, **kwargs)
+            return save_entries(path, entries, step=step, metadata=metadata, format=format, checksum=checksum,
+                                pack_threshold_bytes=pack_threshold_bytes)
+        return save_async(Path(path), entries, step=step, metadata=metadata, format=format, checksum=checksum,
+                          pack_threshold_bytes=pack_threshold_bytes, max_snapshot_bytes=max_snapshot_bytes)

@@ -39,7 +39,7 @@ def _bytes_of(data: Buffer) -> memoryview:
     """A flat byte view of a bytes-like object or a C-contiguous array (no copy; 0-d and bfloat16 too)."""
     if isinstance(data, np.ndarray):
         data = data.reshape(-1).view(np.uint8)
-    return memoryview(data).cast("B")
+    return memoryview(data).cast("B")  # type: ignore[arg-type]  # ndarray has the buffer protocol
 
 
 def pwrite_all(fd: int, data: Buffer, offset: int) -> None:
