@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 import zarr
 
 from tests.backends.contract import BackendContract
+from tests.checkpoint.damage import VALUES
 from varstore.backends import get_backend
+from varstore.checkpoint import open_varstore as open_checkpoint, save
+from varstore.errors import CorruptCheckpointError
 
 
 class TestZarr3Backend(BackendContract):
@@ -28,3 +34,31 @@ class TestZarr3Backend(BackendContract):
         assert meta["codecs"] == [{"name": "bytes", "configuration": {"endian": "little"}}]
         assert json.loads((path / "g/zarr.json").read_text())["node_type"] == "group"
         assert (path / "g/v/c/0/0").stat().st_size == 32
+
+
+# ------------------------------------------------------------ symlinks out of a Zarr checkpoint
+@pytest.mark.parametrize("link", ["dense/kernel", "dense/kernel/c", "dense"])
+def test_zarr_symlink_leading_outside_is_refused(tmp_path: Path, link: str) -> None:
+    """An array directory, a chunk directory or a group that is a symlink out of the checkpoint is refused."""
+    outside = tmp_path / "outside.zarr"
+    save(outside, {"dense/kernel": np.full((8, 16), -1.5, np.float32), "dense/bias": np.zeros(16, np.float32)},
+         pack_threshold_bytes=0)
+    path = tmp_path / "model.zarr"
+    save(path, VALUES, pack_threshold_bytes=0)
+    shutil.rmtree(path / link)
+    os.symlink(outside / link, path / link)
+    with open_checkpoint(path) as reader:
+        with pytest.raises(CorruptCheckpointError, match=r"'dense/kernel'.*outside.*outside\.zarr"):
+            reader.read("dense/kernel")
+        np.testing.assert_array_equal(reader.read("global_step"), VALUES["global_step"])
+
+
+def test_zarr_symlink_inside_the_checkpoint_is_still_read(tmp_path: Path) -> None:
+    path = tmp_path / "model.zarr"
+    save(path, VALUES, pack_threshold_bytes=0)
+    os.rename(path / "dense/kernel/c", path / "moved_c")
+    os.symlink(path / "moved_c", path / "dense/kernel/c")
+    link = tmp_path / "link.zarr"
+    os.symlink(path, link)  # the checkpoint itself reached through a symlink
+    with open_checkpoint(link) as reader:
+        np.testing.assert_array_equal(reader.read("dense/kernel"), VALUES["dense/kernel"])

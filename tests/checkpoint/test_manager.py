@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.checkpoint.damage import VALUES as _DAMAGE_VALUES
 from varstore.checkpoint import CheckpointManager, open_varstore as open_checkpoint
 from varstore.errors import CheckpointLockedError
 
@@ -121,3 +122,34 @@ def test_two_processes_saving_into_one_directory(tmp_path: Path, fmt: str) -> No
     assert sorted(entry["name"] for entry in pointer["checkpoints"]) == sorted(
         p.name for p in manager.checkpoints)
     assert pointer["latest"] in {p.name for p in manager.checkpoints}
+
+
+# ------------------------------------------------------------ restore_latest closes its reader
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+@pytest.mark.parametrize("fmt", ["h5", "zarr"])
+def test_restore_latest_leaks_no_file_descriptors(tmp_path: Path, fmt: str) -> None:
+    manager = CheckpointManager(tmp_path, format=fmt)
+    manager.save(_DAMAGE_VALUES, step=1)
+    target = {name: np.zeros_like(value) for name, value in _DAMAGE_VALUES.items()}
+    manager.restore_latest(target)
+    before = _open_descriptors()
+    for _ in range(20):
+        manager.restore_latest(target)
+    assert _open_descriptors() == before
+    np.testing.assert_array_equal(target["dense/kernel"], _DAMAGE_VALUES["dense/kernel"])
+
+
+@pytest.mark.parametrize("fmt", ["h5", "zarr"])
+def test_restore_latest_lazy_values_still_read_after_it_returns(tmp_path: Path, fmt: str) -> None:
+    from varstore.scopes import VariableStore
+
+    manager = CheckpointManager(tmp_path, format=fmt)
+    manager.save(_DAMAGE_VALUES, step=1)
+    store = VariableStore()
+    kernel = store.get_variable("dense/kernel", shape=(8, 16))
+    manager.restore_latest(store, lazy=True)
+    np.testing.assert_array_equal(kernel.read_value(), _DAMAGE_VALUES["dense/kernel"])

@@ -1,15 +1,19 @@
-"""HDF5 index header (optional, format 1.0): reads skip the HDF5 library, and files without it still read."""
+"""Recognising own checkpoints (checkpoint/detection.py): the HDF5 index header, the varstore_format attribute."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 
-from varstore.checkpoint import open_varstore as open_checkpoint, save
+from tests.checkpoint.damage import VALUES, set_root_attr, wipe_index_header
+from varstore.checkpoint import is_varstore_checkpoint, open_varstore as open_checkpoint, save
 from varstore.checkpoint.manifest import INDEX_HEADER_BYTES
+from varstore.errors import CorruptCheckpointError
 
 
 def test_header_points_at_the_manifest_and_offsets_at_the_values(tmp_path: Path) -> None:
@@ -44,3 +48,30 @@ def test_a_file_whose_header_is_wiped_reads_through_hdf5(tmp_path: Path) -> None
         assert reader["w"][4999] == 4999.0 and float(reader["s"]) == 2.5
         reader.verify()
         assert reader._backend_reader is not None  # noqa: SLF001
+
+
+# ------------------------------------------------------------ a damaged root varstore_format
+@pytest.mark.parametrize("found", ["varstore-zaxr", None])
+def test_damaged_format_attribute_with_a_manifest_is_corrupt_not_plain(ckpt: Path, found: str | None) -> None:
+    from varstore.convert import open_checkpoint as open_any
+
+    save(ckpt, VALUES)
+    if ckpt.suffix == ".h5":
+        wipe_index_header(ckpt)  # else the index header alone identifies the file (and it reads exactly)
+    set_root_attr(ckpt, "varstore_format", found)
+    assert is_varstore_checkpoint(ckpt)
+    for opener in (open_checkpoint, open_any):
+        with pytest.raises(CorruptCheckpointError, match=rf"'{ckpt}'.*varstore_format is {found!r}"):
+            opener(ckpt)
+
+
+def test_plain_zarr_group_is_still_not_a_varstore_checkpoint(tmp_path: Path) -> None:
+    from varstore.errors import NotACheckpointError
+
+    path = tmp_path / "model.zarr"
+    save(path, VALUES)
+    shutil.rmtree(path / "_varstore")
+    set_root_attr(path, "varstore_format", None)
+    assert not is_varstore_checkpoint(path)
+    with pytest.raises(NotACheckpointError, match="not a varstore checkpoint"):
+        open_checkpoint(path)
