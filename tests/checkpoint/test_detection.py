@@ -12,7 +12,10 @@ import pytest
 
 from tests.checkpoint.damage import VALUES, set_root_attr, wipe_index_header
 from varstore.checkpoint import is_varstore_checkpoint, open_varstore as open_checkpoint, save
+from varstore.checkpoint.detection import detect_container, index_header, manifest_via_index_header
 from varstore.checkpoint.manifest import INDEX_HEADER_BYTES
+from varstore.errors import CheckpointNotFoundError, NotACheckpointError
+from varstore.storage import LocalStorage
 from varstore.errors import CorruptCheckpointError
 
 
@@ -75,3 +78,42 @@ def test_plain_zarr_group_is_still_not_a_varstore_checkpoint(tmp_path: Path) -> 
     assert not is_varstore_checkpoint(path)
     with pytest.raises(NotACheckpointError, match="not a varstore checkpoint"):
         open_checkpoint(path)
+
+
+# ------------------------------------------------------------ detection's own calls
+def test_detect_container_names_what_it_found(tmp_path: Path) -> None:
+    save(tmp_path / "m.h5", VALUES)
+    save(tmp_path / "m.zarr", VALUES)
+    assert detect_container(tmp_path / "m.h5") == "h5"
+    assert detect_container(tmp_path / "m.zarr") == "zarr"
+    (tmp_path / "notes.txt").write_text("hello")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointNotFoundError, match="no checkpoint at .*absent"):
+        detect_container(tmp_path / "absent")
+    with pytest.raises(NotACheckpointError, match="notes.txt' is neither an HDF5 file nor a Zarr v3 directory"):
+        detect_container(tmp_path / "notes.txt")
+    with pytest.raises(NotACheckpointError, match="empty' is a directory without a Zarr v3 zarr.json"):
+        detect_container(tmp_path / "empty")
+
+
+def test_index_header_fast_path_reads_the_manifest_or_says_none(tmp_path: Path) -> None:
+    path = tmp_path / "m.h5"
+    save(path, VALUES)
+    storage = LocalStorage()
+    where = index_header(storage, str(path))
+    assert where is not None
+    offset, nbytes, _ = where
+    manifest = manifest_via_index_header(storage, str(path))
+    assert manifest == path.read_bytes()[offset:offset + nbytes]
+    assert sorted(json.loads(manifest)["variables"]["name"]) == sorted(VALUES)
+    save(tmp_path / "m.zarr", VALUES)
+    (tmp_path / "short").write_bytes(b"varstore-index {")
+    for other in ("m.zarr", "short", "absent"):
+        assert index_header(storage, str(tmp_path / other)) is None
+        assert manifest_via_index_header(storage, str(tmp_path / other)) is None
+    raw = bytearray(path.read_bytes())
+    raw[offset + 3] ^= 0x01  # the manifest no longer matches the header's crc32c
+    path.write_bytes(bytes(raw))
+    assert index_header(storage, str(path)) == where
+    assert manifest_via_index_header(storage, str(path)) is None
+

@@ -1,13 +1,17 @@
-"""Many small (packed) variables: the batch save and restore paths keep every rule of the slow path."""
+"""The bulk read engine (checkpoint/read_engine.py): the batch path for many small packed variables keeps
+every rule of the slow path; validation comes before any write; its threads end with the call."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import threading
+
 import numpy as np
 import pytest
 
 from varstore.checkpoint import open_varstore as open_checkpoint, restore, save
+from varstore.checkpoint.read_engine import read_into_targets
 from varstore.errors import ChecksumError, ShapeMismatchError
 from varstore.scopes import VariableStore
 
@@ -76,3 +80,48 @@ def test_batch_restore_casts_float32_into_float64_variables(tmp_path: Path) -> N
     restore(path, target)
     assert target.get_variable_by_name("small/v004").numpy().tolist() == [0.5, 0.5, 0.5]
     assert target.get_variable_by_name("small/v004").dtype == np.float64
+
+
+def _engine_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(("varstore-crc", "varstore-readahead"))]
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".zarr"])
+def test_validation_runs_for_every_target_before_any_is_written(tmp_path: Path, suffix: str) -> None:
+    path = save(tmp_path / f"m{suffix}", {"a": np.full(4, 1.0, np.float32), "b": np.full(3, 2.0, np.float32)},
+                pack_threshold_bytes=0)
+    targets = {"a": np.zeros(4, np.float32), "b": np.zeros(3, np.float32)}
+    seen: list[tuple[str, tuple[int, ...]]] = []
+
+    def refuse_b(name: str, obj: object, source: object) -> None:
+        seen.append((name, source.shape))  # type: ignore[attr-defined]
+        if name == "b":
+            raise ShapeMismatchError("b refused")
+
+    with open_checkpoint(path) as reader:
+        with pytest.raises(ShapeMismatchError, match="b refused"):
+            read_into_targets(reader, [("a", "a", targets["a"]), ("b", "b", targets["b"])],
+                              verify=True, lazy=False, validate=refuse_b)
+        assert seen == [("a", (4,)), ("b", (3,))]
+        assert targets["a"].tolist() == [0.0] * 4  # nothing was written
+        assert reader.session is None and _engine_threads() == []
+        read_into_targets(reader, [("a", "x", targets["a"])], verify=True, lazy=False,
+                          validate=lambda *_: None)
+        assert targets["a"].tolist() == [1.0] * 4
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".zarr"])
+def test_large_value_checked_in_the_helper_thread_raises_naming_it(tmp_path: Path, suffix: str) -> None:
+    big = np.arange(1 << 19, dtype=np.float32)  # 2 MiB: checksummed off the reading thread
+    path = save(tmp_path / f"m{suffix}", {"enc/big": big, "enc/small": np.ones(3, np.float32)})
+    with open_checkpoint(path) as reader:
+        record = reader.record("enc/big")
+        extent = reader._extent_of(record.path, np.dtype(np.float32), (1 << 19,))  # noqa: SLF001 - find its bytes
+    raw = bytearray(extent.file.read_bytes())
+    raw[extent.offset + 4096] ^= 0x10
+    extent.file.write_bytes(bytes(raw))
+    target = {"enc/big": np.zeros_like(big), "enc/small": np.zeros(3, np.float32)}
+    with pytest.raises(ChecksumError, match=rf"'enc/big' in '.*m{suffix}' is corrupt"):
+        restore(path, target)
+    assert _engine_threads() == []
+

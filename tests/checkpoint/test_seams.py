@@ -1,0 +1,37 @@
+"""The checkpoint layer's modules talk through public calls: no private names imported across modules,
+no reader privates used outside the reader, no HDF5-specific branch outside the backends."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULES = sorted((ROOT / "varstore" / "checkpoint").glob("*.py")) + sorted((ROOT / "varstore" / "storage").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
+def test_no_private_name_is_imported_from_another_module(path: Path) -> None:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("varstore"):
+            private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+            assert not private, f"{path.name} imports {private} from {node.module}"
+
+
+@pytest.mark.parametrize("name", ["restore.py", "read_engine.py", "manager.py"])
+def test_callers_of_the_reader_use_no_private_attribute(name: str) -> None:
+    text = (ROOT / "varstore" / "checkpoint" / name).read_text(encoding="utf-8")
+    assert not re.search(r"\breader\._[a-z]", text), f"{name} reaches into the reader"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
+def test_no_format_specific_branch_in_the_checkpoint_layer(path: Path) -> None:
+    assert not re.search(r"""_fmt\s*==|fmt\s*==\s*["']h5|== ["']zarr["']""", path.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
+def test_modules_stay_small(path: Path) -> None:
+    assert len(path.read_text(encoding="utf-8").splitlines()) <= 500

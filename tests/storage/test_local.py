@@ -1,0 +1,137 @@
+"""LocalStorage (varstore/storage/local.py) keeps the Storage protocol's contract on a local file system."""
+
+from __future__ import annotations
+
+import ast
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from varstore.errors import CorruptCheckpointError
+from varstore.storage import LocalStorage, Storage
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_local_storage_is_a_storage() -> None:
+    storage = LocalStorage()
+    assert isinstance(storage, Storage)
+    assert storage.renames is True
+    assert storage.url == Path.cwd().as_uri()
+
+
+def test_positional_writes_in_any_order_then_exact_reads(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    writer = storage.writer("a.bin")
+    writer.write_at(8, b"world!!!")
+    writer.write_at(0, np.arange(2, dtype="<i4"))  # an array's raw bytes
+    writer.finish()
+    assert (tmp_path / "a.bin").read_bytes() == b"\x00\x00\x00\x00\x01\x00\x00\x00world!!!"
+    assert storage.exists("a.bin") and not storage.exists("b.bin")
+    assert storage.size("a.bin") == 16
+    assert bytes(storage.read_range("a.bin", 8, 5)) == b"world"
+    out = np.empty(2, dtype="<i4")
+    assert storage.read_range("a.bin", 0, 8, out) is out
+    assert out.tolist() == [0, 1]
+    assert storage.read_all("a.bin") == (tmp_path / "a.bin").read_bytes()
+
+
+def test_absolute_keys_are_taken_as_they_are(tmp_path: Path) -> None:
+    (tmp_path / "x").write_bytes(b"abc")
+    storage = LocalStorage(tmp_path / "elsewhere")
+    assert bytes(storage.read_range(str(tmp_path / "x"), 1, 2)) == b"bc"
+
+
+def test_short_read_is_corrupt_naming_the_file_and_missing_key_is_not_found(tmp_path: Path) -> None:
+    (tmp_path / "short").write_bytes(b"12345")
+    storage = LocalStorage(tmp_path)
+    with pytest.raises(CorruptCheckpointError, match=r"short.*truncated: needed 4 bytes at offset 3.*ends after 2"):
+        storage.read_range("short", 3, 4)
+    with pytest.raises(FileNotFoundError):
+        storage.read_range("absent", 0, 1)
+    with pytest.raises(FileNotFoundError):
+        storage.size("absent")
+    with pytest.raises(FileNotFoundError):
+        storage.read_all("absent")
+
+
+def test_list_and_delete(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    for key in ("m.zarr/zarr.json", "m.zarr/w/c/0", "m.zarr/b/c/0", "other"):
+        (tmp_path / key).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / key).write_bytes(b"x")
+    assert storage.list("m.zarr") == ["m.zarr/b/c/0", "m.zarr/w/c/0", "m.zarr/zarr.json"]
+    assert storage.list("") == ["m.zarr/b/c/0", "m.zarr/w/c/0", "m.zarr/zarr.json", "other"]
+    assert storage.list("other") == ["other"]
+    storage.delete("m.zarr")
+    storage.delete("other")
+    storage.delete("never-there")
+    assert storage.list("") == []
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_kept_descriptors_are_shared_and_released_by_close(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    before = _descriptors()
+    first = storage.writer("one.h5", keep_open=True)
+    second = storage.writer("one.h5", keep_open=True)
+    first.reserve(2 << 20)  # 2 MiB: blocks reserved at once
+    first.write_at(0, b"head")
+    second.write_at(1 << 20, b"tail")
+    first.finish()
+    second.finish()
+    assert _descriptors() == before + 1  # one descriptor for both writers, still open
+    assert (tmp_path / "one.h5").stat().st_size == 2 << 20
+    storage.keep_open("one.h5")
+    assert bytes(storage.read_range("one.h5", 1 << 20, 4)) == b"tail"
+    assert _descriptors() == before + 2
+    storage.close()
+    assert _descriptors() == before
+    assert bytes(storage.read_range("one.h5", 0, 4)) == b"head"  # usable again; nothing left open
+    assert _descriptors() == before
+
+
+def test_large_writes_go_in_pieces_and_read_back_exactly(tmp_path: Path) -> None:
+    data = np.random.default_rng(0).integers(0, 255, size=(20 << 20) + 3, dtype=np.uint8)  # > 2 pieces of 8 MiB
+    storage = LocalStorage(tmp_path)
+    writer = storage.writer("big")
+    writer.write_at(100, data)
+    writer.finish()
+    out = np.empty_like(data)
+    storage.read_range("big", 100, data.nbytes, out)
+    np.testing.assert_array_equal(out, data)
+
+
+def test_read_ahead_needs_a_kept_file_and_stops_its_thread(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(bytes(1 << 16))
+    storage = LocalStorage(tmp_path)
+    extents = [(0, 4096), (4096, 4096), (8192, 4096)]
+    assert storage.read_ahead("f", extents, 1 << 20) is None  # not kept open: nothing to offer
+    storage.keep_open("f")
+    assert storage.read_ahead("f", extents[:1], 1 << 20) is None  # one extent: nothing ahead
+    read_ahead = storage.read_ahead("f", extents, 4096)
+    assert read_ahead is not None
+    assert any(t.name == "varstore-readahead" for t in threading.enumerate())
+    for offset, _ in extents:
+        read_ahead.done(offset)
+    read_ahead.stop()
+    assert not any(t.name == "varstore-readahead" for t in threading.enumerate())
+    storage.close()
+
+
+def test_storage_imports_nothing_above_it() -> None:
+    """The seam sits below the checkpoint layer and the backends: it knows no format."""
+    for path in sorted((ROOT / "varstore" / "storage").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert not name.startswith(("varstore.checkpoint", "varstore.backends", "varstore.convert",
+                                            "varstore.variables", "varstore.scopes")), f"{path.name} imports {name}"
