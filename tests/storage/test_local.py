@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from varstore.errors import CorruptCheckpointError
-from varstore.storage import LocalStorage, Storage
+from varstore.storage import ConditionalStorage, LocalStorage, Storage, storage_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,6 +25,12 @@ def test_local_storage_is_a_storage() -> None:
     assert isinstance(storage, Storage)
     assert storage.renames is True
     assert storage.url == Path.cwd().as_uri()
+
+
+def test_storage_for_a_local_path_is_local_storage_keyed_by_the_path(tmp_path: Path) -> None:
+    storage, key = storage_for(tmp_path / "m.h5")
+    assert isinstance(storage, LocalStorage) and key == str(tmp_path / "m.h5")
+    assert not isinstance(storage, ConditionalStorage)  # the manager's file lock serves locally
 
 
 def test_positional_writes_in_any_order_then_exact_reads(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from varstore.checkpoint import atomic
 from varstore.checkpoint.manifest import Record
 from varstore.checkpoint.write_engine import write_container
 from varstore.errors import CheckpointError, VarstoreError
-from varstore.storage import LocalStorage, Storage
+from varstore.storage import Storage, storage_for
 
 __all__ = ["publish"]
 
@@ -40,7 +40,7 @@ def publish(final: Path, fmt: str, entries: list[Any], records: list[Record], pa
         or the storage cannot commit without rename yet.
       Any error of writing (as save_entries).
     """
-    storage = LocalStorage() if storage is None else storage
+    storage = storage_for(final)[0] if storage is None else storage
     if not storage.renames:
         raise CheckpointError(
             f"cannot write checkpoint '{final}' to {storage.url}: committing without rename "

@@ -17,7 +17,7 @@ from varstore.backends import get_backend
 from varstore.checkpoint.checksum import crc32c_raw
 from varstore.checkpoint.manifest import FORMAT_NAMES, INDEX_HEADER_BYTES, MANIFEST_PATH, decode_index_header
 from varstore.errors import CheckpointNotFoundError, NotACheckpointError, VarstoreError
-from varstore.storage import LocalStorage, Storage
+from varstore.storage import Storage, storage_for
 
 __all__ = ["detect_container", "index_header", "manifest_via_index_header", "is_varstore_checkpoint"]
 
@@ -84,7 +84,7 @@ def is_varstore_checkpoint(path: os.PathLike[str] | str) -> bool:
     path = Path(path)
     try:
         fmt = detect_container(path)
-        if not get_backend(fmt).is_directory and manifest_via_index_header(LocalStorage(), str(path)) is not None:
+        if not get_backend(fmt).is_directory and manifest_via_index_header(*storage_for(path)) is not None:
             return True
         backend_reader = get_backend(fmt).open_reader(path)
         try:

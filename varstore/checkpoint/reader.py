@@ -49,7 +49,7 @@ from varstore.errors import (
     UnknownVariableError,
     VarstoreError,
 )
-from varstore.storage import LocalStorage, ReadAhead, Storage
+from varstore.storage import ReadAhead, Storage, storage_for
 
 __all__ = ["VarstoreReader", "CheckpointValue", "ReadSession", "open_varstore", "is_varstore_checkpoint"]
 
@@ -125,8 +125,8 @@ class VarstoreReader(CheckpointReader):
         self.format = FORMAT_NAMES[fmt]
         self._backend = get_backend(fmt)
         self._backend_reader: BackendReader | None = None
-        self.storage: Storage = LocalStorage() if storage is None else storage
-        self._key = str(path)
+        located, self._key = storage_for(path)
+        self.storage: Storage = located if storage is None else storage
         self.session: ReadSession | None = None
         self._closed = False
         self._direct = False  # offsets in the manifest are trusted (the index header matched)

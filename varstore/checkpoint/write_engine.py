@@ -35,7 +35,7 @@ from varstore.checkpoint.manifest import (
 from varstore.checkpoint.packed import pack_window
 from varstore.checkpoint.entry import SnapshotEntry
 from varstore.checkpoint.plan import PlannedEntry, array_attrs, checked_value, host_value
-from varstore.storage import LocalStorage, Storage, StorageWriter
+from varstore.storage import Storage, StorageWriter, storage_for
 from varstore.variables import host_views
 
 __all__ = ["write_container", "STAGING_BYTES"]
@@ -149,7 +149,7 @@ def write_container(tmp: Path, fmt: str, entries: list[Any], records: list[Recor
     backend = get_backend(fmt)
     single_file = not backend.is_directory
     writer = backend.open_writer(tmp, INDEX_HEADER_BYTES if single_file else 0)
-    writes = _Writes(LocalStorage() if storage is None else storage)
+    writes = _Writes(storage_for(tmp)[0] if storage is None else storage)
     if single_file:
         # Reserve the data's blocks in one go before HDF5 lays out anything: the file's extents then
         # lie on disk in file order (per-dataset reservations interleaved with HDF5's metadata writes

@@ -8,7 +8,18 @@ obstore) implements the same protocol. Knows nothing about checkpoint formats.
 
 from __future__ import annotations
 
-from varstore.storage.local import LocalStorage
-from varstore.storage.protocol import Buffer, ReadAhead, Storage, StorageWriter
+import os
 
-__all__ = ["Storage", "StorageWriter", "ReadAhead", "Buffer", "LocalStorage"]
+from varstore.storage.local import LocalStorage
+from varstore.storage.protocol import Buffer, ConditionalStorage, ReadAhead, Storage, StorageWriter
+
+__all__ = ["Storage", "StorageWriter", "ReadAhead", "ConditionalStorage", "Buffer", "LocalStorage", "storage_for"]
+
+
+def storage_for(location: os.PathLike[str] | str) -> tuple[Storage, str]:
+    """The Storage that holds `location` and its key there: where the engines get their storage from.
+
+    Local paths give (LocalStorage(), the path as a string). Object-store URLs
+    (s3://, gs://, az://) are the next implementation's to add here.
+    """
+    return LocalStorage(), os.fspath(location)

@@ -41,7 +41,8 @@ such as s3://, gs://, az:// through obstore next):
   the next save. Pointers that several writers update (the manager's
   "latest") use `put_if(key, data, match)`: If-None-Match when `match` is
   None, If-Match on the version tag otherwise, so two writers never lose an
-  update. LocalStorage needs no `put_if` (the manager holds a file lock).
+  update (`ConditionalStorage`). LocalStorage needs no `put_if` (the manager
+  holds a file lock).
 - `read_ahead(key, extents, window_bytes)` is a hint: the storage may start
   fetching the listed (offset, nbytes) extents, at most `window_bytes` ahead
   of the reader's progress (reported with `ReadAhead.done(offset)`), into the
@@ -59,7 +60,7 @@ from typing import Protocol, Union, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Storage", "StorageWriter", "ReadAhead", "Buffer"]
+__all__ = ["Storage", "StorageWriter", "ReadAhead", "ConditionalStorage", "Buffer"]
 
 #: Bytes handed to or filled by a storage: bytes-like objects or C-contiguous NumPy arrays (their raw bytes).
 Buffer = Union[bytes, bytearray, memoryview, npt.NDArray[np.generic]]
@@ -158,3 +159,21 @@ class Storage(Protocol):
 
     def close(self) -> None:
         """Releases cached handles; the storage stays usable."""
+
+
+@runtime_checkable
+class ConditionalStorage(Storage, Protocol):
+    """A Storage that can replace small objects conditionally (object stores: the manager's "latest" pointer)."""
+
+    def version(self, key: str) -> str | None:
+        """The current version tag (ETag) of `key`, or None when nothing is there."""
+
+    def put_if(self, key: str, data: bytes, match: str | None) -> str:
+        """Writes `data` under `key` only if its version is still `match` (None: only if absent).
+
+        Returns:
+          The new version tag.
+
+        Raises:
+          FileExistsError: the condition failed (another writer got there first).
+        """
