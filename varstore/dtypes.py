@@ -86,7 +86,8 @@ def dtype_name(dtype: npt.DTypeLike) -> str:
         return f"S{dt.itemsize}"
     if dt.kind == "U":
         return f"U{dt.itemsize // 4}"
-    return dt.name
+    name: str = dt.name
+    return name
 
 
 def is_extension(dtype: npt.DTypeLike) -> bool:

@@ -58,9 +58,14 @@ class ValueSource(Protocol):
       dtype: the stored (logical) NumPy dtype.
     """
 
-    origin: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
+    @property
+    def origin(self) -> str: ...
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> np.dtype: ...
 
     def read_into(self, out: npt.NDArray[Any]) -> None:
         """Fills `out` (host, C-contiguous, the variable's shape and dtype), casting from `dtype`."""
