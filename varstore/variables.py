@@ -74,8 +74,9 @@ class ValueSource(Protocol):
 class VariableRegistry(Protocol):
     """The store a Variable joins: it names the variable, then registers it (implemented by `VariableStore`).
 
-    Passed to `Variable(..., store=...)` and `lazy_variable`, or found
-    through `default_registry()`. The protocol is the whole contract between
+    Passed as `Variable(..., store=...)`, or found through
+    `default_registry()`; `VariableStore.get_variable` makes its lazy
+    variables with `lazy_variable` and registers them itself. The protocol is the whole contract between
     a variable and its store; the variable never sees scopes or collections.
     """
 
