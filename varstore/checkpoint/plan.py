@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from varstore import __version__, devices
+from varstore import devices
 from varstore import dtypes as _dtypes
+from varstore._version import __version__
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.manifest import (
     FORMAT_NAMES,
