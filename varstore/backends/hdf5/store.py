@@ -224,7 +224,7 @@ class Hdf5Backend:
     name = "h5"
     description = "HDF5 file"
     native_bytes_strings = True
-    suffixes = (".h5", ".hdf5")
+    suffixes: tuple[str, ...] = (".h5", ".hdf5")
     is_directory = False
 
     def sniff(self, path: Path) -> bool:

@@ -257,7 +257,7 @@ class Zarr3Backend:
     name = "zarr"
     description = "Zarr v3 directory"
     native_bytes_strings = False
-    suffixes = (".zarr",)
+    suffixes: tuple[str, ...] = (".zarr",)
     is_directory = True
 
     def sniff(self, path: Path) -> bool:
