@@ -162,3 +162,14 @@ def test_convert_refuses_the_same_file_always_also_through_a_symlink(tmp_path: P
     with pytest.raises(CheckpointExistsError, match="is the source"):
         vs.convert(model, link, force=True)
     assert _digest(model) == before
+
+
+def test_manager_retention_never_deletes_what_replaced_its_checkpoint(tmp_path: Path) -> None:
+    manager = vs.CheckpointManager(tmp_path / "run", max_to_keep=1)
+    manager.save(VALUES, step=1)
+    old = tmp_path / "run" / "ckpt-1.h5"
+    old.unlink()
+    old.write_text("a user's file that took the name")
+    manager.save(VALUES, step=2)  # retention drops step 1 from its list but leaves the file
+    assert old.read_text() == "a user's file that took the name"
+    assert [p.name for p in manager.checkpoints] == ["ckpt-1.h5", "ckpt-2.h5"] and manager.latest.name == "ckpt-2.h5"

@@ -171,3 +171,12 @@ def test_messages_raised_on_the_cli_path_use_cli_words() -> None:
         if python_call.search(shown) or any(p in shown for p in LIBRARY_PARAMETERS):
             offenders.append((where, shown))
     assert offenders == []
+
+
+def test_every_option_the_translations_name_exists() -> None:
+    from varstore_cli.commands import COMMANDS
+    from varstore_cli.words import LIBRARY_TO_CLI
+
+    options = {opt for command in COMMANDS for param in command.params for opt in getattr(param, "opts", [])}
+    named = {word for _, cli in LIBRARY_TO_CLI for word in re.findall(r"--[a-z-]+", cli)}
+    assert named and named <= options, named - options

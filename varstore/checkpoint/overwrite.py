@@ -38,6 +38,17 @@ def _is_hdf5(path: Path) -> bool:
     return head == _HDF5_SIGNATURE
 
 
+def _has_varstore_index_header(path: Path) -> bool:
+    """True when the file starts with varstore's index header (one 512-byte read; the manifest is not read)."""
+    from varstore.checkpoint.manifest import INDEX_HEADER_BYTES, decode_index_header
+
+    try:
+        with open(path, "rb") as handle:
+            return decode_index_header(handle.read(INDEX_HEADER_BYTES)) is not None
+    except OSError:
+        return False
+
+
 def _hdf5_kind(path: Path) -> str:
     """"a Keras HDF5 file" or "an HDF5 file not written by varstore"."""
     try:
@@ -79,7 +90,7 @@ def describe(path: os.PathLike[str] | str) -> str | None:
     if not path.is_file():
         return "a special file (not a regular file or directory)"
     if _is_hdf5(path):
-        if is_varstore_checkpoint(path):
+        if _has_varstore_index_header(path) or is_varstore_checkpoint(path):
             return "a varstore HDF5 checkpoint"
         return _hdf5_kind(path)
     size = path.stat().st_size
