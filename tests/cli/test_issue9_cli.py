@@ -180,3 +180,20 @@ def test_every_option_the_translations_name_exists() -> None:
     options = {opt for command in COMMANDS for param in command.params for opt in getattr(param, "opts", [])}
     named = {word for _, cli in LIBRARY_TO_CLI for word in re.findall(r"--[a-z-]+", cli)}
     assert named and named <= options, named - options
+
+
+def test_ls_and_convert_treat_both_layouts_alike(run: Run, tmp_path: Path) -> None:
+    values = {f"block{i}/bias": np.full(5, i, np.float32) for i in range(6)}
+    values["block0/kernel"] = np.arange(20, dtype=np.float64).reshape(4, 5)
+    listings, loaded = [], []
+    for layout in ("per-variable", "packed"):
+        path = vs.save(tmp_path / f"{layout}.h5", values, layout=layout)
+        document = json.loads(run("ls", path, "--json").stdout)
+        listings.append([(v["name"], v["shape"], v["dtype"], v["checksum"]) for v in document["variables"]])
+        result = run("convert", path, tmp_path / f"{layout}.npz")
+        assert result.exit_code == 0, result.stderr
+        loaded.append(vs.load(tmp_path / f"{layout}.npz"))
+    assert listings[0] == listings[1] and len(listings[0]) == 7
+    assert list(loaded[0]) == list(loaded[1]) == list(values)
+    for name, value in values.items():
+        assert loaded[0][name].tolist() == loaded[1][name].tolist() == value.tolist()

@@ -97,9 +97,12 @@ def _created(path: Path) -> str:
     from varstore.errors import VarstoreError
 
     try:
-        with open_varstore(path) as reader:
+        reader = open_varstore(path)
+        try:
             if isinstance(reader.created_utc, str):
                 return reader.created_utc
+        finally:
+            reader.close()
     except (VarstoreError, OSError):
         pass
     stamp = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc)
