@@ -98,18 +98,35 @@ def test_deferred_restore_for_variables_created_later_is_unchanged(ckpt: Path) -
     np.testing.assert_array_equal(v.numpy(), w)
 
 
-def test_corrupt_value_into_initialized_variables_is_documented_partial(ckpt: Path) -> None:
-    """docs/errors.md: a mid-restore ChecksumError leaves the allocated variables read before it new."""
+def test_corrupt_large_value_into_initialized_variables_is_documented_partial(ckpt: Path) -> None:
+    """docs/errors.md: a large damaged value is checked after the reads, so every in-place target is new."""
     big = np.arange(1 << 19, dtype=np.float32)  # 2 MiB: checked in the helper thread, after its read
-    save(ckpt, {"a": np.full(8, 3, np.float32), "big": big})
+    save(ckpt, {"a": np.full(8, 3, np.float32), "big": big, "c": np.full(4, 5, np.float32)})
     _flip(ckpt, "big", at=4096)
     store = VariableStore()
     a = store.get_variable("a", [8], initializer=lambda s, d: np.zeros(s, d)).initialize()
     g = store.get_variable("big", [1 << 19], initializer=lambda s, d: np.zeros(s, d)).initialize()
+    c = store.get_variable("c", [4], initializer=lambda s, d: np.zeros(s, d)).initialize()
     with pytest.raises(ChecksumError, match="'big'"):
         restore(ckpt, store)
-    np.testing.assert_array_equal(a.numpy(), np.full(8, 3, np.float32))  # read before the failure
+    assert a.numpy().tolist() == [3.0] * 8 and c.numpy().tolist() == [5.0] * 4
     # filled in place: the damaged variable holds the bytes as read, one bit off at element 1024
     assert g.numpy()[0] == big[0] and g.numpy()[1024] != big[1024]
     np.testing.assert_array_equal(np.delete(g.numpy(), 1024), np.delete(big, 1024))
     assert store.report_uninitialized() == []
+
+
+def test_corrupt_small_value_into_initialized_variables_stops_there(ckpt: Path) -> None:
+    """docs/errors.md: a small own-array value is checked as it is read: targets after it keep their values."""
+    save(ckpt, {"a": np.full(8, 3, np.float32), "b": np.arange(16, dtype=np.float32),
+                "c": np.full(4, 5, np.float32)})
+    _flip(ckpt, "b", at=0)
+    store = VariableStore()
+    a = store.get_variable("a", [8], initializer=lambda s, d: np.zeros(s, d)).initialize()
+    b = store.get_variable("b", [16], initializer=lambda s, d: np.zeros(s, d)).initialize()
+    c = store.get_variable("c", [4], initializer=lambda s, d: np.zeros(s, d)).initialize()
+    with pytest.raises(ChecksumError, match="'b'"):
+        restore(ckpt, store)
+    assert a.numpy().tolist() == [3.0] * 8
+    assert b.numpy()[1:].tolist() == list(range(1, 16)) and b.numpy()[0] != 0.0  # damaged bytes as read
+    assert c.numpy().tolist() == [0.0] * 4  # not reached
