@@ -130,3 +130,15 @@ def test_corrupt_small_value_into_initialized_variables_stops_there(ckpt: Path) 
     assert a.numpy().tolist() == [3.0] * 8
     assert b.numpy()[1:].tolist() == list(range(1, 16)) and b.numpy()[0] != 0.0  # damaged bytes as read
     assert c.numpy().tolist() == [0.0] * 4  # not reached
+
+
+def test_mixed_restore_failing_in_place_leaves_uninitialized_variables_untouched(ckpt: Path) -> None:
+    save(ckpt, {"fresh": np.full(8, 3, np.float32), "held": np.arange(16, dtype=np.float32)})
+    _flip(ckpt, "held", at=0)
+    store = VariableStore()
+    fresh = store.get_variable("fresh", [8], initializer=lambda s, d: np.zeros(s, d))
+    store.get_variable("held", [16], initializer=lambda s, d: np.zeros(s, d)).initialize()
+    with pytest.raises(ChecksumError, match="'held'"):
+        restore(ckpt, store)
+    assert not fresh.is_allocated and not fresh.is_restore_pending
+    assert store.report_uninitialized() == ["fresh"]

@@ -229,8 +229,6 @@ def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
         if not lazy:
             reader.plan_reads([source.name for _, _, source in sources])
         restore_many(batch_variables, batch_values)
-        restore_many([obj for obj, _ in fresh], fresh_values, adopt=True)
-        del fresh_values
         del batch_values
         for obj, name, source in sources:
             if hasattr(obj, "restore_from"):
@@ -238,6 +236,9 @@ def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
             else:
                 source.read_into(obj)
         reader.end_checks()
+        # last: a failure of the in-place targets above leaves the variables without memory as they were
+        restore_many([obj for obj, _ in fresh], fresh_values, adopt=True)
+        del fresh_values
     finally:
         reader.release_packed()
         reader._checks = None
