@@ -155,6 +155,8 @@ class VarstoreReader(CheckpointReader):
         self.library_version = header.get("library_version")
         self.created_utc = header.get("created_utc")
         self._packed: dict[str, Any] = header.get("packed") or {}
+        #: "per-variable" or "packed" (root attribute varstore_layout; older files: from the packed blob).
+        self.layout = header.get("layout") or ("packed" if self._packed.get("nbytes") else "per-variable")
         self._bytes = VariableBytes(self.path, self._key, self._backend, lambda: self._store, self.storage,
                                     self._direct, self._packed)
         self._columns: ManifestColumns = columns

@@ -19,8 +19,9 @@ from varstore.backends import format_for_path
 from varstore.checkpoint._batch import paused_gc
 from varstore.checkpoint.commit import publish
 from varstore.checkpoint.entry import SaveEntry
-from varstore.checkpoint.manifest import DEFAULT_PACK_THRESHOLD_BYTES, assign_paths
-from varstore.checkpoint.plan import PlannedEntry, entries_from, header, plan_records
+from varstore.checkpoint.manifest import DEFAULT_PACK_THRESHOLD_BYTES
+from varstore.checkpoint.overwrite import check_replaceable
+from varstore.checkpoint.plan import PlannedEntry, entries_from, header, plan_records, planned_layout
 from varstore.checkpoint.snapshot import SaveHandle, save_async
 
 __all__ = ["save", "save_entries", "save_async", "entries_from", "SaveHandle"]
@@ -29,19 +30,28 @@ __all__ = ["save", "save_entries", "save_async", "entries_from", "SaveHandle"]
 def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry | PlannedEntry], *, step: int | None = None,
                  metadata: Mapping[str, Any] | None = None, format: str | None = None,
                  checksum: bool = True,
-                 pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES) -> Path:
+                 pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
+                 overwrite: bool = False, layout: str | None = None) -> Path:
     """Writes a checkpoint from SaveEntries, fetching each value only when it is written.
 
     Args:
       path: final path: "x.h5"/"x.hdf5" (HDF5 file) or "x.zarr" (Zarr v3 directory).
-        An existing checkpoint there is replaced atomically.
+        An existing varstore checkpoint of the same format there is replaced atomically;
+        anything else there raises CheckpointExistsError unless `overwrite`.
       entries: the variables, in the order to store them; names must be unique.
       step: global step to record (int), or None.
       metadata: JSON-compatible dict to record.
       format: "h5" or "zarr"; None picks by suffix.
       checksum: record crc32c of every variable (on by default).
-      pack_threshold_bytes: variables smaller than this many bytes are packed into
-        one blob (see docs/checkpoint-format.md); 0 gives every variable its own array.
+      pack_threshold_bytes: in the packed layout, variables smaller than this many
+        bytes are packed into one blob (see docs/checkpoint-format.md); 0 gives every
+        variable its own array.
+      overwrite: replace whatever is at `path` (a plain file, another tool's
+        file, a directory, a symlink); default False refuses all but a varstore
+        checkpoint of the same format.
+      layout: "per-variable" (every variable its own dataset/array at its name),
+        "packed" (small variables in one blob), or None: "packed" above
+        layout.PER_VARIABLE_MAX_VARIABLES (4,096) variables, else "per-variable".
 
     Returns:
       The final path.
@@ -50,29 +60,34 @@ def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry | Pla
       InvalidNameError, UnsupportedDtypeError, ShapeMismatchError, DtypeMismatchError,
       InvalidMetadataError: before anything is written.
       UnsupportedFormatError: unknown format or suffix.
+      CheckpointExistsError: `path` holds something else (see `overwrite`); it is left untouched.
       CheckpointError: the file system refused (the final path is left as it was).
     """
     final = Path(path)
     fmt = format_for_path(final, format)
+    check_replaceable(final, fmt, overwrite)
     with paused_gc():
         entries = list(entries)
         records = plan_records(entries)
         planned_header = header(fmt, step, metadata, final)
-        packed_nbytes = assign_paths(records, max(0, int(pack_threshold_bytes)))
+        packed_nbytes = planned_layout(planned_header, records, layout, pack_threshold_bytes)
         return publish(final, fmt, entries, records, packed_nbytes, planned_header, checksum)
 
 
 def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
          metadata: Mapping[str, Any] | None = None, format: str | None = None, checksum: bool = True,
          pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
-         blocking: bool = True, max_snapshot_bytes: int | None = None) -> Path | SaveHandle:
+         blocking: bool = True, max_snapshot_bytes: int | None = None,
+         overwrite: bool = False, layout: str | None = None) -> Path | SaveHandle:
     """Saves variables to an HDF5 file or Zarr v3 directory, atomically and checksummed.
 
     Args:
       path: "model.h5"/"model.hdf5" or "model.zarr" (or pass `format`).
       target: a VariableStore (all its variables), a mapping of names to
         Variables or arrays, or a list of Variables.
-      step, metadata, format, checksum, pack_threshold_bytes: as `save_entries`.
+      step, metadata, format, checksum, pack_threshold_bytes, overwrite, layout: as
+        `save_entries` (overwrite=False never replaces what is not a varstore
+        checkpoint of the same format; layout="packed" opts in to the packed layout).
       blocking: False copies every value into host memory (a snapshot, so the
         caller may change its variables as soon as the call returns) and
         writes in a background thread; returns a SaveHandle (wait(), done(),
@@ -93,6 +108,7 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
         entries = entries_from(target)
         if blocking:
             return save_entries(path, entries, step=step, metadata=metadata, format=format, checksum=checksum,
-                                pack_threshold_bytes=pack_threshold_bytes)
+                                pack_threshold_bytes=pack_threshold_bytes, overwrite=overwrite, layout=layout)
         return save_async(Path(path), entries, step=step, metadata=metadata, format=format, checksum=checksum,
-                          pack_threshold_bytes=pack_threshold_bytes, max_snapshot_bytes=max_snapshot_bytes)
+                          pack_threshold_bytes=pack_threshold_bytes, max_snapshot_bytes=max_snapshot_bytes,
+                          overwrite=overwrite, layout=layout)
