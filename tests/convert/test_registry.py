@@ -218,7 +218,7 @@ def test_lazy_entries_import_nothing_until_called() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ})
     assert out.stdout.strip() == "[]"
-    with pytest.raises(ValueError, match="package.module:function"):
+    with pytest.raises(UnsupportedFormatError, match="package.module:function"):
         registry.lazy("varstore.convert.keras.open_keras3")
 
 
@@ -303,3 +303,13 @@ def test_save_entries_output_detects_as_varstore_without_the_hdf5_walker(
     value = np.arange(3, dtype=np.float64)
     path = save_entries(tmp_path / "own.h5", [SaveEntry("v", (3,), value.dtype, lambda: value)])
     assert detect_format(path) == "varstore-hdf5" and count_walks() == 0
+
+
+def test_a_refused_format_claimed_by_suffix_is_refused_by_detection_too(tmp_path: Path) -> None:
+    path = tmp_path / "model.pth"
+    path.write_bytes(b"not a pickle at all")
+    from varstore.errors import UnsafeFormatError
+
+    with pytest.raises(UnsafeFormatError, match=r"model.pth'.*suffix '.pth'.*never unpickles"):
+        detect_format(path)
+    assert "pytorch" not in registry.read_names() and "pytorch" in registry.read_names(include_refusals=True)

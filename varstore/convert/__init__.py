@@ -1,13 +1,14 @@
-"""Open any supported checkpoint read-only, and convert between formats, streaming.
+"""Open any registered checkpoint format read-only, and convert between formats, streaming.
 
-`open_checkpoint(path)` detects the format (varstore HDF5/Zarr, TensorFlow
-bundle, Keras 3/2, safetensors, npz, plain HDF5/Zarr) and returns a lazy
+`open_checkpoint(path)` detects the format through varstore.convert.registry
+(varstore HDF5/Zarr, TensorFlow bundle, Keras 3/2, safetensors, npz, plain
+HDF5/Zarr, and any format registered at run time) and returns a lazy
 CheckpointReader with the same keys()/info()/[name] interface for all.
-`convert(src, dst)` copies variables from any of them into a varstore
-.h5/.zarr checkpoint (through varstore.checkpoint.save_entries), a
-.safetensors or an .npz file, one variable in memory at a time. Pickle-based
-files are refused, never unpickled. No printing here: the CLI shows progress
-through the `progress` callback.
+`convert(src, dst)` copies variables from any of them into any format whose
+registry entry writes (varstore .h5/.zarr, .safetensors, .npz), one variable
+in memory at a time. Knows no format itself: the registry's entries do.
+Pickle-based files are refused, never unpickled. No printing here: the CLI
+shows progress through the `progress` callback.
 """
 
 from __future__ import annotations

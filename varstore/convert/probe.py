@@ -2,8 +2,8 @@
 
 A Probe is made once per detection and handed to every format's sniff
 function in turn (see varstore.convert.registry), so a file is opened once
-however many formats look at it: the head (first 4 KiB) and tail are read
-when the probe is made, the zip directory and the HDF5 walk only when a
+however many formats look at it: the head (first 4 KiB) is read
+when the probe is made, the tail, zip directory and HDF5 walk only when a
 sniff first asks, and then cached. The HDF5 walk can be handed on to the
 reader that claims the file (`take_hdf5`), so an HDF5 file is walked once.
 Knows no format; decides nothing; never parses beyond what it is asked for.
@@ -40,8 +40,7 @@ class Probe:
       path: the path probed (need not exist: a TF bundle prefix does not).
       exists, is_dir, is_file: what is at `path`.
       size: file size in bytes (0 for directories and missing paths).
-      head: the first min(size, 4096) bytes of a file (b"" otherwise).
-      tail: the last min(size, 64) bytes of a file (b"" otherwise).
+      head: the first min(size, 4096) bytes of a file (b"" otherwise), read when the probe is made.
       name: the file name in lower case ("model.weights.h5"); suffix: its last suffix (".h5").
 
     Use as a context manager, or call close(): it closes the file handle and an
@@ -49,7 +48,7 @@ class Probe:
     """
 
     def __init__(self, path: os.PathLike[str] | str) -> None:
-        """Stats `path` and, for a file, reads its head and tail with one open.
+        """Stats `path` and, for a file, opens it and reads its head (one read).
 
         Raises nothing for a missing or unreadable path: exists/size say so.
         """
@@ -61,7 +60,7 @@ class Probe:
         self.is_file = self.exists and not self.is_dir
         self.size = 0
         self.head = b""
-        self.tail = b""
+        self._tail: bytes | None = None
         self._handle: IO[bytes] | None = None
         self._zip_names: list[str] | None = None
         self._zip_done = False
@@ -73,8 +72,6 @@ class Probe:
                 self._handle = open(self.path, "rb")  # noqa: SIM115 (closed in close())
                 self.size = os.fstat(self._handle.fileno()).st_size
                 self.head = self._handle.read(HEAD_BYTES)
-                self.tail = self.head[-_TAIL_BYTES:] if self.size <= HEAD_BYTES else self.read_at(
-                    self.size - _TAIL_BYTES, _TAIL_BYTES)
             except OSError:
                 self.close()
                 self.size = self.path.stat().st_size if self.path.exists() else 0
@@ -87,6 +84,13 @@ class Probe:
             return b""
         self._handle.seek(offset)
         return self._handle.read(count)
+
+    @property
+    def tail(self) -> bytes:
+        """The last min(size, 64) bytes of the file (b"" for directories); read on first use, cached."""
+        if self._tail is None:
+            self._tail = self.read_at(max(0, self.size - _TAIL_BYTES), min(self.size, _TAIL_BYTES))
+        return self._tail
 
     @property
     def is_zip(self) -> bool:

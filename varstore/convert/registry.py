@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -120,7 +120,9 @@ class FormatEntry:
       write_suffixes: destination endings that pick `write` (".h5"); default: `suffixes`.
       order: detection order, lowest first (varstore's own formats 10, HDF5
         family 20-30, directories 40, magic-byte file formats 50-69, refusals 90).
-      listed: False for a format varstore only recognises to refuse (not offered in help).
+      refuses: True for a format varstore recognises only to refuse (pickles): its
+        sniff and open raise UnsafeFormatError; it is not offered in help, and
+        when its suffix claims a file, detection itself refuses it.
     """
 
     name: str
@@ -133,7 +135,7 @@ class FormatEntry:
     write_names: tuple[str, ...] = ()
     write_suffixes: tuple[str, ...] | None = None
     order: int = 50
-    listed: bool = True
+    refuses: bool = False
 
     @property
     def reads(self) -> bool:
@@ -164,8 +166,9 @@ class _Lazy:
     def __init__(self, target: str) -> None:
         module, sep, attribute = target.partition(":")
         if not sep or not module or not attribute:
-            raise ValueError(f"lazy target {target!r} must look like 'package.module:function'")
-        self._module, self._attribute, self._function = module, attribute, None
+            raise UnsupportedFormatError(f"lazy target {target!r} must look like 'package.module:function'")
+        self._module, self._attribute = module, attribute
+        self._function: Callable[..., Any] | None = None
         self.target = target
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -180,7 +183,11 @@ class _Lazy:
 def lazy(target: str) -> Any:
     """A function that imports `target` ("varstore.convert.gguf:open_reader") when first called.
 
-    Entries use it so that registering a format imports nothing.
+    Entries use it so that registering a format imports nothing. Typed Any so
+    it fits the sniff, open and write slots alike.
+
+    Raises:
+      UnsupportedFormatError: `target` is not "package.module:function".
     """
     return _Lazy(target)
 
@@ -217,7 +224,7 @@ _BUILTIN: tuple[FormatEntry, ...] = (
     FormatEntry("pytorch", "PyTorch .pt/.pth/.bin and other pickles: refused, never unpickled",
                 suffixes=(".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt"),
                 sniff=lazy(f"{_C}.detect:sniff_pickle"), open=lazy(f"{_C}.detect:refuse_pickle"),
-                order=90, listed=False),
+                order=90, refuses=True),
 )
 
 _registry: list[FormatEntry] = list(_BUILTIN)
@@ -272,9 +279,9 @@ def unregister_format(name: str) -> FormatEntry:
                                  f"{', '.join(e.name for e in formats())}")
 
 
-def read_names(*, listed_only: bool = True) -> list[str]:
+def read_names(*, include_refusals: bool = False) -> list[str]:
     """Canonical names of the formats that can be opened, in detection order ("varstore-hdf5", ...)."""
-    return [e.name for e in formats() if e.reads and (e.listed or not listed_only)]
+    return [e.name for e in formats() if e.reads and (include_refusals or not e.refuses)]
 
 
 def write_names() -> list[str]:
@@ -292,7 +299,7 @@ def reader_format(name: str) -> FormatEntry:
     for entry in formats():
         if entry.reads and key in {_key(n) for n in (entry.name, *entry.aliases)}:
             return entry
-    accepted = sorted({_key(n) for e in formats() if e.reads and e.listed for n in (e.name, *e.aliases)})
+    accepted = sorted({_key(n) for e in formats() if e.reads and not e.refuses for n in (e.name, *e.aliases)})
     raise UnsupportedFormatError(f"unknown checkpoint format {name!r}: use one of {', '.join(accepted)}")
 
 
@@ -348,12 +355,15 @@ def detect(probe: Probe) -> tuple[FormatEntry, Path]:
                 return entry, Path(target)
     if not probe.exists:
         raise CheckpointNotFoundError(f"no checkpoint at '{probe.path}': no such file or directory")
-    described = ", ".join(e.name for e in entries if e.listed and e.sniff is not None)
+    described = ", ".join(e.name for e in entries if not e.refuses and e.sniff is not None)
     if probe.is_dir:
         raise NotACheckpointError(f"directory '{probe.path}' holds no checkpoint: it is none of {described} "
                                   f"(no zarr.json / .zgroup and no TensorFlow 'checkpoint' state file)")
     for entry in entries:
         if entry.reads and any(probe.name.endswith(s) for s in entry.suffixes):
+            if entry.refuses:
+                assert entry.open is not None
+                entry.open(probe.path)  # raises UnsafeFormatError naming the file and its suffix
             return entry, probe.path
     raise NotACheckpointError(
         f"'{probe.path}' is not a checkpoint varstore reads: its first bytes match none of {described}, "
