@@ -24,16 +24,19 @@ __all__ = ["open_reader", "write_hdf5", "write_zarr"]
 def open_reader(path: Path, *, probe: Probe | None = None, **options: Any) -> CheckpointReader:
     """Opens a varstore HDF5 file or Zarr v3 directory (detected from its contents) with open_varstore.
 
-    A walk the probe made (a file whose index header is damaged) is closed
-    first: h5py refuses a second handle opened with other locking flags.
+    After detection the probe says file or directory, so open_varstore does
+    not sniff again; a walk the probe made (a file whose index header is
+    damaged) is closed first: h5py refuses a second handle opened with other
+    locking flags.
     """
     from varstore.checkpoint import open_varstore
 
-    walker = probe.take_hdf5() if probe is not None else None
+    if probe is None:  # named by the user: open_varstore tells HDF5 from Zarr itself
+        return open_varstore(path, **options)
+    walker = probe.take_hdf5()
     if walker is not None:
         walker.close()
-
-    return open_varstore(path, **options)
+    return open_varstore(path, format="zarr" if probe.is_dir else "h5", **options)
 
 
 def _write(path: Path, entries: Sequence[SaveEntry], request: WriteRequest, fmt: str) -> Sequence[str]:
