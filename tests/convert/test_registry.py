@@ -191,7 +191,7 @@ def test_builtin_names_aliases_and_order() -> None:
     assert READ_FORMATS == {
         "varstore-hdf5": "varstore-hdf5", "varstore": "varstore-hdf5", "varstore-zarr": "varstore-zarr",
         "keras3": "keras3", "keras2": "keras2", "keras": "keras", "hdf5": "hdf5", "h5": "hdf5", "zarr": "zarr",
-        "tf": "tf", "tensorflow": "tf", "safetensors": "safetensors", "npz": "npz", "pytorch": "pytorch"}
+        "tf": "tf", "tensorflow": "tf", "safetensors": "safetensors", "npz": "npz"}
     assert WRITE_FORMATS == {"h5": "h5", "hdf5": "h5", "varstore-hdf5": "h5", "zarr": "zarr",
                              "varstore-zarr": "zarr", "safetensors": "safetensors", "npz": "npz"}
     assert registry.read_names() == ["varstore-hdf5", "varstore-zarr", "keras3", "keras2", "keras", "hdf5",

@@ -36,7 +36,8 @@ __all__ = ["open_checkpoint", "convert", "ConvertReport", "detect_format", "READ
 def __getattr__(name: str) -> Any:
     """READ_FORMATS / WRITE_FORMATS: {accepted name: canonical name}, computed from the registry."""
     if name == "READ_FORMATS":
-        return {alias: e.name for e in _registry.formats() if e.reads for alias in (e.name, *e.aliases)}
+        return {alias: e.name for e in _registry.formats() if e.reads and not e.refuses
+                for alias in (e.name, *e.aliases)}
     if name == "WRITE_FORMATS":
         return {alias: e.names_for_writing()[0] for e in _registry.formats() for alias in e.names_for_writing()}
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
