@@ -270,34 +270,6 @@ def test_a_keras2_file_is_walked_once(tmp_path: Path, count_walks: Callable[[], 
     assert count_walks() == 1
 
 
-def test_the_probe_reads_a_file_through_one_handle(fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from varstore.convert import probe as probe_module
-
-    opened: list[str] = []
-    real_open = open
-
-    def counting_open(path: Any, *args: Any, **kwargs: Any) -> Any:
-        opened.append(str(path))
-        return real_open(path, *args, **kwargs)
-
-    monkeypatch.setattr(probe_module, "open", counting_open, raising=False)
-    path = fixtures_dir / "npz/arrays.npz"
-    with Probe(path) as probe:
-        assert probe.is_file and probe.size == path.stat().st_size and probe.head == path.read_bytes()[:4096]
-        assert probe.tail == path.read_bytes()[-64:]
-        names = probe.zip_names
-        assert names is not None and all(n.endswith(".npy") for n in names) and probe.zip_names is names
-        assert not probe.is_hdf5 and probe.take_hdf5() is None
-    assert opened == [str(path)]
-
-
-def test_a_probe_of_a_missing_path_or_a_directory_reads_nothing(tmp_path: Path) -> None:
-    with Probe(tmp_path / "missing") as probe:
-        assert (probe.exists, probe.is_file, probe.size, probe.head, probe.zip_names) == (False, False, 0, b"", None)
-    with Probe(tmp_path) as probe:
-        assert probe.is_dir and not probe.is_file and probe.head == b"" and not probe.is_hdf5
-
-
 def test_save_entries_output_detects_as_varstore_without_the_hdf5_walker(
         tmp_path: Path, count_walks: Callable[[], int]) -> None:
     value = np.arange(3, dtype=np.float64)
