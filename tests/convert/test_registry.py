@@ -218,8 +218,14 @@ def test_lazy_entries_import_nothing_until_called() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ})
     assert out.stdout.strip() == "[]"
-    with pytest.raises(UnsupportedFormatError, match="package.module:function"):
-        registry.lazy("varstore.convert.keras.open_keras3")
+    calls: list[str] = []
+
+    def load() -> Any:
+        calls.append("loaded")
+        return json
+
+    dumps = registry.lazy(load, "dumps")
+    assert calls == [] and dumps([1, 2]) == "[1, 2]" and dumps({}) == "{}" and calls == ["loaded"]
 
 
 # ------------------------------------------------------------------ detection opens a file once

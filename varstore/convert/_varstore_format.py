@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from varstore.checkpoint.entry import SaveEntry
     from varstore.checkpoint.info import CheckpointReader
     from varstore.convert.probe import Probe
-    from varstore.convert.registry import WriteRequest
+    from varstore.convert.format_entry import WriteRequest
 
 __all__ = ["open_reader", "write_hdf5", "write_zarr"]
 

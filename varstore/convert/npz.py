@@ -27,7 +27,7 @@ from varstore.errors import ConversionError, CorruptCheckpointError, UnknownVari
 
 if TYPE_CHECKING:
     from varstore.convert.probe import Probe
-    from varstore.convert.registry import WriteRequest
+    from varstore.convert.format_entry import WriteRequest
 
 __all__ = ["NpzReader", "write_npz", "open_reader", "write_checkpoint"]
 

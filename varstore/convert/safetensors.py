@@ -30,7 +30,7 @@ from varstore.errors import ConversionError, CorruptCheckpointError, UnknownVari
 
 if TYPE_CHECKING:
     from varstore.convert.probe import Probe
-    from varstore.convert.registry import WriteRequest
+    from varstore.convert.format_entry import WriteRequest
 
 __all__ = ["SafetensorsReader", "write_safetensors", "SAFETENSORS_DTYPES", "open_reader", "write_checkpoint"]
 
@@ -246,7 +246,7 @@ def open_reader(path: Path, *, probe: Probe | None = None, **options: Any) -> Sa
 def write_checkpoint(path: Path, entries: Sequence[SaveEntry], request: WriteRequest) -> Sequence[str]:
     """The registry's write for "safetensors": write_safetensors with __metadata__ naming the source.
 
-    `request` is a varstore.convert.registry.WriteRequest; the metadata holds
+    `request` is a varstore.convert.format_entry.WriteRequest; the metadata holds
     format "np", converted_from (the source's file name), source_format and step.
     """
     meta = {"format": "np", "converted_from": request.source.name, "source_format": request.source_format}

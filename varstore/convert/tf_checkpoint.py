@@ -34,7 +34,7 @@ from varstore.errors import (
 
 if TYPE_CHECKING:
     from varstore.convert.probe import Probe
-    from varstore.convert.registry import WriteRequest
+    from varstore.convert.format_entry import WriteRequest
 
 __all__ = ["TFCheckpointReader", "resolve_prefix", "ATTRIBUTES_SUFFIX", "OBJECT_GRAPH_KEY", "open_reader"]
 
