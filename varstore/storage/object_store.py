@@ -22,9 +22,10 @@ from varstore.errors import (ConditionalWriteError, MissingDependencyError, Obje
                              ObjectStoreError)
 from varstore.storage._retry import RetryPolicy, call_with_retries
 from varstore.storage._s3_multipart import S3MultipartAdmin, SweepUnavailable
-from varstore.storage._urls import ObjectURL, ResolvedURL, resolve
+from varstore.storage._urls import ObjectURL, ResolvedURL, is_url, parse_url, resolve
 
-__all__ = ["ObjectInfo", "ObjectStoreClient", "RetryPolicy", "DEFAULT_PART_SIZE", "DEFAULT_MAX_IN_FLIGHT"]
+__all__ = ["ObjectInfo", "ObjectStoreClient", "ObjectURL", "RetryPolicy", "DEFAULT_PART_SIZE", "DEFAULT_MAX_IN_FLIGHT",
+           "is_url", "parse_url"]
 
 _log = logging.getLogger("varstore.storage")
 
