@@ -58,7 +58,8 @@ class FaultProxy:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
         self._listener.close()
 
     def _serve(self) -> None:
