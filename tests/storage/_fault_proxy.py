@@ -109,13 +109,13 @@ class FaultProxy:
                         with self._lock:
                             self.cuts += 1
                         break
-                    sink.sendall(data)
-                    sent += len(data)
-                    with self._lock:
+                    with self._lock:  # counted before sending: the peer may act on the bytes at once
                         if downstream:
                             self.bytes_down += len(data)
                         else:
                             self.bytes_up += len(data)
+                    sink.sendall(data)
+                    sent += len(data)
             except OSError:
                 pass
             finally:

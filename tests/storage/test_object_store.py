@@ -176,3 +176,21 @@ def test_incomplete_uploads_are_listed_and_swept_after_the_grace_period(
     assert client.abort_incomplete_uploads("ckpt-1", older_than=3600, now=later) == ["ckpt-1/model.h5"]
     assert [name for name, _ in client.incomplete_uploads()] == ["ckpt-2/model.h5"]
     assert client.list() == []  # an incomplete upload is never a listed object
+
+
+def test_list_children_lists_one_level(s3_server: S3TestServer, s3_prefix: str) -> None:
+    client = _client(s3_server, s3_prefix)
+    client.put_many([("run/ckpt-1.zarr/zarr.json", b"{}"), ("run/ckpt-1.zarr/c/0", b"x"),
+                     ("run/ckpt-2.h5", b"hdf"), ("run/latest", b"ckpt-2.h5")])
+    directories, objects = client.list_children("run")
+    assert directories == ["run/ckpt-1.zarr"]
+    assert [(o.name, o.size) for o in objects] == [("run/ckpt-2.h5", 3), ("run/latest", 9)]
+
+
+def test_a_conditional_write_that_finds_its_own_bytes_succeeds(s3_server: S3TestServer, s3_prefix: str) -> None:
+    # what a retry sees when the first PUT landed but its response was lost
+    client = _client(s3_server, s3_prefix)
+    etag = client.put_if_absent("manifest", b"writer-7f3a step 5")
+    assert client.put_if_absent("manifest", b"writer-7f3a step 5") == etag
+    with pytest.raises(ConditionalWriteError, match="already exists"):
+        client.put_if_absent("manifest", b"writer-0b1c step 5")

@@ -203,6 +203,20 @@ class ObjectStoreClient:
 
         return sorted(self._call("LIST", prefix, run), key=lambda info: info.name)
 
+    def list_children(self, prefix: str = "") -> tuple[list[str], list[ObjectInfo]]:
+        """One level under `prefix`: (child "directories", objects directly there), like `ls`.
+
+        The manager lists its step prefixes this way without listing every chunk object.
+        Returns names relative to the root, directories without a trailing '/', both sorted.
+        """
+        obs = _obstore()
+        key = self._key(prefix)
+        root = self.url.key + "/" if self.url.key else ""
+        result = self._call("LIST", prefix, lambda: obs.list_with_delimiter(self._store, key or None))
+        directories = sorted(str(p)[len(root):].rstrip("/") for p in result["common_prefixes"])
+        objects = sorted((self._info(meta) for meta in result["objects"]), key=lambda info: info.name)
+        return directories, objects
+
     # --------------------------------------------------------------- writes
     def put(self, name: str, data: Buffer) -> str | None:
         """Writes a small object in one PUT (overwriting). Returns the new etag."""
@@ -211,6 +225,10 @@ class ObjectStoreClient:
     def put_if_absent(self, name: str, data: Buffer) -> str | None:
         """Creates `name` only if no object is there (If-None-Match: *). Returns the new etag.
 
+        Writing the same bytes that are already there counts as success (that is how a retried
+        request whose first response was lost is told apart from another writer): put content
+        that identifies the writer (a unique token in a manifest) where that matters.
+
         Raises:
           ConditionalWriteError: an object already exists (another writer won).
         """
@@ -218,6 +236,8 @@ class ObjectStoreClient:
 
     def put_if_match(self, name: str, data: Buffer, etag: str) -> str | None:
         """Replaces `name` only if its etag is still `etag` (If-Match). Returns the new etag.
+
+        As put_if_absent, finding exactly `data` there already counts as success.
 
         Raises:
           ConditionalWriteError: the object changed (or vanished) since `etag` was read.
@@ -389,10 +409,29 @@ class ObjectStoreClient:
     def _put(self, name: str, data: Buffer, mode: object) -> str | None:
         obs = _obstore()
         size = memoryview(data).nbytes
-        result = self._call("PUT", name, lambda: obs.put(self._store, self._key(name), data, mode=mode,
-                                                          use_multipart=False), conditional=mode != "overwrite")
+        try:
+            result = self._call("PUT", name, lambda: obs.put(self._store, self._key(name), data, mode=mode,
+                                                              use_multipart=False), conditional=mode != "overwrite")
+        except ConditionalWriteError:
+            # A conditional PUT whose response was lost is retried by the HTTP client and then sees
+            # its own first write as "the other writer". Identical bytes mean this write landed.
+            etag = self._own_write_etag(name, data)
+            if etag is None:
+                raise
+            self._add_written(size)
+            return etag
         self._add_written(size)
         return result.get("e_tag")
+
+    def _own_write_etag(self, name: str, data: Buffer) -> str | None:
+        """The etag of `name` if it holds exactly `data`, else None (any failure: None)."""
+        try:
+            info = self.head(name)
+            if info.size != memoryview(data).nbytes or self.get(name) != bytes(data):
+                return None
+        except ObjectStoreError:
+            return None
+        return info.etag or ""
 
     def _add_read(self, n: int) -> None:
         with self._lock:
