@@ -73,7 +73,7 @@ def is_url(path: object) -> bool:
     if not isinstance(path, str):
         return False
     match = _URL.match(path)
-    return bool(match) and match.group("scheme").lower() in _SCHEMES
+    return match is not None and match.group("scheme").lower() in _SCHEMES
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ It must not know checkpoint formats or manifests; it moves bytes under one root 
 
 from __future__ import annotations
 
+import builtins
+
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
@@ -128,7 +130,7 @@ class ObjectStorage:
     def size(self, name: str) -> int:
         return self.client.size(name)
 
-    def list(self, prefix: str = "") -> list[ObjectInfo]:
+    def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
         return self.client.list(prefix)
 
     def read_into(self, name: str, offset: int, out: memoryview | bytearray) -> int:
@@ -164,6 +166,6 @@ class ObjectStorage:
             return self.client.put_if_absent(name, data)
         return self.client.put_if_match(name, data, etag)
 
-    def sweep(self, prefix: str = "", older_than: float = 3600.0) -> list[str]:
+    def sweep(self, prefix: str = "", older_than: float = 3600.0) -> builtins.list[str]:
         """Aborts incomplete multipart uploads under `prefix` older than `older_than` seconds."""
         return self.client.abort_incomplete_uploads(prefix, older_than)

@@ -8,7 +8,10 @@ on it. Every message it raises names the URL and has passed through the Redactor
 
 from __future__ import annotations
 
+import builtins
+
 import datetime as _dt
+import functools
 import logging
 import threading
 from collections import Counter
@@ -17,6 +20,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 
 from varstore.errors import (ConditionalWriteError, MissingDependencyError, ObjectNotFoundError,
                              ObjectStoreError)
@@ -33,6 +37,7 @@ DEFAULT_PART_SIZE = 8 * 1024 * 1024   # bytes per multipart part (S3 minimum 5 M
 DEFAULT_MAX_IN_FLIGHT = 8             # requests one client call keeps in flight at most
 
 Buffer = bytes | bytearray | memoryview
+T = TypeVar("T")
 
 
 def _obstore() -> ModuleType:
@@ -153,7 +158,7 @@ class ObjectStoreClient:
         self._add_read(length)
         return target[:length]
 
-    def get_ranges(self, name: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    def get_ranges(self, name: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
         """Several (offset, length) ranges of one object; the client merges nearby ranges into fewer GETs."""
         if not ranges:
             return []
@@ -187,7 +192,7 @@ class ObjectStoreClient:
             return False
         return True
 
-    def list(self, prefix: str = "") -> list[ObjectInfo]:
+    def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
         """Every object under `prefix` (a '/'-separated key prefix relative to the root), sorted by name.
 
         `prefix` "a/b" lists "a/b/..." objects only, never "a/bc".
@@ -195,15 +200,15 @@ class ObjectStoreClient:
         obs = _obstore()
         key = self._key(prefix)
 
-        def run() -> list[ObjectInfo]:
-            found: list[ObjectInfo] = []
+        def run() -> builtins.list[ObjectInfo]:
+            found: builtins.list[ObjectInfo] = []
             for chunk in obs.list(self._store, key or None):
                 found.extend(self._info(meta) for meta in chunk)
             return found
 
         return sorted(self._call("LIST", prefix, run), key=lambda info: info.name)
 
-    def list_children(self, prefix: str = "") -> tuple[list[str], list[ObjectInfo]]:
+    def list_children(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[ObjectInfo]]:
         """One level under `prefix`: (child "directories", objects directly there), like `ls`.
 
         The manager lists its step prefixes this way without listing every chunk object.
@@ -323,10 +328,10 @@ class ObjectStoreClient:
         keys = [self._key(n) for n in names]
         for start in range(0, len(keys), 1000):
             batch = keys[start:start + 1000]
-            self._call("DELETE", names[start], lambda batch=batch: obs.delete(self._store, batch))
+            self._call("DELETE", names[start], functools.partial(obs.delete, self._store, batch))
 
     # ------------------------------------------------ incomplete multipart uploads
-    def incomplete_uploads(self, prefix: str = "") -> list[tuple[str, _dt.datetime]]:
+    def incomplete_uploads(self, prefix: str = "") -> builtins.list[tuple[str, _dt.datetime]]:
         """(name, initiated) of multipart uploads under `prefix` never completed nor aborted.
 
         S3 only (signed by _s3_multipart; obstore has no such call). Returns [] for gs:// and az://
@@ -345,7 +350,7 @@ class ObjectStoreClient:
         return [(u.key[len(root):], u.initiated) for u in uploads]
 
     def abort_incomplete_uploads(self, prefix: str = "", older_than: float = 3600.0,
-                                 now: _dt.datetime | None = None) -> list[str]:
+                                 now: _dt.datetime | None = None) -> builtins.list[str]:
         """Aborts incomplete multipart uploads under `prefix` initiated more than `older_than` seconds ago.
 
         The grace period protects a concurrent writer's upload in progress. Returns the names aborted.
@@ -360,11 +365,11 @@ class ObjectStoreClient:
         except SweepUnavailable as err:
             _log.info("%s", self.redact(f"not sweeping {self.url_of(prefix)}: {err}"))
             return []
-        aborted: list[str] = []
+        aborted: builtins.list[str] = []
         for upload in uploads:
             if (now - upload.initiated).total_seconds() >= older_than:
                 name = upload.key[len(root):]
-                self._call("ABORT-UPLOAD", name, lambda upload=upload: admin.abort(upload))
+                self._call("ABORT-UPLOAD", name, functools.partial(admin.abort, upload))
                 aborted.append(name)
         return aborted
 
@@ -441,8 +446,8 @@ class ObjectStoreClient:
         with self._lock:
             self.bytes_written += n
 
-    def _call(self, operation: str, name: str, run: Callable[[], object], conditional: bool = False):  # noqa: ANN202
-        def counted() -> object:
+    def _call(self, operation: str, name: str, run: Callable[[], T], conditional: bool = False) -> T:
+        def counted() -> T:
             with self._lock:
                 self.requests[operation] += 1
             return run()
