@@ -175,4 +175,5 @@ class ConditionalWriteError(ObjectStoreError):
 
 
 class InvalidURLError(ObjectStoreError, ValueError):
-    """An object-store URL is malformed (no bucket, unknown scheme) or storage_options has an unknown key."""
+    """An object-store URL is malformed (no bucket, unknown scheme), storage_options has an unknown key,
+    or a client setting is out of range (part_size below 5 MiB, max_in_flight below 1)."""

@@ -85,3 +85,16 @@ def test_a_server_that_is_gone_is_a_typed_error(s3_server: S3TestServer, s3_pref
     client = _client(s3_server, s3_prefix, endpoint)
     with pytest.raises(ObjectStoreError, match=rf"HEAD {s3_prefix}/k failed after 3 attempt"):
         client.size("k")
+
+
+def test_a_multipart_upload_cut_midway_is_aborted_and_leaves_nothing(s3_server: S3TestServer, s3_prefix: str) -> None:
+    part = 5 * 1024 * 1024
+    once = RetryPolicy(attempts=1, client_retries=0, timeout=10.0)
+    with _proxy(s3_server, Faults(cut_upstream_after=part // 2)) as proxy:
+        client = ObjectStoreClient(s3_prefix, {**s3_server.storage_options, "endpoint": proxy.endpoint},
+                                   retry=once, part_size=part, max_in_flight=1)
+        with pytest.raises(ObjectStoreError, match=rf"PUT {s3_prefix}/big.h5 failed after 1 attempt"):
+            client.put_multipart("big.h5", lambda: (bytes([i]) * part for i in range(3)))
+    direct = _client(s3_server, s3_prefix, s3_server.endpoint)
+    assert direct.list() == []
+    assert direct.incomplete_uploads() == []  # obstore aborted the upload it failed

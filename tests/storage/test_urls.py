@@ -81,3 +81,24 @@ def test_redactor_removes_secrets_and_signatures() -> None:
     assert "wJalrXUtnFEMI" not in out and "abc123def" not in out and "AKIA%2F" not in out
     assert "Authorization: ***\nnext line" in out and "X-Amz-Signature=***" in out
     assert "short" not in out
+
+
+def test_a_missing_obstore_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from varstore.errors import MissingDependencyError
+    from varstore.storage.object_store import ObjectStoreClient
+
+    monkeypatch.setitem(sys.modules, "obstore", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'varstore\[s3\]'"):
+        ObjectStoreClient("s3://bucket/key", environ={})
+
+
+def test_client_settings_are_checked() -> None:
+    pytest.importorskip("obstore")
+    from varstore.storage.object_store import ObjectStoreClient
+
+    with pytest.raises(InvalidURLError, match=r"s3://b/k: part_size must be >= 5242880 .* got 1024 and 8"):
+        ObjectStoreClient("s3://b/k", environ={}, part_size=1024)
+    with pytest.raises(InvalidURLError, match="max_in_flight >= 1"):
+        ObjectStoreClient("s3://b/k", environ={}, max_in_flight=0)

@@ -22,8 +22,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TypeVar
 
-from varstore.errors import (ConditionalWriteError, MissingDependencyError, ObjectNotFoundError,
-                             ObjectStoreError)
+from varstore.errors import (ConditionalWriteError, InvalidURLError, MissingDependencyError,
+                             ObjectNotFoundError, ObjectStoreError)
 from varstore.storage._retry import RetryPolicy, call_with_retries
 from varstore.storage._s3_multipart import S3MultipartAdmin, SweepUnavailable
 from varstore.storage._urls import ObjectURL, ResolvedURL, is_url, parse_url, resolve
@@ -35,6 +35,7 @@ _log = logging.getLogger("varstore.storage")
 
 DEFAULT_PART_SIZE = 8 * 1024 * 1024   # bytes per multipart part (S3 minimum 5 MiB except the last)
 DEFAULT_MAX_IN_FLIGHT = 8             # requests one client call keeps in flight at most
+MIN_PART_SIZE = 5 * 1024 * 1024       # S3 refuses smaller parts (except the last)
 
 Buffer = bytes | bytearray | memoryview
 T = TypeVar("T")
@@ -75,21 +76,22 @@ class ObjectStoreClient:
       url: root, e.g. "s3://bucket/runs/a7"; names passed to methods are keys under it.
       storage_options: see varstore.storage._urls.resolve (endpoint, region, credentials, allow_http).
       retry: how often to retry transient failures (5xx, dropped connections, timeouts).
-      part_size: bytes per multipart part, >= 5 MiB for S3.
+      part_size: bytes per multipart part, >= 5 MiB (S3's minimum).
       max_in_flight: requests one call keeps in flight at most (multipart parts, put_many objects).
       environ: environment to read credentials from (os.environ by default).
 
     Raises:
-      InvalidURLError: malformed URL or unknown storage_options key.
+      InvalidURLError: malformed URL, unknown storage_options key, part_size < 5 MiB or max_in_flight < 1.
       MissingDependencyError: obstore is not installed.
     """
 
     def __init__(self, url: str | ObjectURL, storage_options: Mapping[str, object] | None = None, *,
                  retry: RetryPolicy | None = None, part_size: int = DEFAULT_PART_SIZE,
                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, environ: Mapping[str, str] | None = None) -> None:
-        if part_size < 1 or max_in_flight < 1:
-            raise ValueError(f"part_size and max_in_flight must be >= 1, got {part_size}, {max_in_flight}")
         self._resolved: ResolvedURL = resolve(url, storage_options, environ)
+        if part_size < MIN_PART_SIZE or max_in_flight < 1:
+            raise InvalidURLError(f"client for {self._resolved.url}: part_size must be >= {MIN_PART_SIZE} bytes "
+                                  f"(S3's minimum part) and max_in_flight >= 1, got {part_size} and {max_in_flight}")
         self._retry = retry or RetryPolicy()
         self.part_size = part_size
         self.max_in_flight = max_in_flight
@@ -147,7 +149,8 @@ class ObjectStoreClient:
         obs = _obstore()
         target = memoryview(out if out is not None else bytearray(length)).cast("B")
         if len(target) < length:
-            raise ValueError(f"out has {len(target)} bytes, {length} requested")
+            raise ObjectStoreError(f"ranged read of {self.url_of(name)}: the buffer has {len(target)} bytes, "
+                                   f"{length} were requested; pass a buffer of at least `length` bytes")
         data = self._call("GET", name, lambda: obs.get_range(self._store, self._key(name), start=offset, length=length))
         got = memoryview(data).cast("B")
         if len(got) != length:
