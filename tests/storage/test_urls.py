@@ -102,3 +102,11 @@ def test_client_settings_are_checked() -> None:
         ObjectStoreClient("s3://b/k", environ={}, part_size=1024)
     with pytest.raises(InvalidURLError, match="max_in_flight >= 1"):
         ObjectStoreClient("s3://b/k", environ={}, max_in_flight=0)
+
+
+def test_secrets_in_the_process_environment_are_redacted_even_when_not_passed_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "process-env-secret-91ab")
+    resolved = resolve("s3://b/k", environ={})  # obstore may still read os.environ itself
+    assert "secret_access_key" not in resolved.config
+    assert resolved.redactor.redact("echo process-env-secret-91ab") == "echo ***"

@@ -207,4 +207,7 @@ def resolve(url: str | ObjectURL, storage_options: Mapping[str, object] | None =
     if isinstance(endpoint, str) and endpoint.lower().startswith("http://"):
         allow_http = True  # an explicit http endpoint (a local server) is the caller's choice
     secrets = tuple(str(v) for k, v in config.items() if k in _SECRET_KEYS and v)
+    # the client library may read the process environment itself: know those secrets too
+    secrets += tuple(os.environ[variable] for pairs in _ENVIRONMENT.values() for variable, key in pairs
+                     if key in _SECRET_KEYS and os.environ.get(variable))
     return ResolvedURL(parsed, config, allow_http, Redactor(secrets))
