@@ -24,6 +24,7 @@ from typing import TypeVar
 
 from varstore.errors import (ConditionalWriteError, InvalidURLError, MissingDependencyError,
                              ObjectNotFoundError, ObjectStoreError)
+from varstore.storage._failures import is_transient, typed_error
 from varstore.storage._retry import RetryPolicy, call_with_retries
 from varstore.storage._s3_multipart import S3MultipartAdmin, SweepUnavailable
 from varstore.storage._urls import ObjectURL, ResolvedURL, is_url, parse_url, resolve
@@ -459,48 +460,8 @@ class ObjectStoreClient:
         # first write (which the server applied before the connection dropped) as the other writer
         policy = RetryPolicy(1, client_retries=self._retry.client_retries) if conditional else self._retry
         try:
-            return call_with_retries(counted, policy, _is_transient)[0]
+            return call_with_retries(counted, policy, is_transient)[0]
         except SweepUnavailable:
             raise
         except Exception as err:
-            raise self._typed(err, operation, name) from err
-
-    def _typed(self, err: BaseException, operation: str, name: str) -> ObjectStoreError:
-        obs = _obstore()
-        url = self.url_of(name)
-        detail = self.redact(str(err).splitlines()[0] if str(err) else type(err).__name__)[:500]
-        attempts = getattr(err, "varstore_attempts", 1)
-        if isinstance(err, (obs.exceptions.NotFoundError, FileNotFoundError)):
-            return ObjectNotFoundError(self.redact(f"no object at {url} ({operation}); check the URL"))
-        if isinstance(err, (obs.exceptions.PreconditionError, obs.exceptions.AlreadyExistsError)):
-            what = "already exists" if isinstance(err, obs.exceptions.AlreadyExistsError) else "changed since it was read"
-            return ConditionalWriteError(self.redact(
-                f"conditional write to {url} lost the race: the object {what} (another writer won); "
-                "re-read it and decide again"))
-        if isinstance(err, (obs.exceptions.PermissionDeniedError, obs.exceptions.UnauthenticatedError,
-                            PermissionError)):
-            return ObjectStoreError(self.redact(
-                f"{operation} {url} was refused: {detail}; check the credentials (AWS_ACCESS_KEY_ID/"
-                "AWS_SECRET_ACCESS_KEY, GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*) or storage_options"))
-        return ObjectStoreError(self.redact(
-            f"{operation} {url} failed after {attempts} attempt(s): {detail}"))
-
-
-def _is_transient(err: BaseException) -> bool:
-    """Dropped connections, timeouts, 5xx, 408 and 429 are transient; 4xx answers and config errors are not."""
-    try:
-        import obstore.exceptions as ox
-    except ImportError:
-        return False
-    if isinstance(err, (ox.NotFoundError, ox.PreconditionError, ox.AlreadyExistsError, ox.PermissionDeniedError,
-                        ox.UnauthenticatedError, ox.InvalidPathError, ox.NotSupportedError,
-                        ox.UnknownConfigurationKeyError, ox.NotModifiedError, FileNotFoundError,
-                        PermissionError, FileExistsError, IsADirectoryError, NotADirectoryError)):
-        return False
-    if isinstance(err, SweepUnavailable):
-        return False
-    text = str(err)
-    for code in ("400", "403", "404", "405", "409", "411", "412", "416"):
-        if f"status code: {code}" in text or f"HTTP Error {code}" in text:
-            return False
-    return isinstance(err, (ox.BaseError, OSError, TimeoutError, ConnectionError))
+            raise typed_error(err, operation, self.url_of(name), self.redact) from err
