@@ -110,3 +110,22 @@ def test_secrets_in_the_process_environment_are_redacted_even_when_not_passed_on
     resolved = resolve("s3://b/k", environ={})  # obstore may still read os.environ itself
     assert "secret_access_key" not in resolved.config
     assert resolved.redactor.redact("echo process-env-secret-91ab") == "echo ***"
+
+
+def test_gcs_and_azure_settings_reach_the_client_and_bad_ones_name_the_url(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pytest.importorskip("obstore")
+    from varstore.errors import ObjectStoreError
+    from varstore.storage.object_store import ObjectStoreClient
+
+    for name in ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY", "GOOGLE_APPLICATION_CREDENTIALS",
+                 "GOOGLE_SERVICE_ACCOUNT", "GOOGLE_SERVICE_ACCOUNT_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ObjectStoreError, match=r"cannot configure a client for az://models/run: .*Account must be") as info:
+        ObjectStoreClient("az://models/run", {"account_key": "c2VjcmV0LWF6dXJlLWtleQ=="}, environ={})
+    assert "c2VjcmV0LWF6dXJlLWtleQ==" not in str(info.value)
+    missing = tmp_path / "no-such-key.json"
+    with pytest.raises(ObjectStoreError, match=r"cannot configure a client for gs://b/k: .*no-such-key.json"):
+        ObjectStoreClient("gs://b/k", {"application_credentials": str(missing)}, environ={})
+    client = ObjectStoreClient("az://models/run", {"account_name": "acct", "use_emulator": True}, environ={})
+    assert str(client.url) == "az://models/run" and client.url.provider == "azure"

@@ -394,8 +394,9 @@ class ObjectStoreClient:
         try:
             return kind(self.url.bucket, config=config, client_options=client_options, retry_config=retry_config)
         except Exception as err:  # obstore raises its own config errors
+            detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ObjectStoreError(self.redact(
-                f"cannot configure a client for {self.url}: {err}; check the endpoint, region and "
+                f"cannot configure a client for {self.url}: {detail}; check the endpoint, region and "
                 "credentials in the environment or storage_options")) from None
 
     def _multipart_admin(self) -> S3MultipartAdmin | None:
