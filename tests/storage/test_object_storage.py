@@ -67,3 +67,26 @@ def test_commit_is_create_only_and_the_pointer_moves_with_if_match(s3_server: S3
     assert storage.list("latest") == []  # a prefix lists what is under "latest/", never the object itself
     storage.delete([i.name for i in storage.list("ckpt-1")])
     assert [i.name for i in storage.list()] == ["latest"]
+
+
+def test_h5py_reads_an_hdf5_object_through_ranged_gets(s3_server: S3TestServer, s3_prefix: str, tmp_path) -> None:  # noqa: ANN001
+    h5py = pytest.importorskip("h5py")
+    import numpy as np
+
+    path = tmp_path / "foreign.h5"
+    big = np.arange(256 * 1024, dtype=np.float32)  # 1 MiB
+    with h5py.File(path, "w") as f:
+        f["small"] = np.arange(6, dtype=np.int64)
+        f["big"] = big
+    storage = _storage(s3_server, s3_prefix)
+    storage.client.put("foreign.h5", path.read_bytes())
+    storage.client.bytes_read = 0
+    with h5py.File(storage.open_reader("foreign.h5"), "r") as f:
+        np.testing.assert_array_equal(f["small"][...], np.arange(6))
+        read_for_small = storage.client.bytes_read
+        np.testing.assert_array_equal(f["big"][1000:1010], big[1000:1010])
+    assert read_for_small < 64 * 1024  # the 1 MiB dataset was not fetched to read "small"
+    assert storage.client.bytes_read < 128 * 1024  # nor to read 10 of its elements
+    with storage.open_reader("foreign.h5") as reader:
+        assert reader.seek(0, 2) == path.stat().st_size and reader.seek(1) == 1
+        assert reader.read(3) == path.read_bytes()[1:4]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 
+import io
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
@@ -22,7 +23,7 @@ from varstore.errors import ObjectStoreError
 from varstore.storage.object_store import ObjectInfo, ObjectStoreClient
 from varstore.storage._urls import ObjectURL
 
-__all__ = ["ObjectStorage", "ObjectWriter"]
+__all__ = ["ObjectReader", "ObjectStorage", "ObjectWriter"]
 
 
 class ObjectWriter:
@@ -108,6 +109,50 @@ class ObjectWriter:
                 self.abort()
 
 
+class ObjectReader(io.RawIOBase):
+    """A read-only, seekable file over one object: every `readinto` is one ranged GET.
+
+    For libraries that want a file object (h5py reading an HDF5 file varstore did not write);
+    varstore's own readers call `ObjectStorage.read_into` with offsets from the index instead.
+    No read-ahead and no cache: wrap it in io.BufferedReader for many small reads.
+    """
+
+    def __init__(self, client: ObjectStoreClient, name: str) -> None:
+        super().__init__()
+        self._client = client
+        self._name = name
+        self._size = client.size(name)
+        self._position = 0
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self._client.url_of(self._name)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise ObjectStoreError(f"seek to {base + offset} before the start of {self.name}")
+        self._position = base + offset
+        return self._position
+
+    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
+        view = memoryview(buffer).cast("B")
+        length = max(0, min(len(view), self._size - self._position))
+        if length:
+            self._client.get_range(self._name, self._position, length, out=view)
+            self._position += length
+        return length
+
+
 class ObjectStorage:
     """Bytes under one object-store URL, the shape of the Storage protocol (provisional).
 
@@ -141,6 +186,10 @@ class ObjectStorage:
 
     def read(self, name: str) -> bytes:
         return self.client.get(name)
+
+    def open_reader(self, name: str) -> ObjectReader:
+        """A seekable file object over `name` (ranged GETs). Raises ObjectNotFoundError when absent."""
+        return ObjectReader(self.client, name)
 
     def open_writer(self, name: str) -> ObjectWriter:
         return ObjectWriter(self.client, name)
