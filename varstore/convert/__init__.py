@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.info import CheckpointReader, SkippedEntry
 from varstore.convert import registry as _registry
 from varstore.convert.registry import FormatEntry, WriteRequest, register_format, unregister_format
+from varstore.convert.rename import rename_pairs, rewrite
 from varstore.errors import ConversionError
 
 __all__ = ["open_checkpoint", "convert", "ConvertReport", "detect_format", "READ_FORMATS", "WRITE_FORMATS",
@@ -126,25 +127,21 @@ class ConvertReport:
     notes: tuple[str, ...] = ()
 
 
-def _rename_pairs(rename: Iterable[tuple[str, str] | str]) -> list[tuple[str, str]]:
-    pairs = []
-    for item in rename:
-        if isinstance(item, str):
-            if "=" not in item:
-                raise ConversionError(f"rename rule {item!r} needs the form OLD=NEW")
-            old, new = item.split("=", 1)
-        else:
-            old, new = item
-        pairs.append((str(old), str(new)))
-    return pairs
+def _check_destination(src: Path, dst: Path, force: bool) -> None:
+    """convert never writes over its source, and replaces an existing destination only with force."""
+    from varstore.checkpoint.overwrite import describe, same_file
+    from varstore.errors import CheckpointExistsError
 
-
-def _renamed(name: str, pairs: Sequence[tuple[str, str]]) -> str:
-    """The first matching prefix rule wins (as TF's assignment_map): "old/x" -> "new/x"."""
-    for old, new in pairs:
-        if name.startswith(old):
-            return new + name[len(old):]
-    return name
+    if same_file(src, dst):
+        raise CheckpointExistsError(
+            f"'{dst}' is the source '{src}' itself (the same file{' through a symlink' if dst.is_symlink() or src.is_symlink() else ''}); "
+            f"convert never writes over its source, even with force: choose another destination",
+            path=str(dst), found="the source")
+    found = describe(dst)
+    if found is not None and not force:
+        raise CheckpointExistsError(
+            f"'{dst}' exists and is {found}; convert does not replace an existing destination: "
+            f"choose another path or pass force=True to replace it", path=str(dst), found=found)
 
 
 def _destination_format(dst: Path, to_format: str | None) -> FormatEntry:
@@ -159,7 +156,8 @@ ProgressCallback = Callable[[int, int, str], None]
 def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_format: str | None = None,
             to_format: str | None = None, filter: str | None = None,
             rename: Iterable[tuple[str, str] | str] = (), dtype: Any = None,
-            progress: ProgressCallback | None = None, **options: Any) -> ConvertReport:
+            progress: ProgressCallback | None = None, separator: str | None = None, force: bool = False,
+            **options: Any) -> ConvertReport:
     """Copies the variables of one checkpoint into a new one, one variable in memory at a time.
 
     Values are copied bit-exactly unless `dtype` casts floating variables.
@@ -175,7 +173,12 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       to_format: "h5", "zarr", "safetensors" or "npz"; None picks by dst suffix.
       filter: shell glob on source names ("encoder/*"); None keeps all.
       rename: prefix rules (OLD, NEW) or "OLD=NEW" strings; the first rule
-        whose OLD starts a name replaces that prefix with NEW.
+        whose OLD starts a name replaces that prefix with NEW (after `separator`).
+      separator: every occurrence of this string in a source name becomes "/"
+        before `rename` ("." turns "encoder.layer.0.weight" into "encoder/layer/0/weight").
+      force: replace an existing `dst` (whatever it is). Without it any existing
+        destination raises CheckpointExistsError and is left untouched. `src`
+        and `dst` being the same file (also through a symlink) is refused always.
       dtype: cast floating-point variables (float16/32/64, bfloat16, float8)
         to this dtype ("float16", "bfloat16", ...); others are kept.
       progress: called as progress(done_bytes, total_bytes, source_name) after
@@ -189,13 +192,15 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
     Raises:
       Everything open_checkpoint raises; UnsupportedFormatError for an
       unknown destination format; ConversionError when renaming makes two names
-      equal or a rename rule is malformed; UnsupportedDtypeError when the
+      equal or a rename rule is malformed; CheckpointExistsError when `dst`
+      exists (without force) or is `src`; UnsupportedDtypeError when the
       destination cannot hold a dtype (safetensors has no strings);
       the checkpoint layer's errors for invalid names.
     """
     src, dst = Path(src), Path(dst)
     dest = _destination_format(dst, to_format)
-    pairs = _rename_pairs(rename)
+    pairs = rename_pairs(rename)
+    _check_destination(src, dst, force)
     cast = _dtypes.as_dtype(dtype) if dtype is not None else None
     if cast is not None and not _dtypes.is_floating(cast):
         raise ConversionError(f"dtype={dtype!r} is not a floating-point dtype; convert casts floats only")
@@ -205,7 +210,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
         seen: dict[str, str] = {}
         for name in names:
             info = reader.info(name)
-            new = _renamed(name, pairs)
+            new = rewrite(name, pairs, separator)
             if new in seen:
                 raise ConversionError(f"renaming makes '{seen[new]}' and '{name}' both '{new}' in '{dst}'")
             seen[new] = name
@@ -237,7 +242,8 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
                    for name, new, stored, target, info in plan]
         assert dest.write is not None  # writer_format / writer_for_path return writable entries only
         request = WriteRequest(source=src, source_format=reader.format, step=reader.step,
-                               metadata=reader.metadata if isinstance(reader.metadata, dict) else {})
+                               metadata=reader.metadata if isinstance(reader.metadata, dict) else {},
+                               overwrite=force)
         notes = dest.write(dst, entries, request)
         return ConvertReport(
             source=src, destination=dst, source_format=reader.format, destination_format=dest.names_for_writing()[0],

@@ -49,7 +49,8 @@ def _write(path: Path, entries: Sequence[SaveEntry], request: WriteRequest, fmt:
             metadata["source_metadata"] = request.metadata
         except (TypeError, ValueError):
             pass
-    save_entries(path, entries, step=request.step, metadata=metadata, format=fmt)
+    save_entries(path, entries, step=request.step, metadata=metadata, format=fmt,
+                 overwrite=request.overwrite)
     return ()
 
 

@@ -29,12 +29,15 @@ class WriteRequest:
       source_format: the source reader's format name ("tf", "keras3", ...).
       step: the source's training step, or None.
       metadata: the source reader's metadata (JSON-compatible or not; the writer decides what it keeps).
+      overwrite: the caller allowed replacing an existing destination (convert's `force`); a
+        writer that refuses existing paths itself (varstore's save_entries) is told so.
     """
 
     source: Path
     source_format: str
     step: int | None
     metadata: Mapping[str, Any]
+    overwrite: bool = False
 
 
 class SniffFunction(Protocol):
