@@ -2,8 +2,8 @@
 
 `Storage` (protocol.py) is the seam the checkpoint engines read and write
 through; `LocalStorage` (local.py) implements it on a local file system. An
-object-store implementation (object_store.py, s3:// gs:// az:// through
-obstore) implements the same protocol. Knows nothing about checkpoint formats.
+object-store implementation (object_storage.py over object_store.py: s3:// gs:// az://
+through obstore) is adapting to the same protocol. Knows nothing about checkpoint formats.
 """
 
 from __future__ import annotations
