@@ -274,7 +274,8 @@ def load(path: PathLike | VarstoreReader, *, device: str | torch.device | None =
 def _load(reader: VarstoreReader, device: str | torch.device | None, verify: bool) -> Any:
     where = str(reader.path)
     skeleton = reader.metadata.get(_tree.TREE_KEY)
-    wanted = _tree.array_names(skeleton) if skeleton is not None else reader.keys()
+    wanted = _tree.array_names(skeleton) if skeleton is not None else \
+            reader.keys() + list(reader.metadata.get(_tree.ALIASES_KEY) or {})
     sources = {}
     for name in wanted:
         source = _source_of(reader, name)
