@@ -54,14 +54,15 @@ class Flat:
     Attributes:
       arrays: checkpoint name -> array leaf, in tree order.
       skeleton: the root Node.
-      is_flat: True when the tree is one mapping of "/"-free string keys to arrays
-        (a torch state dict): its names are its keys and no skeleton needs recording.
+      is_plain: True when the tree is nested non-empty dicts with "/"-free str keys
+        and array leaves only (a state dict, {"model": sd}, flax params): `nest`
+        rebuilds it from the names alone, so no skeleton needs recording.
     """
 
-    def __init__(self, arrays: dict[str, Any], skeleton: Node, is_flat: bool) -> None:
+    def __init__(self, arrays: dict[str, Any], skeleton: Node, is_plain: bool) -> None:
         self.arrays = arrays
         self.skeleton = skeleton
-        self.is_flat = is_flat
+        self.is_plain = is_plain
 
 
 def _segment(key: Any, path: str) -> tuple[str, Key]:
@@ -130,9 +131,14 @@ def flatten(tree: Any, classify: Callable[[Any], Classified]) -> Flat:
     if "dict" not in skeleton:
         if not any(key in skeleton for key in ("list", "tuple")):
             raise InvalidNameError("the state's root must be a dict, list or tuple")
-    is_flat = ("dict" in skeleton and all("array" in node and "/" not in str(key)
-                                            for key, node in skeleton["dict"]))
-    return Flat(arrays, skeleton, is_flat)
+    return Flat(arrays, skeleton, _is_plain(skeleton))
+
+
+def _is_plain(node: Node) -> bool:
+    """Non-empty dicts with "/"-free str keys all the way down to array leaves: `nest` rebuilds these."""
+    items = node.get("dict")
+    return bool(items) and all(isinstance(key, str) and "/" not in key and ("array" in child or _is_plain(child))
+                               for key, child in items)
 
 
 def _walk(node: Node, path: str) -> Iterator[str]:

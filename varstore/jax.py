@@ -135,7 +135,7 @@ def save(path: PathLike, tree: Any, *, step: int | None = None, metadata: Mappin
                 continue
             first[id(value)] = name
         entries.append(_entry(name, value))
-    if not flat.is_flat:
+    if not flat.is_plain:
         meta[_tree.TREE_KEY] = flat.skeleton
     if aliases:
         meta[_tree.ALIASES_KEY] = aliases

@@ -124,7 +124,7 @@ def save(path: PathLike, state: Any, *, step: int | None = None,
         if key is not None:
             first[key] = name
         entries.append(_entry(name, value))
-    if not flat.is_flat:
+    if not flat.is_plain:
         meta[_tree.TREE_KEY] = flat.skeleton
     if aliases:
         meta[_tree.ALIASES_KEY] = aliases
@@ -247,8 +247,10 @@ def load(path: PathLike | VarstoreReader, *, device: str | torch.device | None =
 
     A checkpoint saved by `save` comes back as the same structure (dicts with
     their int or str keys, lists, tuples, scalars); tied names are the same
-    tensor again. Any other varstore checkpoint (vs.save, varstore.jax) comes
-    back as one flat dict {checkpoint name: tensor}.
+    tensor again. Without a recorded structure (state dicts and nested dicts
+    of tensors, checkpoints written by vs.save) names are split on "/" into
+    nested dicts: a state dict comes back flat ({"encoder.layer.0.weight": t}),
+    {"model": sd} as {"model": {...}}, "conv1/weights" as d["conv1"]["weights"].
 
     Args:
       path: the checkpoint (or an open VarstoreReader).
@@ -261,6 +263,7 @@ def load(path: PathLike | VarstoreReader, *, device: str | torch.device | None =
 
     Raises:
       UnsupportedDtypeError: a string variable (torch has no string dtype), naming it.
+      InvalidNameError: a name is both a variable and a scope ("a" next to "a/b").
       ChecksumError, CorruptCheckpointError, CheckpointNotFoundError: as varstore.restore.
     """
     reader, owned = _open(path, format)
@@ -300,5 +303,5 @@ def _load(reader: VarstoreReader, device: str | torch.device | None, verify: boo
         tensors = {name: tensor.to(target) for name, tensor in tensors.items()}
     by_name = {name: tensors[source] for name, source in sources.items()}
     if skeleton is None:
-        return by_name
+        return _tree.nest(list(by_name), by_name.__getitem__, where)
     return _tree.unflatten(skeleton, by_name.__getitem__, where)
