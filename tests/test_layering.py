@@ -19,6 +19,9 @@ ALLOWED = {
     "cupy": ("varstore/devices.py",),
     "ml_dtypes": ("varstore/dtypes.py",),
     "safetensors": ("varstore/convert/safetensors.py",),
+    "torch": ("varstore/torch.py", "varstore/_torch_"),
+    "jax": ("varstore/jax.py", "varstore/_jax_"),
+    "jaxlib": ("varstore/jax.py", "varstore/_jax_"),
     "click": ("cli/",),
     "tqdm": ("cli/",),
     "pickle": (),
@@ -70,3 +73,13 @@ def test_lower_layers_never_import_upper_ones(path: Path) -> None:
         forbidden = ("varstore.convert", "varstore.inspect")
     for name in _imports(path):
         assert not name.startswith(forbidden), f"{relative} imports {name}"
+
+
+@pytest.mark.parametrize("path", [p for p in LIBRARY if p.name not in ("torch.py", "jax.py")
+                                  and not p.name.startswith(("_torch_", "_jax_"))],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_nothing_else_imports_the_framework_adapters(path: Path) -> None:
+    """`import varstore` must never import torch or jax: only the adapters themselves may reach them."""
+    for name in _imports(path):
+        assert name not in ("varstore.torch", "varstore.jax") and not name.startswith(
+            ("varstore._torch_", "varstore._jax_")), f"{path.name} imports {name}"
