@@ -39,7 +39,13 @@ from varstore import dtypes as _dtypes
 from varstore.checkpoint import VarstoreReader, open_varstore, save_entries
 from varstore.checkpoint import restore as _restore
 from varstore.checkpoint.entry import SaveEntry
-from varstore.errors import CorruptCheckpointError, DtypeMismatchError, RestoreError, ShapeMismatchError
+from varstore.errors import (
+    CorruptCheckpointError,
+    DtypeMismatchError,
+    RestoreError,
+    ShapeMismatchError,
+    UnsupportedDtypeError,
+)
 
 __all__ = ["save", "restore", "load"]
 
@@ -307,6 +313,7 @@ def load(path: PathLike | VarstoreReader, *, device: Any = None, verify: bool = 
 
     Raises:
       InvalidNameError: a name is both a variable and a scope ("a" next to "a/b").
+      UnsupportedDtypeError: a string variable (jax has no string dtype), naming it.
       ChecksumError, CorruptCheckpointError, CheckpointNotFoundError: as varstore.restore.
     """
     reader, owned = _open(path, format)
@@ -325,6 +332,10 @@ def load(path: PathLike | VarstoreReader, *, device: Any = None, verify: bool = 
         reads = {}
         for source in dict.fromkeys(sources.values()):
             info = reader.info(source)
+            if info.dtype[0] in "SU":
+                raise UnsupportedDtypeError(
+                    f"cannot load '{source}' from '{where}' as a jax array: jax has no string dtype "
+                    f"{info.dtype}; read it with vs.open_checkpoint(...)[{source!r}] (a NumPy array)")
             reads[source] = np.empty(tuple(info.shape), _dtypes.as_dtype(info.dtype))
         if reads:
             _restore(reader, reads, verify=verify)

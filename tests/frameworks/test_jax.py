@@ -135,3 +135,9 @@ def test_save_refuses_what_it_cannot_store(tmp_path):
     with pytest.raises(vs.InvalidNameError, match="root"):
         vsj.save(tmp_path / "x.h5", jnp.zeros(1))
     assert not (tmp_path / "x.h5").exists()
+
+
+def test_load_refuses_string_variables_by_name(tmp_path):
+    vs.save(tmp_path / "s.h5", {"label": np.array([b"ab"]), "w": np.ones(2, np.float32)})
+    with pytest.raises(vs.UnsupportedDtypeError, match="'label'.*S2"):
+        vsj.load(tmp_path / "s.h5")

@@ -45,6 +45,16 @@ def test_import_varstore_imports_neither_torch_nor_jax():
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize("module, extra", [("torch", "varstore[torch]"), ("jax", "varstore[jax]")])
+def test_a_missing_framework_raises_missing_dependency_naming_the_extra(module, extra):
+    code = (f"import sys; sys.modules[{module!r}] = None\n"
+            f"import varstore\n"
+            f"try:\n    import varstore.{module}\n"
+            f"except varstore.MissingDependencyError as err:\n    print(err)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert extra in done.stdout
+
+
 @pytest.mark.parametrize("suffix", [".h5", ".zarr"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_every_dtype_round_trips_bit_exactly(tmp_path, dtype, suffix):
