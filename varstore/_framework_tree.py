@@ -136,7 +136,7 @@ def flatten(tree: Any, classify: Callable[[Any], Classified]) -> Flat:
 
 def _is_plain(node: Node) -> bool:
     """Non-empty dicts with "/"-free str keys all the way down to array leaves: `nest` rebuilds these."""
-    items = node.get("dict")
+    items = node.get("dict") or []
     return bool(items) and all(isinstance(key, str) and "/" not in key and ("array" in child or _is_plain(child))
                                for key, child in items)
 

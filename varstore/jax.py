@@ -194,7 +194,8 @@ def _rebuild(template: Any, path: str, leaf: Any) -> Any:
     if kind[0] in ("array", "value"):
         return leaf(path, template)
     join = (lambda key: f"{path}/{key}" if path else str(key))
-    if dataclasses.is_dataclass(template) and _registered_children(template) is None:
+    if dataclasses.is_dataclass(template) and not isinstance(template, type) \
+            and _registered_children(template) is None:
         return dataclasses.replace(template, **{key: _rebuild(child, join(key), leaf) for key, child in kind[2]})
     keyed, treedef = jax.tree_util.tree_flatten_with_path(template, is_leaf=lambda y: y is not template)
     children = [_rebuild(child, join(_key(keys[0])), leaf) for keys, child in keyed]
