@@ -24,6 +24,7 @@ ALLOWED = {
     "pickle": (),
 }
 CORE = {"variables", "scopes", "initializers", "collections", "devices", "placement", "_naming",
+        "partitioning", "ownership",
         "_array_interop", "dtypes", "errors"}
 
 

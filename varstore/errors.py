@@ -34,6 +34,10 @@ __all__ = [
     "CheckpointLockedError",
     "InvalidMetadataError",
     "ScopeError",
+    "PartitionError",
+    "NotOwnedError",
+    "DistributedMismatchError",
+    "ReplicaDivergenceError",
 ]
 
 
@@ -151,3 +155,22 @@ class ScopeError(VarstoreError, ValueError):
 class ConversionError(VarstoreError, ValueError):
     """convert() or a foreign-format writer got options it cannot honour: a malformed rename rule,
     a rename that makes two names equal, a non-float --dtype, a duplicate name."""
+
+
+# ---------------------------------------------------------- distributed
+class PartitionError(VarstoreError, ValueError):
+    """A partitioner or partitioned get_variable was misused: bad partition list, more than one sliced
+    axis, more parts than rows, or reuse with another partitioning (as tf.compat.v1.get_variable)."""
+
+
+class NotOwnedError(VarstoreError, RuntimeError):
+    """A variable owned by another rank was read or assigned on this rank (it holds no value here)."""
+
+
+class DistributedMismatchError(VarstoreError, RuntimeError):
+    """The ranks of a communicator disagree about the store's structure (names, shapes, dtypes,
+    placement, partitioning); raised identically on every rank, naming the first difference."""
+
+
+class ReplicaDivergenceError(VarstoreError, RuntimeError):
+    """Replicated variables hold different values on different ranks (checksums differ); names them."""

@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from varstore import devices, dtypes, placement
+from varstore import devices, dtypes, ownership, placement
 from varstore._array_interop import ArrayInterop
 from varstore.errors import (
     DtypeMismatchError,
@@ -188,8 +188,11 @@ def check_restorable(variable: Variable, source: ValueSource) -> None:
             f"a 'same_kind' cast between them is not possible")
 
 
-def _choose_device(name: str, shape: tuple[int, ...], dtype: np.dtype, device: Any) -> str:
-    """The device label for a new variable: explicit `device` (name or function), else the device(...) contexts, else the default."""
+def _choose_device(name: str, shape: tuple[int, ...], dtype: np.dtype, device: Any) -> tuple[str, str | None]:
+    """(device label, task) for a new variable: explicit `device` (name or function), else the device(...) contexts, else the default.
+
+    The task is the "/job:NAME/task:K" part of the request (None when there is none).
+    """
     request = placement.PlacementRequest(name, shape, dtype, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
     if device is None:
         requested = placement.requested_device(request)
@@ -197,9 +200,10 @@ def _choose_device(name: str, shape: tuple[int, ...], dtype: np.dtype, device: A
         requested = device(request)
     else:
         requested = device
+    task, requested = placement.split_task(requested) if requested is not None else (None, None)
     label = devices.place(requested, dtype, what=f"variable '{name}'")
-    devices.log_placement(name, label)
-    return label
+    devices.log_placement(name, label if task is None else f"{task}/{label}")
+    return label, task
 
 
 class Variable(ArrayInterop):
@@ -242,7 +246,7 @@ class Variable(ArrayInterop):
         value = convert_value(initial_value, dtype, what=f"variable '{full_name}'")
         shape = tuple(int(d) for d in value.shape)
         self._setup(store, full_name, shape, np.dtype(value.dtype), trainable, None)
-        self._device = _choose_device(full_name, shape, self._dtype, device)
+        self._device, self._task = _choose_device(full_name, shape, self._dtype, device)
         self._buffer = devices.to_device(value, self._device, copy=True)
         store._track(self, collections, trainable, weak=True)
 
@@ -252,7 +256,7 @@ class Variable(ArrayInterop):
         """A variable that allocates nothing until first use (get_variable's). The caller tracks it."""
         self = cls.__new__(cls)
         self._setup(store, full_name, shape, dtype, trainable, initializer)
-        self._device = _choose_device(full_name, shape, dtype, device)
+        self._device, self._task = _choose_device(full_name, shape, dtype, device)
         return self
 
     def _setup(self, store: Any, name: str, shape: tuple[int, ...], dtype: np.dtype, trainable: bool,
@@ -268,6 +272,8 @@ class Variable(ArrayInterop):
         self._view: Any = None  # cached read-only view of _buffer (host_view), valid while _view_of is _buffer
         self._view_of: Any = None
         self._device = "cpu:0"
+        self._task: str | None = None
+        self._save_slice_info: Any = None  # partitioning.SaveSliceInfo for a part of a partitioned variable
         self._collection_names = []
 
     # ------------------------------------------------------------ attributes
@@ -294,6 +300,26 @@ class Variable(ArrayInterop):
     def device(self) -> str:
         """Device label: "cpu:0", "gpu:N", or a host placement label such as "cpu:1"."""
         return self._device
+
+    @property
+    def task(self) -> str | None:
+        """The task the variable was placed on ("/job:ps/task:1"), or None (replicated under a communicator)."""
+        return self._task
+
+    @property
+    def owner_rank(self) -> int | None:
+        """The rank that owns the variable under a communicator (K of "/job:*/task:K"); None when replicated."""
+        return placement.task_index(self._task)
+
+    @property
+    def is_owned(self) -> bool:
+        """Whether this process holds the value: always without a communicator (see varstore.ownership)."""
+        return ownership.holds(self._store, self._task)
+
+    @property
+    def save_slice_info(self) -> Any:
+        """For a part of a partitioned variable: its `partitioning.SaveSliceInfo` (full name, full shape, offset, shape); else None."""
+        return self._save_slice_info
 
     @property
     def trainable(self) -> bool:
@@ -323,6 +349,8 @@ class Variable(ArrayInterop):
         with _materialize_lock:
             if self._buffer is not None and self._source is None:
                 return self._buffer
+            if self._task is not None:
+                ownership.check_holds(self, "read")
             stack = _init_stack.variables
             for index, other in enumerate(stack):
                 if other is self:
@@ -485,6 +513,8 @@ class Variable(ArrayInterop):
             raise ShapeMismatchError(
                 f"cannot assign a value of shape {tuple(arr.shape)} to variable '{self._name}' of "
                 f"shape {self._shape}: assign needs exactly the variable's shape")
+        if self._task is not None:
+            ownership.check_holds(self, "assign to")
         with _materialize_lock:
             if self._buffer is None:
                 self._buffer = devices.empty(self._shape, self._dtype, self._device)
