@@ -38,6 +38,7 @@ __all__ = [
     "NotOwnedError",
     "DistributedMismatchError",
     "ReplicaDivergenceError",
+    "CommunicatorError",
 ]
 
 
@@ -174,3 +175,8 @@ class DistributedMismatchError(VarstoreError, RuntimeError):
 
 class ReplicaDivergenceError(VarstoreError, RuntimeError):
     """Replicated variables hold different values on different ranks (checksums differ); names them."""
+
+
+class CommunicatorError(VarstoreError, TypeError):
+    """Something that is neither an mpi4py communicator nor a varstore.distributed.Communicator was
+    passed as `comm`, or a collective got a message it cannot send (not JSON-compatible)."""
