@@ -501,8 +501,13 @@ class VariableStore:
                 var.initialize()
 
     def report_uninitialized(self, var_list: Sequence[Variable] | None = None) -> list[str]:
-        """Names of the variables not yet materialized, in creation order (tf.compat.v1.report_uninitialized_variables)."""
-        return [v.name for v in (self.variables() if var_list is None else var_list) if not v.is_initialized]
+        """Names of the variables not yet materialized, in creation order (tf.compat.v1.report_uninitialized_variables).
+
+        Once the store is bound to a communicator (`initialize(comm=)`), only
+        variables this rank holds count (others never materialize here).
+        """
+        return [v.name for v in (self.variables() if var_list is None else var_list)
+                if not v.is_initialized and v.is_owned]
 
     # -------------------------------------------------------- pending restore
     def add_pending_restore(self, resolver: Resolver) -> None:
