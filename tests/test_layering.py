@@ -22,6 +22,7 @@ ALLOWED = {
     "click": ("cli/",),
     "tqdm": ("cli/",),
     "pickle": (),
+    "mpi4py": ("varstore/distributed/",),
 }
 CORE = {"variables", "scopes", "initializers", "collections", "devices", "placement", "_naming",
         "partitioning", "ownership",
