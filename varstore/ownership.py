@@ -17,6 +17,7 @@ import weakref
 from typing import Any, Protocol
 
 from varstore.errors import DeviceError, NotOwnedError
+from varstore.placement import task_index
 
 __all__ = ["RankInfo", "bind", "unbind", "bound_rank", "holds", "check_holds", "check_task_in_range"]
 
@@ -85,7 +86,7 @@ def holds(store: Any, task: str | None) -> bool:
     binding = bound_rank(store)
     if binding is None:
         return True
-    return int(task.rsplit(":", 1)[1]) == binding[0]
+    return task_index(task) == binding[0]
 
 
 def check_holds(variable: Any, action: str) -> None:

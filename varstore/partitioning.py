@@ -337,7 +337,7 @@ class _GlobalValue:
         for run in range(runs):
             start = (run * full[axis] + offset[axis]) * inner
             if start > position:
-                rng.bit_generator.advance(start - position)
+                rng.bit_generator.advance(start - position)  # type: ignore[attr-defined]  # PCG64: as if that many 64-bit draws
             out[run] = rng.uniform(low, high, run_length)
             position = start + run_length
         return out.reshape(shape).astype(self.dtype)
@@ -490,7 +490,7 @@ def get_partitioned_variable(store: Any, full: str, shape: tuple[int | None, ...
     if shape is None or any(d is None for d in shape):
         raise InitializerError(f"get_variable('{full}') needs a fully defined shape to create a partitioned "
                                f"variable, got {shape}; pass shape=... or an array as initializer")
-    full_shape = tuple(int(d) for d in shape)
+    full_shape = tuple(int(d) for d in shape if d is not None)
     dt = dt if dt is not None else np.dtype(np.float32)
     partitions = call_partitioner(partitioner, full_shape, dt, full)
     slice_dim, num_slices = slice_dim_and_num_slices(partitions)

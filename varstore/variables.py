@@ -235,6 +235,7 @@ class Variable(ArrayInterop):
     """
 
     _collection_names: list[str]
+    _task: str | None
 
     def __init__(self, initial_value: Any, trainable: bool = True, name: str | None = None,
                  dtype: Any = None, *, collections: list[str] | None = None, device: Any = None,
@@ -247,7 +248,8 @@ class Variable(ArrayInterop):
         shape = tuple(int(d) for d in value.shape)
         self._setup(store, full_name, shape, np.dtype(value.dtype), trainable, None)
         self._device, self._task = _choose_device(full_name, shape, self._dtype, device)
-        self._buffer = devices.to_device(value, self._device, copy=True)
+        if ownership.holds(store, self._task):  # a rank keeps no copy of another rank's variable
+            self._buffer = devices.to_device(value, self._device, copy=True)
         store._track(self, collections, trainable, weak=True)
 
     @classmethod
@@ -272,7 +274,7 @@ class Variable(ArrayInterop):
         self._view: Any = None  # cached read-only view of _buffer (host_view), valid while _view_of is _buffer
         self._view_of: Any = None
         self._device = "cpu:0"
-        self._task: str | None = None
+        self._task = None
         self._save_slice_info: Any = None  # partitioning.SaveSliceInfo for a part of a partitioned variable
         self._collection_names = []
 

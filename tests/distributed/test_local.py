@@ -133,3 +133,16 @@ def test_structure_description_and_single_process_checks():
     assert set(sums) == {"step", "m/e/part_0", "m/e/part_1"}
     assert sums["step"] == 0x8C28B28A  # crc32c (Castagnoli) of eight zero bytes
     distributed.check_replicas(store, distributed.SingleProcess())
+
+
+def test_an_eager_variable_of_another_rank_keeps_no_copy():
+    store = vs.VariableStore()
+    store.initialize(comm=Rank(0, 2))
+    with vs.device("/job:ps/task:1"):
+        theirs = vs.Variable([1.0, 2.0], name="theirs", store=store)
+    with vs.device("/job:ps/task:0"):
+        mine = vs.Variable([3.0], name="mine", store=store)
+    assert theirs._buffer is None and not theirs.is_initialized and theirs.shape == (2,)
+    np.testing.assert_array_equal(mine.numpy(), [3.0])
+    with pytest.raises(vs.NotOwnedError, match="'theirs' on rank 0"):
+        theirs.numpy()

@@ -19,6 +19,7 @@ import numpy as np
 from varstore import dtypes
 from varstore.distributed.communicator import Communicator, as_communicator
 from varstore.errors import DistributedMismatchError, ReplicaDivergenceError
+from varstore.placement import task_index
 
 __all__ = ["describe_structure", "check_structure", "replica_checksums", "check_replicas"]
 
@@ -100,7 +101,8 @@ def check_structure(store: Any, comm: Any) -> None:
     size = communicator.size
     for name in sorted(described):
         task = described[name]["task"]
-        if task is not None and int(task.rsplit(":", 1)[1]) >= size:
+        owner = task_index(task)
+        if owner is not None and owner >= size:
             raise DistributedMismatchError(
                 f"variable '{name}' is placed on '{task}', but the communicator has {size} rank(s) "
                 f"(0..{size - 1}); task K is owned by rank K: launch more processes or use fewer tasks")
@@ -118,7 +120,7 @@ def replica_checksums(store: Any) -> dict[str, int | None]:
         if not variable.is_initialized:
             sums[variable.name] = None
             continue
-        sums[variable.name] = crc32c.crc32c(np.ascontiguousarray(variable.host_view()).reshape(-1).view(np.uint8))
+        sums[variable.name] = crc32c.crc32c(np.ascontiguousarray(variable.host_view()).reshape(-1).view(np.uint8).data)
     return sums
 
 
