@@ -146,3 +146,20 @@ def test_an_eager_variable_of_another_rank_keeps_no_copy():
     np.testing.assert_array_equal(mine.numpy(), [3.0])
     with pytest.raises(vs.NotOwnedError, match="'theirs' on rank 0"):
         theirs.numpy()
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".zarr"])
+def test_one_process_save_and_restore_of_parts_round_trips(tmp_path, suffix):
+    # Phase 1: vs.save writes each part under its own name ("e/part_0", ...); phase 2 writes one global array.
+    store = vs.VariableStore()
+    parted = store.get_variable("e", [5, 3], partitioner=vs.fixed_size_partitioner(2))
+    parted.assign(np.arange(15.0).reshape(5, 3))
+    path = tmp_path / f"model{suffix}"
+    vs.save(path, store)
+    fresh = vs.VariableStore()
+    again = fresh.get_variable("e", [5, 3], partitioner=vs.fixed_size_partitioner(2))
+    vs.restore(path, fresh)
+    np.testing.assert_array_equal(again.numpy(), np.arange(15.0).reshape(5, 3))
+    reader = vs.open_checkpoint(path)
+    assert sorted(reader.keys()) == ["e/part_0", "e/part_1"]
+    reader.close()
