@@ -131,7 +131,7 @@ def test_structure_description_and_single_process_checks():
     store.initialize()
     sums = distributed.replica_checksums(store)
     assert set(sums) == {"step", "m/e/part_0", "m/e/part_1"}
-    assert sums["step"] == 0x8C28B28A  # crc32c (Castagnoli) of eight zero bytes
+    assert sums["step"] == [0x8C28B28A]  # crc32c (Castagnoli) of eight zero bytes
     distributed.check_replicas(store, distributed.SingleProcess())
 
 

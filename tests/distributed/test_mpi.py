@@ -38,6 +38,7 @@ def test_two_ranks_own_their_tasks_and_agree_on_everything(tmp_path):
     assert r0["replica_error"] == r1["replica_error"]
     assert "1 replicated variable(s) differ across the 2 ranks: 'global_step' (ranks [1] differ from rank 0)" \
         in r0["replica_error"]
+    assert r0["step_checksums"] == r1["step_checksums"] and len(set(r0["step_checksums"])) == 2
     assert "'orphan' is placed on '/job:ps/task:2', but the communicator has only 2 rank(s)" in r0["task_error"]
     assert r0["allreduce"] == [3, 1, 0.0] and r1["allreduce_array"] == [1, 2]
     assert r0["bcast"] == r1["bcast"] == {"from": 1}

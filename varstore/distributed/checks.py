@@ -108,11 +108,27 @@ def check_structure(store: Any, comm: Any) -> None:
                 f"(0..{size - 1}); task K is owned by rank K: launch more processes or use fewer tasks")
 
 
-def replica_checksums(store: Any) -> dict[str, int | None]:
-    """crc32c of the C-order bytes of every replicated variable (no task) of this rank, by name.
+def replica_checksums(store: Any, comm: Any = None) -> dict[str, list[int | None]]:
+    """crc32c of the C-order bytes of every replicated variable (no task), on every rank.
 
-    None for a variable not yet initialized (it is not initialized by this call).
+    Collective when `comm` is given (every rank must call it).
+
+    Args:
+      store: this rank's VariableStore.
+      comm: an mpi4py communicator or a Communicator; None: this process only.
+
+    Returns:
+      Variable name -> [checksum on rank 0, on rank 1, ...] (one entry without
+      `comm`); None where the variable is not initialized on that rank (this
+      call initializes nothing), and for a name a rank does not have.
     """
+    communicator = as_communicator(comm)
+    gathered: list[dict[str, Any]] = communicator.allgather(_local_checksums(store))  # type: ignore[assignment]
+    names = sorted(set().union(*gathered))
+    return {name: [g.get(name) for g in gathered] for name in names}
+
+
+def _local_checksums(store: Any) -> dict[str, int | None]:
     sums: dict[str, int | None] = {}
     for variable in store.variables():
         if variable.task is not None:
@@ -134,7 +150,7 @@ def check_replicas(store: Any, comm: Any) -> None:
         (sorted, the first ten and a count) and which ranks differ from rank 0.
     """
     communicator = as_communicator(comm)
-    sums = replica_checksums(store)
+    sums = _local_checksums(store)
     digests = communicator.allgather(_digest(sums))
     if len(set(digests)) == 1:
         return

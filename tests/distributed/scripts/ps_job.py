@@ -68,6 +68,7 @@ except vs.DistributedMismatchError as err:
 
 # replicas that diverged
 store.get_variable_by_name("global_step").assign(comm.rank)
+result["step_checksums"] = distributed.replica_checksums(store, comm)["global_step"]
 try:
     distributed.check_replicas(store, comm)
 except vs.ReplicaDivergenceError as err:
