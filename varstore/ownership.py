@@ -19,7 +19,8 @@ from typing import Any, Protocol
 from varstore.errors import DeviceError, NotOwnedError
 from varstore.placement import task_index
 
-__all__ = ["RankInfo", "bind", "unbind", "bound_rank", "holds", "check_holds", "check_task_in_range"]
+__all__ = ["RankInfo", "Binding", "UNBOUND", "binding_of", "attach", "bind", "unbind", "bound_rank",
+           "check_holds", "check_task_in_range"]
 
 
 class RankInfo(Protocol):
@@ -32,16 +33,59 @@ class RankInfo(Protocol):
     def size(self) -> int: ...
 
 
-# store -> (rank, size); weak so a dropped store leaves no trace.
-_bindings: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+class Binding:
+    """A store's rank binding, shared by all its variables: unbound (one process) or (rank, size)."""
+
+    def __init__(self) -> None:
+        self.rank: int | None = None
+        self.size: int | None = None
+
+    def holds(self, task: str | None) -> bool:
+        """Whether this process holds a variable placed on `task` (always when unbound or replicated)."""
+        return task is None or self.rank is None or task_index(task) == self.rank
+
+
+#: The binding of variables that joined no store (never bound).
+UNBOUND = Binding()
+
+# store -> its Binding; weak so a dropped store leaves no trace.
+_bindings: weakref.WeakKeyDictionary[Any, Binding] = weakref.WeakKeyDictionary()
+
+
+def binding_of(store: Any) -> Binding:
+    """The Binding of `store` (made unbound on first use)."""
+    binding = _bindings.get(store)
+    if binding is None:
+        binding = _bindings[store] = Binding()
+    return binding
 
 
 def bound_rank(store: Any) -> tuple[int, int] | None:
     """(rank, size) the store is bound to, or None (one process: every variable is held)."""
-    try:
-        return _bindings.get(store)
-    except TypeError:  # an object that cannot be weakly referenced is never bound
+    binding = _bindings.get(store)
+    if binding is None or binding.rank is None or binding.size is None:
         return None
+    return binding.rank, binding.size
+
+
+def _release(variable: Any) -> None:
+    variable._buffer = None
+    variable._source = None
+    variable._view = variable._view_of = None
+
+
+def attach(store: Any, variable: Any) -> None:
+    """Gives a variable that joins `store` the store's binding; a value of another rank's variable is dropped.
+
+    Raises:
+      DeviceError: the store is bound and the variable names a task K >= size.
+    """
+    binding = binding_of(store)
+    variable._binding = binding
+    if binding.size is not None:
+        check_task_in_range(variable, binding.size)
+    if not binding.holds(variable.task):
+        _release(variable)
 
 
 def check_task_in_range(variable: Any, size: int) -> None:
@@ -66,38 +110,29 @@ def bind(store: Any, comm: RankInfo) -> None:
     variables = store.variables()
     for variable in variables:
         check_task_in_range(variable, size)
-    _bindings[store] = (rank, size)
+    binding = binding_of(store)
+    binding.rank, binding.size = rank, size
     for variable in variables:
-        if variable._task is not None and variable.owner_rank != rank:
-            variable._buffer = None
-            variable._source = None
-            variable._view = variable._view_of = None
+        variable._binding = binding
+        if not binding.holds(variable.task):
+            _release(variable)
 
 
 def unbind(store: Any) -> None:
     """Returns `store` to one-process behavior (every variable held; values of others must be set again)."""
-    _bindings.pop(store, None)
-
-
-def holds(store: Any, task: str | None) -> bool:
-    """Whether this process holds a variable of `store` placed on `task`."""
-    if task is None:
-        return True
-    binding = bound_rank(store)
-    if binding is None:
-        return True
-    return task_index(task) == binding[0]
+    binding = binding_of(store)
+    binding.rank = binding.size = None
 
 
 def check_holds(variable: Any, action: str) -> None:
     """Raises NotOwnedError when this process does not hold `variable` (`action`: "read", "assign to")."""
-    binding = bound_rank(variable._store)
-    if binding is None:
+    binding = variable._binding
+    if binding.rank is None or binding.size is None:
         return
-    check_task_in_range(variable, binding[1])
-    if variable.owner_rank != binding[0]:
+    check_task_in_range(variable, binding.size)
+    if variable.owner_rank != binding.rank:
         raise NotOwnedError(
-            f"cannot {action} variable '{variable.name}' on rank {binding[0]}: it is placed on "
+            f"cannot {action} variable '{variable.name}' on rank {binding.rank}: it is placed on "
             f"'{variable.task}' and owned by rank {variable.owner_rank}, so this rank holds only its "
             f"name, shape {variable.shape} and dtype {variable.dtype.name}; read it on rank "
             f"{variable.owner_rank}, or place it without a task to replicate it on every rank")

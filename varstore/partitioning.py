@@ -296,7 +296,7 @@ class _GlobalValue:
                 f"{tuple(value.shape)}, the variable was created with shape {self.full_shape}")
         return value
 
-    def _direct(self, info: SaveSliceInfo) -> npt.NDArray[Any] | None:
+    def _direct(self, info: SaveSliceInfo) -> Any:  # a NumPy array, a CuPy slice of a CuPy value, or None
         init, dt, shape = self.initializer, self.dtype, info.var_shape
         if isinstance(init, np.ndarray) or devices.is_device_array(init):
             return init[info.index]
@@ -351,7 +351,8 @@ class _PartInitializer(Initializer):
         self.info = info
 
     def __call__(self, shape: Any, dtype: Any = None, *, name: str | None = None) -> npt.NDArray[Any]:
-        return self._global.part(self.info)
+        value: npt.NDArray[Any] = self._global.part(self.info)
+        return value
 
     def __repr__(self) -> str:
         return f"PartOf({self._global.initializer!r}, {self.info.spec!r})"
@@ -465,7 +466,7 @@ def get_partitioned_variable(store: Any, full: str, shape: tuple[int | None, ...
                                      f"{value_shape} of the value given as initializer; leave shape out")
         shape = value_shape
         dt = dt if dt is not None else np.dtype(initializer.dtype)
-    existing = store._partitioned.get(full)
+    existing: PartitionedVariable | None = store._partitioned.get(full)
     if existing is not None:
         if reuse is False:
             raise VariableExistsError(
