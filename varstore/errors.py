@@ -34,11 +34,18 @@ __all__ = [
     "CheckpointLockedError",
     "InvalidMetadataError",
     "ScopeError",
+<<<<<<< HEAD
     "PartitionError",
     "NotOwnedError",
     "DistributedMismatchError",
     "ReplicaDivergenceError",
     "CommunicatorError",
+=======
+    "ObjectStoreError",
+    "ObjectNotFoundError",
+    "ConditionalWriteError",
+    "InvalidURLError",
+>>>>>>> main
 ]
 
 
@@ -158,6 +165,7 @@ class ConversionError(VarstoreError, ValueError):
     a rename that makes two names equal, a non-float --dtype, a duplicate name."""
 
 
+<<<<<<< HEAD
 # ---------------------------------------------------------- distributed
 class PartitionError(VarstoreError, ValueError):
     """A partitioner or partitioned get_variable was misused: bad partition list, more than one sliced
@@ -180,3 +188,25 @@ class ReplicaDivergenceError(VarstoreError, RuntimeError):
 class CommunicatorError(VarstoreError, TypeError):
     """Something that is neither an mpi4py communicator nor a varstore.distributed.Communicator was
     passed as `comm`, or a collective got a message it cannot send (not JSON-compatible)."""
+=======
+# ---------------------------------------------------------- object storage
+class ObjectStoreError(CheckpointError):
+    """A request to an object store (s3://, gs://, az://) failed after its retries; names the URL.
+
+    Messages never contain credentials: secret keys, session tokens and signatures are redacted.
+    """
+
+
+class ObjectNotFoundError(ObjectStoreError, FileNotFoundError):
+    """The object store has no object at the URL (GET/HEAD answered 404)."""
+
+
+class ConditionalWriteError(ObjectStoreError):
+    """A conditional write (If-None-Match: * or If-Match: etag) lost a race: another writer
+    created or changed the object first. Re-read the object and decide again."""
+
+
+class InvalidURLError(ObjectStoreError, ValueError):
+    """An object-store URL is malformed (no bucket, unknown scheme), storage_options has an unknown key,
+    or a client setting is out of range (part_size below 5 MiB, max_in_flight below 1)."""
+>>>>>>> main
