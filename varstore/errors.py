@@ -34,18 +34,15 @@ __all__ = [
     "CheckpointLockedError",
     "InvalidMetadataError",
     "ScopeError",
-<<<<<<< HEAD
     "PartitionError",
     "NotOwnedError",
     "DistributedMismatchError",
     "ReplicaDivergenceError",
     "CommunicatorError",
-=======
     "ObjectStoreError",
     "ObjectNotFoundError",
     "ConditionalWriteError",
     "InvalidURLError",
->>>>>>> main
 ]
 
 
@@ -165,7 +162,6 @@ class ConversionError(VarstoreError, ValueError):
     a rename that makes two names equal, a non-float --dtype, a duplicate name."""
 
 
-<<<<<<< HEAD
 # ---------------------------------------------------------- distributed
 class PartitionError(VarstoreError, ValueError):
     """A partitioner or partitioned get_variable was misused: bad partition list, more than one sliced
@@ -188,7 +184,8 @@ class ReplicaDivergenceError(VarstoreError, RuntimeError):
 class CommunicatorError(VarstoreError, TypeError):
     """Something that is neither an mpi4py communicator nor a varstore.distributed.Communicator was
     passed as `comm`, or a collective got a message it cannot send (not JSON-compatible)."""
-=======
+
+
 # ---------------------------------------------------------- object storage
 class ObjectStoreError(CheckpointError):
     """A request to an object store (s3://, gs://, az://) failed after its retries; names the URL.
@@ -209,4 +206,3 @@ class ConditionalWriteError(ObjectStoreError):
 class InvalidURLError(ObjectStoreError, ValueError):
     """An object-store URL is malformed (no bucket, unknown scheme), storage_options has an unknown key,
     or a client setting is out of range (part_size below 5 MiB, max_in_flight below 1)."""
->>>>>>> main
