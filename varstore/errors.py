@@ -33,8 +33,14 @@ __all__ = [
     "UnknownVariableError",
     "ConversionError",
     "CheckpointLockedError",
+    "CheckpointExistsError",
     "InvalidMetadataError",
     "ScopeError",
+    "PartitionError",
+    "NotOwnedError",
+    "DistributedMismatchError",
+    "ReplicaDivergenceError",
+    "CommunicatorError",
     "ObjectStoreError",
     "ObjectNotFoundError",
     "ConditionalWriteError",
@@ -142,6 +148,21 @@ class CheckpointLockedError(CheckpointError):
     """Another process holds the CheckpointManager directory's lock."""
 
 
+class CheckpointExistsError(VarstoreError, FileExistsError):
+    """A save, convert or CheckpointManager save would replace something that is not a varstore
+    checkpoint of the same format (a plain file, a directory with other content, another tool's file,
+    a symlink); the message names the path and what is there. Pass overwrite=True (CLI: --force)."""
+
+    def __init__(self, message: str, path: str | None = None, found: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.found = found
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class UnknownVariableError(VarstoreError, KeyError):
     """A name that is not in the checkpoint (CheckpointReader.info / read)."""
 
@@ -160,6 +181,30 @@ class ScopeError(VarstoreError, ValueError):
 class ConversionError(VarstoreError, ValueError):
     """convert() or a foreign-format writer got options it cannot honour: a malformed rename rule,
     a rename that makes two names equal, a non-float --dtype, a duplicate name."""
+
+
+# ---------------------------------------------------------- distributed
+class PartitionError(VarstoreError, ValueError):
+    """A partitioner or partitioned get_variable was misused: bad partition list, more than one sliced
+    axis, more parts than rows, or reuse with another partitioning (as tf.compat.v1.get_variable)."""
+
+
+class NotOwnedError(VarstoreError, RuntimeError):
+    """A variable owned by another rank was read or assigned on this rank (it holds no value here)."""
+
+
+class DistributedMismatchError(VarstoreError, RuntimeError):
+    """The ranks of a communicator disagree about the store's structure (names, shapes, dtypes,
+    placement, partitioning); raised identically on every rank, naming the first difference."""
+
+
+class ReplicaDivergenceError(VarstoreError, RuntimeError):
+    """Replicated variables hold different values on different ranks (checksums differ); names them."""
+
+
+class CommunicatorError(VarstoreError, TypeError):
+    """Something that is neither an mpi4py communicator nor a varstore.distributed.Communicator was
+    passed as `comm`, or a collective got a message it cannot send (not JSON-compatible)."""
 
 
 # ---------------------------------------------------------- object storage

@@ -74,7 +74,7 @@ def test_zarr_symlink_inside_the_checkpoint_is_still_read(tmp_path: Path) -> Non
 @pytest.mark.parametrize("packed", [False, True])
 def test_huge_claim_is_refused_before_allocating(tmp_path: Path, packed: bool) -> None:
     path = tmp_path / "model.zarr"
-    save(path, VALUES, pack_threshold_bytes=1 << 20 if packed else 0)
+    save(path, VALUES, pack_threshold_bytes=1 << 20 if packed else 0, layout="packed")
     huge = 10**15
 
     def edit(document: dict) -> None:

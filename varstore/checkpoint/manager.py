@@ -25,7 +25,7 @@ from typing import Any
 
 from varstore.backends import FORMATS, format_for_path
 from varstore.checkpoint import atomic
-from varstore.checkpoint.reader import open_varstore
+from varstore.checkpoint.reader import is_varstore_checkpoint, open_varstore
 from varstore.checkpoint.restore import RestoreResult, _targets_of, restore
 from varstore.checkpoint.writer import SaveHandle, entries_from, save, save_async
 from varstore.errors import CheckpointError, CheckpointLockedError, CorruptCheckpointError, NotACheckpointError
@@ -206,6 +206,8 @@ class CheckpointManager:
                            "checkpoints": managed, "preserved": preserved,
                            "last_preserved_time": last_preserved})
         for name in doomed:
+            if not is_varstore_checkpoint(self.directory / name):
+                continue  # something else took the name since this manager wrote it: never delete that
             # Rename before deleting: a writer killed mid-delete leaves a temporary, never a partial checkpoint.
             aside = atomic.temporary_name(self.directory / name)
             try:

@@ -236,6 +236,8 @@ class VarstoreReader(CheckpointReader):
         self.library_version = header.get("library_version")
         self.created_utc = header.get("created_utc")
         self._packed = header.get("packed") or {}
+        #: "per-variable" or "packed" (root attribute varstore_layout; older files: from the packed blob).
+        self.layout = header.get("layout") or ("packed" if self._packed.get("nbytes") else "per-variable")
         self._columns: ManifestColumns = columns
         self._records: dict[int, Record] = {}
         self._names = columns.names

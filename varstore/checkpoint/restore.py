@@ -6,14 +6,16 @@ under "old_scope/" to the same suffix under "new_scope/" ("" or "/" is the
 root), {"old/w": "new/w"} maps one name; exact names win over prefixes and
 longer prefixes over shorter ones; with a map, names it does not cover are
 left alone. Every shape and dtype is validated before any value is written,
-so a failing restore changes nothing (a ChecksumError is the exception:
-small, packed variables are all checked before any is written, but large
-values are checked, in a helper thread, after they were read into place,
-so a ChecksumError raised at the end of a restore leaves the variables
-read so far with their new values; run reader.verify() first for
-all-or-nothing). Existing buffers are filled in
-place; variables not yet materialized, and lazy=True, keep a ValueSource so
-their initializers never run. Never opens files itself beyond the reader.
+so a failing restore changes nothing. With lazy=False (the default) every
+value is read and its checksum checked before restore returns: variables
+without memory get new buffers, filled and checked before any of them is
+assigned (all-or-nothing); allocated variables and arrays are filled in
+place, and a ChecksumError of a large value (checked in a helper thread
+after it was read into place) leaves those read so far with their new
+values (docs/errors.md; run reader.verify() first for all-or-nothing).
+lazy=True, and variables created later in the store (deferred restore),
+keep a ValueSource so their initializers never run and reading waits for
+first use. Never opens files itself beyond the reader.
 """
 
 from __future__ import annotations
@@ -138,7 +140,9 @@ def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
         init_from_checkpoint rules; only the names it covers are restored.
       strict: raise RestoreError listing every missing and unexpected name
         (nothing is restored or deferred then).
-      lazy: leave values on disk until each variable's first use.
+      lazy: leave values on disk until each variable's first use (as before
+        issue 9). False (default): every value is read and checked now, and every
+        restored Variable is initialized when restore returns.
       verify: check each variable's crc32c as it is read.
       format: "h5"/"zarr", or None to detect.
 
@@ -149,7 +153,9 @@ def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
       RestoreError: strict and names differ (lists them all).
       ShapeMismatchError, DtypeMismatchError: naming the variable, the file and
         both shapes or dtypes; raised before anything is written.
-      ChecksumError: a variable's bytes are damaged (names it and the file).
+      ChecksumError: a variable's bytes are damaged (names it and the file);
+        raised by restore itself with lazy=False. Variables that had no memory
+        are then left as they were; see docs/errors.md for allocated ones.
       CheckpointNotFoundError, NotACheckpointError, CorruptCheckpointError: see open_varstore.
     """
     with paused_gc():
@@ -204,13 +210,29 @@ def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
                     check_restorable(obj, source)
             else:
                 _check_array(name, obj, source)
+        fresh: list[tuple[Any, Any]] = []  # (Variable without memory, its source): read eagerly below
+        if not lazy:
+            fresh = [(obj, source) for obj, _, source in sources
+                     if isinstance(obj, Variable) and not obj.is_allocated]
+            fresh_ids = {id(obj) for obj, _ in fresh}
+            sources = [item for item in sources if id(item[0]) not in fresh_ids]
         if not lazy and verify:
             if batch_indices:
                 reader.check_packed_at(batch_indices)
             reader.check_packed([ckpt for ckpt, _ in rest])
             reader.begin_checks()
+        fresh_values = []
+        if fresh:  # read and check into new memory before any variable changes: all-or-nothing
+            reader.plan_reads([source.name for _, source in fresh])
+            for obj, source in fresh:
+                value = np.empty(obj.shape, dtype=obj.dtype)
+                source.read_into(value)
+                fresh_values.append(value)
+            reader.end_checks()
+            if verify:
+                reader.begin_checks()
         if not lazy:
-            reader.plan_reads([ckpt for ckpt, _ in rest])
+            reader.plan_reads([source.name for _, _, source in sources])
         restore_many(batch_variables, batch_values)
         del batch_values
         for obj, name, source in sources:
@@ -219,6 +241,9 @@ def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
             else:
                 source.read_into(obj)
         reader.end_checks()
+        # last: a failure of the in-place targets above leaves the variables without memory as they were
+        restore_many([obj for obj, _ in fresh], fresh_values, adopt=True)
+        del fresh_values
     finally:
         reader.release_packed()
         reader._checks = None

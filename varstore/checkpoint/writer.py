@@ -38,6 +38,8 @@ from varstore.checkpoint import atomic
 from varstore.checkpoint._batch import paused_gc
 from varstore.checkpoint.checksum import crc32c_of, crc32c_raw as _crc32c_raw, pwrite_all, start_writeback
 from varstore.checkpoint.entry import SaveEntry
+from varstore.checkpoint.layout import choose_layout, pack_threshold
+from varstore.checkpoint.overwrite import check_replaceable
 from varstore.variables import Variable, host_views
 from varstore.checkpoint.manifest import (
     c_strides,
@@ -404,6 +406,14 @@ def _header(fmt: str, step: int | None, metadata: Mapping[str, Any] | None, wher
     }
 
 
+def _planned_layout(header: dict[str, Any], records: list[Record], layout: str | None,
+                    pack_threshold_bytes: int) -> int:
+    """Chooses the layout, records it in the header, assigns paths; returns the packed blob's bytes."""
+    chosen = choose_layout(layout, len(records))
+    header["layout"] = chosen
+    return assign_paths(records, pack_threshold(chosen, pack_threshold_bytes))
+
+
 def _array_attrs(record: Record, as_json_list: bool) -> dict[str, Any]:
     attrs: dict[str, Any] = {
         "trainable": record.trainable,
@@ -516,7 +526,7 @@ def _write(tmp: Path, fmt: str, entries: list[Any], records: list[Record], packe
                                      {"description": "JSON index of every variable; see docs"})
         if extent is not None:
             writes.submit(extent, manifest, single_file)
-        root = {f"varstore_{key}" if key in ("format", "format_version", "library_version") else key: value
+        root = {f"varstore_{key}" if key in ("format", "format_version", "library_version", "layout") else key: value
                 for key, value in header.items()}
         root["varstore_manifest_crc32c"] = _crc32c_raw(manifest)  # readers check the manifest with it
         writer.set_root_attrs(root)
@@ -540,19 +550,28 @@ def _write(tmp: Path, fmt: str, entries: list[Any], records: list[Record], packe
 def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry], *, step: int | None = None,
                  metadata: Mapping[str, Any] | None = None, format: str | None = None,
                  checksum: bool = True,
-                 pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES) -> Path:
+                 pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
+                 overwrite: bool = False, layout: str | None = None) -> Path:
     """Writes a checkpoint from SaveEntries, fetching each value only when it is written.
 
     Args:
       path: final path: "x.h5"/"x.hdf5" (HDF5 file) or "x.zarr" (Zarr v3 directory).
-        An existing checkpoint there is replaced atomically.
+        An existing varstore checkpoint of the same format there is replaced atomically;
+        anything else there raises CheckpointExistsError unless `overwrite`.
       entries: the variables, in the order to store them; names must be unique.
       step: global step to record (int), or None.
       metadata: JSON-compatible dict to record.
       format: "h5" or "zarr"; None picks by suffix.
       checksum: record crc32c of every variable (on by default).
-      pack_threshold_bytes: variables smaller than this many bytes are packed into
-        one blob (see docs/checkpoint-format.md); 0 gives every variable its own array.
+      pack_threshold_bytes: in the packed layout, variables smaller than this many
+        bytes are packed into one blob (see docs/checkpoint-format.md); 0 gives every
+        variable its own array.
+      overwrite: replace whatever is at `path` (a plain file, another tool's
+        file, a directory, a symlink); default False refuses all but a varstore
+        checkpoint of the same format.
+      layout: "per-variable" (every variable its own dataset/array at its name),
+        "packed" (small variables in one blob), or None: "packed" above
+        layout.PER_VARIABLE_MAX_VARIABLES (4,096) variables, else "per-variable".
 
     Returns:
       The final path.
@@ -561,15 +580,17 @@ def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry], *, 
       InvalidNameError, UnsupportedDtypeError, ShapeMismatchError, DtypeMismatchError,
       InvalidMetadataError: before anything is written.
       UnsupportedFormatError: unknown format or suffix.
+      CheckpointExistsError: `path` holds something else (see `overwrite`); it is left untouched.
       CheckpointError: the file system refused (the final path is left as it was).
     """
     final = Path(path)
     fmt = format_for_path(final, format)
+    check_replaceable(final, fmt, overwrite)
     with paused_gc():
         entries = list(entries)
         records = _plan(entries)
         header = _header(fmt, step, metadata, final)
-        packed_nbytes = assign_paths(records, max(0, int(pack_threshold_bytes)))
+        packed_nbytes = _planned_layout(header, records, layout, pack_threshold_bytes)
         return _save_planned(final, fmt, entries, records, packed_nbytes, header, checksum)
 
 
@@ -665,7 +686,8 @@ def _host_copy(value: Any) -> npt.NDArray[Any]:
 def save_async(final: Path, entries: list[Any], *, step: int | None = None,
                metadata: Mapping[str, Any] | None = None, format: str | None = None,
                checksum: bool = True, pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
-               max_snapshot_bytes: int | None = None, after: Any = None) -> SaveHandle:
+               max_snapshot_bytes: int | None = None, after: Any = None,
+               overwrite: bool = False, layout: str | None = None) -> SaveHandle:
     """Snapshots `entries` into host memory and writes them in a background thread.
 
     Returns once every value has been copied (so the caller may mutate its
@@ -681,9 +703,10 @@ def save_async(final: Path, entries: list[Any], *, step: int | None = None,
       As `save_entries`, for names, dtypes and metadata (before anything is copied).
     """
     fmt = format_for_path(final, format)
+    check_replaceable(final, fmt, overwrite)
     records = _plan(entries)
     header = _header(fmt, step, metadata, final)
-    packed_nbytes = assign_paths(records, max(0, int(pack_threshold_bytes)))
+    packed_nbytes = _planned_layout(header, records, layout, pack_threshold_bytes)
     budget = _SnapshotBudget(None if max_snapshot_bytes is None else max(0, int(max_snapshot_bytes)))
     snapshots = [_Snapshot(entry) for entry in entries]
 
@@ -715,14 +738,17 @@ def save_async(final: Path, entries: list[Any], *, step: int | None = None,
 def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
          metadata: Mapping[str, Any] | None = None, format: str | None = None, checksum: bool = True,
          pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
-         blocking: bool = True, max_snapshot_bytes: int | None = None) -> Path | SaveHandle:
+         blocking: bool = True, max_snapshot_bytes: int | None = None,
+         overwrite: bool = False, layout: str | None = None) -> Path | SaveHandle:
     """Saves variables to an HDF5 file or Zarr v3 directory, atomically and checksummed.
 
     Args:
       path: "model.h5"/"model.hdf5" or "model.zarr" (or pass `format`).
       target: a VariableStore (all its variables), a mapping of names to
         Variables or arrays, or a list of Variables.
-      step, metadata, format, checksum, pack_threshold_bytes: as `save_entries`.
+      step, metadata, format, checksum, pack_threshold_bytes, overwrite, layout: as
+        `save_entries` (overwrite=False never replaces what is not a varstore
+        checkpoint of the same format; layout="packed" opts in to the packed layout).
       blocking: False copies every value into host memory (a snapshot, so the
         caller may change its variables as soon as the call returns) and
         writes in a background thread; returns a SaveHandle (wait(), done(),
@@ -740,7 +766,7 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
       With blocking=False, errors found while writing are raised by SaveHandle.wait().
     """
     kwargs = dict(step=step, metadata=metadata, format=format, checksum=checksum,
-                  pack_threshold_bytes=pack_threshold_bytes)
+                  pack_threshold_bytes=pack_threshold_bytes, overwrite=overwrite, layout=layout)
     with paused_gc():  # see _batch.py: collections walking 50,000 variables doubled small-variable saves
         entries = entries_from(target)
         if blocking:
