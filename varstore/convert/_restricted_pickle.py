@@ -125,6 +125,9 @@ class Record:
 
     def __setstate__(self, state: Any) -> None:
         merged: dict[str, Any] = {}
+        if isinstance(state, tuple) and not all(p is None or isinstance(p, dict) for p in state):
+            self.__dict__["state"] = {"_tuple": state}  # a custom __getstate__ (TensorProperties) returns a tuple
+            return
         parts = state if isinstance(state, tuple) else (state,)
         for part in parts:
             if part is None:

@@ -57,8 +57,11 @@ class SafetensorsReader(CheckpointReader):
 
     format = "safetensors"
 
-    def __init__(self, path: os.PathLike[str] | str) -> None:
+    def __init__(self, path: os.PathLike[str] | str, base: int = 0) -> None:
         """Reads and validates the header only.
+
+        `base` is where the safetensors bytes start inside the file (a blob
+        embedded in another container, as PyTorch DCP writes); they run to its end.
 
         Raises:
           CorruptCheckpointError: truncated file, bad header JSON, offsets
@@ -67,8 +70,11 @@ class SafetensorsReader(CheckpointReader):
         super().__init__(Path(path))
         label = f"safetensors file '{self.path}'"
         try:
-            size = self.path.stat().st_size
+            size = self.path.stat().st_size - base
+            if base < 0 or size < 0:
+                raise CorruptCheckpointError(f"{label}: offset {base} lies outside the file")
             with open(self.path, "rb") as f:
+                f.seek(base)
                 head = f.read(8)
                 if len(head) < 8:
                     raise CorruptCheckpointError(f"{label} is {size} bytes: too short for a header")
@@ -85,8 +91,8 @@ class SafetensorsReader(CheckpointReader):
             raise CorruptCheckpointError(f"{label}: header is not valid JSON: {err}") from err
         if not isinstance(header, dict):
             raise CorruptCheckpointError(f"{label}: header is not a JSON object")
-        self._data_start = 8 + length
-        data_size = size - self._data_start
+        self._data_start = base + 8 + length
+        data_size = size - 8 - length
         metadata = header.pop("__metadata__", None) or {}
         if not isinstance(metadata, dict):
             raise CorruptCheckpointError(f"{label}: __metadata__ is not a JSON object")
