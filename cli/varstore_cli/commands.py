@@ -30,7 +30,8 @@ __all__ = ["COMMANDS", "ATTRIBUTES_SUFFIX", "make_progress", "parse_rename"]
 ATTRIBUTES_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 
 FORMAT_HELP = ("Read PATH as this format instead of detecting it: varstore-hdf5, varstore-zarr, tf, "
-               "keras3, keras2, safetensors, npz, hdf5, zarr.")
+               "keras3, keras2, safetensors, npz, hdf5, zarr, pytorch, safetensors-sharded, dcp, orbax, "
+               "keras3-sharded, gguf.")
 
 
 # ------------------------------------------------------------------ helpers
@@ -206,6 +207,9 @@ def show_command(path: str, name: str, count: int, as_json: bool, format_: str |
             ["device", info.device or "-"],
         ]
         rows += [[f"attribute {k}", json.dumps(v, ensure_ascii=False)] for k, v in sorted(info.attributes.items())]
+        non_tensor = reader.metadata.get("non_tensor") if isinstance(reader.metadata, dict) else None
+        if isinstance(non_tensor, dict):  # a torch / DCP file's epoch, lr, param_groups ...
+            rows += [[f"non-tensor {k}", json.dumps(v, ensure_ascii=False)] for k, v in non_tensor.items()]
         if stats.kind == "complex":
             rows.append(["stats of", "|x| (magnitude) of the finite elements"])
         rows += [["min", fmt.format_number(stats.min)], ["max", fmt.format_number(stats.max)],
@@ -372,14 +376,20 @@ def _report_json(report: Any) -> dict[str, Any]:
 @click.argument("dst", type=click.Path())
 @click.option("--from", "from_format", metavar="F", help=f"Source format (default: detected). {FORMAT_HELP}")
 @click.option("--to", "to_format", metavar="F",
-              help="Destination format (default: from DST's suffix): h5, zarr, safetensors, npz.")
+              help="Destination format (default: from DST's suffix): h5, zarr, safetensors, npz, "
+                   "safetensors-sharded (DST is a directory).")
 @click.option("--filter", "pattern", metavar="GLOB", help="Convert only names matching this shell glob.")
 @click.option("--rename", "renames", metavar="OLD=NEW", multiple=True,
               help="Replace the name prefix OLD by NEW (repeatable; applied in order).")
 @click.option("--dtype", metavar="D", help="Cast every floating variable to this dtype (e.g. float16, bfloat16).")
+@click.option("--max-shard-size", metavar="SIZE",
+              help="Write a sharded safetensors directory (HuggingFace layout) with shards of at most SIZE "
+                   "(500MB, 5GB, 2GiB or bytes).")
+@click.option("--dequantize", is_flag=True, help="GGUF: read Q8_0/Q4_0/Q4_1 tensors as float32 instead of raw blocks.")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.convert/1 JSON document; no progress bar.")
 def convert_command(src: str, dst: str, from_format: str | None, to_format: str | None, pattern: str | None,
-                    renames: tuple[str, ...], dtype: str | None, as_json: bool) -> None:
+                    renames: tuple[str, ...], dtype: str | None, max_shard_size: str | None, dequantize: bool,
+                    as_json: bool) -> None:
     """Convert a checkpoint to another format.
 
     Streams SRC to DST variable by variable, so memory stays near the largest
@@ -390,8 +400,9 @@ def convert_command(src: str, dst: str, from_format: str | None, to_format: str 
 
     progress, close = make_progress(enabled=not as_json and _stderr_is_terminal())
     try:
+        options: dict[str, Any] = {"dequantize": True} if dequantize else {}
         report = convert(src, dst, from_format=from_format, to_format=to_format, filter=pattern,
-                         rename=rename, dtype=dtype, progress=progress)
+                         rename=rename, dtype=dtype, progress=progress, max_shard_size=max_shard_size, **options)
     finally:
         close()
     document = _report_json(report)

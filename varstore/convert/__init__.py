@@ -1,13 +1,15 @@
 """Open any supported checkpoint read-only, and convert between formats, streaming.
 
 `open_checkpoint(path)` detects the format (varstore HDF5/Zarr, TensorFlow
-bundle, Keras 3/2, safetensors, npz, plain HDF5/Zarr) and returns a lazy
-CheckpointReader with the same keys()/info()/[name] interface for all.
-`convert(src, dst)` copies variables from any of them into a varstore
-.h5/.zarr checkpoint (through varstore.checkpoint.save_entries), a
-.safetensors or an .npz file, one variable in memory at a time. Pickle-based
-files are refused, never unpickled. No printing here: the CLI shows progress
-through the `progress` callback.
+bundle, Keras 3/2, safetensors, npz, plain HDF5/Zarr, and the round-2
+formats: PyTorch torch.save, sharded safetensors, PyTorch DCP, Orbax, Keras 3
+sharded weights, GGUF) and returns a lazy CheckpointReader with the same
+keys()/info()/[name] interface for all. `convert(src, dst)` copies
+variables from any of them into a varstore .h5/.zarr checkpoint (through
+varstore.checkpoint.save_entries), a .safetensors, a sharded safetensors
+directory or an .npz file, one variable in memory at a time. PyTorch pickles
+go only through the restricted unpickler; other pickles are refused. No
+printing here: the CLI shows progress through the `progress` callback.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy.typing as npt
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.info import CheckpointReader, SkippedEntry
+from varstore.convert import dcp, gguf, keras_sharded, orbax, pytorch, sharded_safetensors
 from varstore.convert.detect import detect_format, sniff
 from varstore.errors import ConversionError, UnsupportedFormatError
 
@@ -35,9 +38,13 @@ READ_FORMATS = {
     "tf": "tf", "tensorflow": "tf", "keras": "keras", "keras3": "keras3", "keras2": "keras2",
     "safetensors": "safetensors", "npz": "npz", "hdf5": "hdf5", "h5": "hdf5", "zarr": "zarr",
 }
+#: The round-2 format modules (each: NAME, ALIASES, open_reader(path, **options)), by name.
+_ROUND2_READERS = {m.NAME: m for m in (pytorch, sharded_safetensors, dcp, orbax, keras_sharded, gguf)}
+READ_FORMATS.update({alias: m.NAME for m in _ROUND2_READERS.values() for alias in (m.NAME, *m.ALIASES)})
 #: Names accepted by convert(to_format=...), and the destination suffixes that imply them.
 WRITE_FORMATS = {"h5": "h5", "hdf5": "h5", "varstore-hdf5": "h5", "zarr": "zarr", "varstore-zarr": "zarr",
-                 "safetensors": "safetensors", "npz": "npz"}
+                 "safetensors": "safetensors", "npz": "npz", sharded_safetensors.NAME: sharded_safetensors.NAME,
+                 **{alias: sharded_safetensors.NAME for alias in sharded_safetensors.ALIASES}}
 _SUFFIXES = {".h5": "h5", ".hdf5": "h5", ".zarr": "zarr", ".safetensors": "safetensors", ".npz": "npz"}
 
 
@@ -86,10 +93,16 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None,
         directory with a `checkpoint` state file (its latest); a Keras
         `.weights.h5`, `.keras` or Keras 2 `.h5`; a `.safetensors`; an `.npz`;
         any HDF5 file or Zarr v2/v3 group.
+        Also a PyTorch `.pt`/`.pth`/`.bin` (torch.save zip or legacy), a
+        `model.safetensors.index.json` (or its directory, or one shard), a
+        PyTorch DCP directory, an Orbax checkpoint directory, a Keras
+        `.weights.json` index, a `.gguf` file.
       format: skip detection: one of READ_FORMATS ("tf", "keras", "keras3",
-        "keras2", "safetensors", "npz", "hdf5", "zarr", "varstore").
+        "keras2", "safetensors", "npz", "hdf5", "zarr", "varstore", "pytorch",
+        "safetensors-sharded", "dcp", "orbax", "keras3-sharded", "gguf").
       **options: passed to the reader: `strip_attributes=True` (TF2 names
-        without "/.ATTRIBUTES/VARIABLE_VALUE"), `skip_object_arrays=True` (npz).
+        without "/.ATTRIBUTES/VARIABLE_VALUE"), `skip_object_arrays=True` (npz),
+        `dequantize=True` (gguf: Q8_0/Q4_0/Q4_1 as float32).
 
     Returns:
       A CheckpointReader; `reader.format` names what was opened.
@@ -97,7 +110,9 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None,
     Raises:
       CheckpointNotFoundError: nothing at `path`.
       NotACheckpointError: empty, or no format varstore reads.
-      UnsafeFormatError: a pickle-based file (PyTorch, npz object arrays); nothing is unpickled.
+      UnsafeFormatError: a pickle that is not a torch.save file, a torch pickle
+        naming a global outside the allow-list (malicious, or a whole nn.Module),
+        npz object arrays; no code of the file is ever run.
       CorruptCheckpointError / ChecksumError: damaged metadata.
       UnsupportedFormatError: an unknown `format` name, or an unsupported feature.
     """
@@ -115,6 +130,8 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None,
             raise UnsupportedFormatError(
                 f"unknown checkpoint format {format!r}: use one of {', '.join(sorted(READ_FORMATS))}")
         target = path
+    if kind in _ROUND2_READERS:
+        return _ROUND2_READERS[kind].open_reader(target, **options)
     if kind == "varstore":
         from varstore.checkpoint.reader import open_varstore
 
@@ -165,7 +182,7 @@ class ConvertReport:
     Attributes:
       source, destination: the paths.
       source_format: the reader's format name ("tf", "keras3", ...).
-      destination_format: "h5", "zarr", "safetensors" or "npz".
+      destination_format: "h5", "zarr", "safetensors", "safetensors-sharded" or "npz".
       variables: number of variables written.
       bytes: bytes of variable data written (after any dtype cast).
       skipped: objects of the source that are not variables, with reasons.
@@ -205,7 +222,9 @@ def _renamed(name: str, pairs: Sequence[tuple[str, str]]) -> str:
     return name
 
 
-def _destination_format(dst: Path, to_format: str | None) -> str:
+def _destination_format(dst: Path, to_format: str | None, sharded: bool = False) -> str:
+    if to_format is None and sharded:
+        return sharded_safetensors.NAME
     if to_format is not None:
         key = WRITE_FORMATS.get(str(to_format).lower())
         if key is None:
@@ -223,10 +242,24 @@ def _destination_format(dst: Path, to_format: str | None) -> str:
 ProgressCallback = Callable[[int, int, str], None]
 
 
+def _safetensors_metadata(src: Path, reader: CheckpointReader) -> dict[str, str]:
+    """A safetensors __metadata__ (str -> str) for a converted file; non-tensor values as one JSON string."""
+    import json
+
+    meta = {"converted_from": src.name, "source_format": reader.format}
+    if reader.step is not None:
+        meta["step"] = str(reader.step)
+    non_tensor = reader.metadata.get("non_tensor") if isinstance(reader.metadata, dict) else None
+    if non_tensor:
+        meta["non_tensor"] = json.dumps(non_tensor, sort_keys=True)
+    return meta
+
+
 def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_format: str | None = None,
             to_format: str | None = None, filter: str | None = None,
             rename: Iterable[tuple[str, str] | str] = (), dtype: Any = None,
-            progress: ProgressCallback | None = None, **options: Any) -> ConvertReport:
+            progress: ProgressCallback | None = None, max_shard_size: int | str | None = None,
+            **options: Any) -> ConvertReport:
     """Copies the variables of one checkpoint into a new one, one variable in memory at a time.
 
     Values are copied bit-exactly unless `dtype` casts floating variables.
@@ -239,7 +272,8 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       dst: destination; .h5/.hdf5 and .zarr become varstore checkpoints,
         .safetensors and .npz the foreign formats.
       from_format: skip source detection (see open_checkpoint's `format`).
-      to_format: "h5", "zarr", "safetensors" or "npz"; None picks by dst suffix.
+      to_format: "h5", "zarr", "safetensors", "safetensors-sharded" or "npz";
+        None picks by dst suffix.
       filter: shell glob on source names ("encoder/*"); None keeps all.
       rename: prefix rules (OLD, NEW) or "OLD=NEW" strings; the first rule
         whose OLD starts a name replaces that prefix with NEW.
@@ -248,7 +282,10 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       progress: called as progress(done_bytes, total_bytes, source_name) after
         each variable is read for writing (bytes after any cast), and once
         with (0, total_bytes, "") before the first; the CLI drives its bar with it.
-      **options: passed to open_checkpoint (strip_attributes, skip_object_arrays).
+      max_shard_size: for a sharded safetensors destination (implied when
+        given without to_format): bytes per shard, int or "500MB"/"5GB"/"2GiB"
+        (default 5GB); `dst` is then the directory to create.
+      **options: passed to open_checkpoint (strip_attributes, skip_object_arrays, dequantize).
 
     Returns:
       A ConvertReport.
@@ -261,7 +298,11 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       the checkpoint layer's errors for invalid names.
     """
     src, dst = Path(src), Path(dst)
-    dest_format = _destination_format(dst, to_format)
+    dest_format = _destination_format(dst, to_format, sharded=max_shard_size is not None)
+    if max_shard_size is not None and dest_format != sharded_safetensors.NAME:
+        raise ConversionError(f"max_shard_size applies to sharded safetensors, not to {dest_format} ('{dst}')")
+    if max_shard_size is not None:
+        sharded_safetensors.parse_size(max_shard_size)  # a bad size fails before anything is read
     pairs = _rename_pairs(rename)
     cast = _dtypes.as_dtype(dtype) if dtype is not None else None
     if cast is not None and not _dtypes.is_floating(cast):
@@ -316,12 +357,14 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
                 except (TypeError, ValueError):
                     pass
             save_entries(dst, entries, step=reader.step, metadata=metadata, format=dest_format)
+        elif dest_format == sharded_safetensors.NAME:
+            meta = _safetensors_metadata(src, reader)
+            sharded_safetensors.write_sharded_safetensors(dst, entries, max_shard_size=max_shard_size or "5GB",
+                                                          metadata=meta)
         elif dest_format == "safetensors":
             from varstore.convert.safetensors import write_safetensors
 
-            meta = {"format": "np", "converted_from": src.name, "source_format": reader.format}
-            if reader.step is not None:
-                meta["step"] = str(reader.step)
+            meta = {"format": "np", **_safetensors_metadata(src, reader)}
             write_safetensors(dst, entries, metadata=meta)
         else:
             from varstore.convert.npz import write_npz
