@@ -167,7 +167,12 @@ class DCPReader(CheckpointReader):
                     o + s > d for o, s, d in zip(offsets, sizes, shape)):
                 raise CorruptCheckpointError(f"{self._label}: chunk {list(offsets)}+{list(sizes)} of '{fqn}' "
                                              f"does not fit its shape {list(shape)}")
-            chunks.append(self._locate(fqn, offsets, sizes, where, file_sizes))
+            located = self._locate(fqn, offsets, sizes, where, file_sizes)
+            if int(np.prod(sizes, dtype=object)) * dtype.itemsize > located.length:
+                raise CorruptCheckpointError(
+                    f"{self._label}: chunk {list(offsets)} of '{fqn}' needs {list(sizes)} {dtype} elements but "
+                    f"its record in '{located.file}' has only {located.length} bytes")
+            chunks.append(located)
             covered += int(np.prod(sizes, dtype=object))
         if covered != int(np.prod(shape, dtype=object)):
             raise CorruptCheckpointError(f"{self._label}: the chunks of '{fqn}' cover {covered} of its "

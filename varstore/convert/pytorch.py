@@ -41,6 +41,7 @@ _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 #: The first bytes of a legacy torch.save file: PROTO 2, LONG1 of 10 bytes holding the magic number.
 LEGACY_HEAD = b"\x80\x02\x8a\x0a" + _LEGACY_MAGIC.to_bytes(10, "little")
 _MAX_PICKLE = 1 << 30  # a data.pkl beyond this is not a state dict's metadata
+_MAX_EXPANSION = 64  # a stride-0 (expanded) view may be at most this many times its storage
 
 
 class _Window(io.RawIOBase):
@@ -157,7 +158,12 @@ class TorchBlob:
                 obj = self._load_legacy()
             else:
                 raise NotACheckpointError(f"{self.label} is neither a torch zip file nor a legacy torch pickle")
-            self.tensors, self.leaves = flatten(obj)
+            try:
+                self.tensors, self.leaves = flatten(obj)
+            except RecursionError as err:
+                raise CorruptCheckpointError(f"{self.label}: its containers nest too deeply") from err
+            for name, tensor in self.tensors.items():
+                self._check_view(name, tensor)
         except BaseException:
             self.close()
             raise
@@ -265,6 +271,23 @@ class TorchBlob:
         if missing:
             raise CorruptCheckpointError(f"{self.label}: storages {', '.join(missing)} have no data record")
         return obj
+
+    def _check_view(self, name: str, tensor: TensorRef) -> None:
+        """A view must lie inside its storage, and may not expand it without bound (stride-0 bombs)."""
+        dtype = _dtypes.as_dtype(tensor.dtype)
+        nbytes = int(np.prod(tensor.shape, dtype=object)) * dtype.itemsize
+        if nbytes == 0:
+            return
+        _, stored = self._storage_at[tensor.storage.key]
+        span = 1 + sum((d - 1) * s for d, s in zip(tensor.shape, tensor.stride))
+        if (tensor.offset + span) * dtype.itemsize > stored:
+            raise CorruptCheckpointError(
+                f"tensor '{name}' in {self.label}: its view (offset {tensor.offset}, shape {tensor.shape}, "
+                f"stride {tensor.stride}) reaches past its {stored}-byte storage '{tensor.storage.key}'")
+        if nbytes > max(_MAX_EXPANSION * stored, 1 << 20):
+            raise CorruptCheckpointError(
+                f"tensor '{name}' in {self.label}: a {nbytes}-byte view of a {stored}-byte storage (an expanded "
+                f"view beyond {_MAX_EXPANSION}x); save it with .contiguous()")
 
     # -- values
     def read_tensor(self, name: str, tensor: TensorRef, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
