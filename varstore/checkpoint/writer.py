@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from varstore import __version__, devices
+from varstore import devices
 from varstore import dtypes as _dtypes
+from varstore._version import __version__
 from varstore.backends import RawExtent, format_for_path, get_backend
 from varstore.checkpoint import atomic
 from varstore.checkpoint._batch import paused_gc
