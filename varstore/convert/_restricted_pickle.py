@@ -20,7 +20,7 @@ import io
 import pickle
 import pickletools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from varstore.errors import CorruptCheckpointError, UnsafeFormatError, VarstoreError
 
@@ -321,7 +321,7 @@ def scan_pickle(handle: Any, limit: int, label: str) -> int:
     """
     start = handle.tell()
     try:
-        for opcode, _arg, _pos in pickletools.genops(_ClampedReader(handle, limit)):
+        for opcode, _arg, _pos in pickletools.genops(cast(Any, _ClampedReader(handle, limit))):
             if opcode.name == "STOP":
                 return int(handle.tell() - start)
     except Exception as err:  # genops raises ValueError / struct.error / UnicodeDecodeError on hostile bytes

@@ -242,7 +242,7 @@ class GGUFReader(CheckpointReader):
             except OSError as err:
                 raise CorruptCheckpointError(f"cannot reopen GGUF file '{self.path}': {err}") from err
         self._file.seek(self._data_start + tensor.offset)
-        got = self._file.readinto(memoryview(flat)) if flat.size else 0
+        got = self._file.readinto(flat.data) if flat.size else 0
         if got != flat.size:
             raise CorruptCheckpointError(f"tensor '{name}' in GGUF file '{self.path}': read {got} of {flat.size} "
                                          f"bytes; the file is cut off mid-tensor")

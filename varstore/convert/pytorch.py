@@ -308,7 +308,7 @@ class TorchBlob:
         buffer = result if contiguous else np.empty(span, dtype=dtype)
         flat = buffer.reshape(-1).view(np.uint8)
         self._handle.seek(start + tensor.offset * item)
-        got = self._handle.readinto(memoryview(flat))
+        got = self._handle.readinto(flat.data)
         if got != flat.size:
             raise CorruptCheckpointError(f"tensor '{name}' in {self.label}: read {got} of {flat.size} bytes; "
                                          f"the file is truncated")

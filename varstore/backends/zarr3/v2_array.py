@@ -15,7 +15,7 @@ import itertools
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -93,12 +93,13 @@ def open_v2_array(directory: Path) -> V2Array:
     separator = meta.get("dimension_separator", ".")
     if order not in ("C", "F") or separator not in (".", "/"):
         raise CorruptCheckpointError(f"{label}: order {order!r} / dimension_separator {separator!r}")
-    return V2Array(directory, tuple(shape), _dtype(meta.get("dtype"), label), tuple(chunks), compressor,
+    return V2Array(directory, tuple(cast(list[int], shape)), _dtype(meta.get("dtype"), label),
+                   tuple(cast(list[int], chunks)), compressor,
                    tuple(filters), meta.get("fill_value"), order, separator)
 
 
 def _codec(config: dict[str, Any], label: str) -> Any:
-    import numcodecs
+    import numcodecs  # type: ignore[import-untyped]
 
     try:
         return numcodecs.get_codec(dict(config))
@@ -138,6 +139,6 @@ def read_v2_array(array: V2Array, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
         if flat.size != chunk_bytes:
             raise CorruptCheckpointError(f"{label}: chunk '{key}' decodes to {flat.size} bytes, expected "
                                          f"{chunk_bytes}")
-        block = flat.view(array.dtype).reshape(array.chunks, order=array.order)
+        block = flat.view(array.dtype).reshape(array.chunks, order="F" if array.order == "F" else "C")
         out[region] = block[tuple(slice(0, r.stop - r.start) for r in region)]
     return out
