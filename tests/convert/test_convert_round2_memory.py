@@ -1,6 +1,6 @@
 """Memory of the round-2 readers: opening reads metadata only, reading holds one tensor, converting streams.
 
-Files of four 4 MiB tensors are written by the real tools (torch.save, gguf.GGUFWriter) or varstore's
+Files of four 2 MiB tensors are written by the real tools (torch.save, gguf.GGUFWriter) or varstore's
 sharded writer; tracemalloc (which sees NumPy's buffers) measures the peak of each step.
 """
 
@@ -17,7 +17,7 @@ import pytest
 from varstore.checkpoint.entry import SaveEntry
 from varstore.convert import convert, open_checkpoint
 
-TENSOR = 4 << 20  # bytes per tensor
+TENSOR = 2 << 20  # bytes per tensor
 SLACK = 1 << 20  # constant overhead allowed per step
 
 
