@@ -156,7 +156,10 @@ class OrbaxReader(CheckpointReader):
 
 
 def sniff(path: Path, head_bytes: bytes) -> Path | None:
-    """The directory when it holds Orbax's `_METADATA` and `_CHECKPOINT_METADATA` (or `manifest.ocdbt`)."""
+    """The directory when it (or the directory of the metadata file given) holds Orbax's `_METADATA`
+    and `_CHECKPOINT_METADATA` (or `manifest.ocdbt`)."""
+    if not path.is_dir() and path.name not in ("_METADATA", "_CHECKPOINT_METADATA", "manifest.ocdbt"):
+        return None
     directory = path if path.is_dir() else path.parent
     if (directory / "_METADATA").is_file() and ((directory / "_CHECKPOINT_METADATA").is_file()
                                                 or (directory / "manifest.ocdbt").is_file()):
