@@ -15,6 +15,7 @@ from varstore._core_api import *  # noqa: F401,F403
 from varstore.checkpoint import CheckpointManager, RestoreResult, SaveHandle, restore, save
 from varstore.checkpoint.info import CheckpointReader, SkippedEntry, VariableInfo
 from varstore.convert import ConvertReport, convert, detect_format, open_checkpoint
+from varstore.convert.registry import FormatEntry, register_format, unregister_format
 from varstore.errors import *  # noqa: F401,F403
 from varstore.inspect import CheckpointDiff, VariableStats, diff_checkpoints, scope_tree, variable_stats
 
@@ -34,6 +35,9 @@ __all__ = list(_core_api.__all__) + list(errors.__all__) + [
     "convert",
     "ConvertReport",
     "detect_format",
+    "FormatEntry",
+    "register_format",
+    "unregister_format",
     "variable_stats",
     "VariableStats",
     "diff_checkpoints",

@@ -29,9 +29,32 @@ __all__ = ["COMMANDS", "ATTRIBUTES_SUFFIX", "make_progress", "parse_rename"]
 #: Suffix of TF2 object-based checkpoint keys, hidden by `ls --strip-attributes`.
 ATTRIBUTES_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 
-FORMAT_HELP = ("Read PATH as this format instead of detecting it: varstore-hdf5, varstore-zarr, tf, "
-               "keras3, keras2, safetensors, npz, hdf5, zarr, pytorch, safetensors-sharded, dcp, orbax, "
-               "keras3-sharded, gguf.")
+def _read_format_help() -> str:
+    from varstore.convert.registry import read_names
+
+    return f"Read PATH as this format instead of detecting it: {', '.join(read_names())}."
+
+
+def _write_format_help() -> str:
+    from varstore.convert.registry import write_names
+
+    return f"Destination format (default: from DST's suffix): {', '.join(write_names())}."
+
+
+class _FormatOption(click.Option):
+    """An option whose help lists the formats registered when help is shown (varstore.convert.registry)."""
+
+    def __init__(self, *args: Any, help_text: Callable[[], str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._help_text = help_text
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        self.help = self._help_text()
+        return super().get_help_record(ctx)
+
+
+def _format_option() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option("--format", "format_", metavar="F", cls=_FormatOption, help_text=_read_format_help)
 
 
 # ------------------------------------------------------------------ helpers
@@ -120,7 +143,7 @@ def _resolve_name(reader: CheckpointReader, name: str) -> str:
 @click.option("--tree", is_flag=True, help="Show the scope tree with per-scope totals.")
 @click.option("--strip-attributes", is_flag=True,
               help=f"Show TF2 object-checkpoint keys without '{ATTRIBUTES_SUFFIX}'.")
-@click.option("--format", "format_", metavar="F", help=FORMAT_HELP)
+@_format_option()
 def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_attributes: bool,
                format_: str | None) -> None:
     """List the variables of a checkpoint.
@@ -178,7 +201,7 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
 @click.option("--values", "count", type=click.IntRange(min=0), default=10, show_default=True, metavar="N",
               help="Print the first N values (in C order); 0 prints none.")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.show/1 JSON document.")
-@click.option("--format", "format_", metavar="F", help=FORMAT_HELP)
+@_format_option()
 def show_command(path: str, name: str, count: int, as_json: bool, format_: str | None) -> None:
     """Show one variable: metadata, statistics, first values.
 
@@ -278,7 +301,7 @@ def _brief(info: VariableInfo) -> str:
 # ------------------------------------------------------------------- verify
 @click.command("verify")
 @click.argument("path", type=click.Path())
-@click.option("--format", "format_", metavar="F", help=FORMAT_HELP)
+@_format_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.verify/1 JSON document.")
 def verify_command(path: str, format_: str | None, as_json: bool) -> None:
     """Check a checkpoint's structure and checksums.
@@ -374,10 +397,9 @@ def _report_json(report: Any) -> dict[str, Any]:
 @click.command("convert")
 @click.argument("src", type=click.Path())
 @click.argument("dst", type=click.Path())
-@click.option("--from", "from_format", metavar="F", help=f"Source format (default: detected). {FORMAT_HELP}")
-@click.option("--to", "to_format", metavar="F",
-              help="Destination format (default: from DST's suffix): h5, zarr, safetensors, npz, "
-                   "safetensors-sharded (DST is a directory).")
+@click.option("--from", "from_format", metavar="F", cls=_FormatOption,
+              help_text=lambda: f"Source format (default: detected). {_read_format_help()}")
+@click.option("--to", "to_format", metavar="F", cls=_FormatOption, help_text=_write_format_help)
 @click.option("--filter", "pattern", metavar="GLOB", help="Convert only names matching this shell glob.")
 @click.option("--rename", "renames", metavar="OLD=NEW", multiple=True,
               help="Replace the name prefix OLD by NEW (repeatable; applied in order).")

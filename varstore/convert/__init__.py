@@ -1,15 +1,14 @@
-"""Open any supported checkpoint read-only, and convert between formats, streaming.
+"""Open any registered checkpoint format read-only, and convert between formats, streaming.
 
-`open_checkpoint(path)` detects the format (varstore HDF5/Zarr, TensorFlow
-bundle, Keras 3/2, safetensors, npz, plain HDF5/Zarr, and the round-2
-formats: PyTorch torch.save, sharded safetensors, PyTorch DCP, Orbax, Keras 3
-sharded weights, GGUF) and returns a lazy CheckpointReader with the same
-keys()/info()/[name] interface for all. `convert(src, dst)` copies
-variables from any of them into a varstore .h5/.zarr checkpoint (through
-varstore.checkpoint.save_entries), a .safetensors, a sharded safetensors
-directory or an .npz file, one variable in memory at a time. PyTorch pickles
-go only through the restricted unpickler; other pickles are refused. No
-printing here: the CLI shows progress through the `progress` callback.
+`open_checkpoint(path)` detects the format through varstore.convert.registry
+(varstore HDF5/Zarr, TensorFlow bundle, Keras 3/2, safetensors, npz, plain
+HDF5/Zarr, and any format registered at run time) and returns a lazy
+CheckpointReader with the same keys()/info()/[name] interface for all.
+`convert(src, dst)` copies variables from any of them into any format whose
+registry entry writes (varstore .h5/.zarr, .safetensors, .npz), one variable
+in memory at a time. Knows no format itself: the registry's entries do.
+Pickle-based files are refused, never unpickled. No printing here: the CLI
+shows progress through the `progress` callback.
 """
 
 from __future__ import annotations
@@ -26,80 +25,61 @@ import numpy.typing as npt
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.info import CheckpointReader, SkippedEntry
-from varstore.convert import dcp, gguf, keras_sharded, orbax, pytorch, sharded_safetensors
-from varstore.convert.detect import detect_format, sniff
-from varstore.errors import ConversionError, UnsupportedFormatError
+from varstore.convert import registry as _registry
+from varstore.convert.registry import FormatEntry, WriteRequest, register_format, unregister_format
+from varstore.errors import ConversionError
 
-__all__ = ["open_checkpoint", "convert", "ConvertReport", "detect_format", "READ_FORMATS", "WRITE_FORMATS"]
-
-#: Names accepted by open_checkpoint(format=...) / convert(from_format=...), with aliases.
-READ_FORMATS = {
-    "varstore": "varstore", "varstore-hdf5": "varstore", "varstore-zarr": "varstore",
-    "tf": "tf", "tensorflow": "tf", "keras": "keras", "keras3": "keras3", "keras2": "keras2",
-    "safetensors": "safetensors", "npz": "npz", "hdf5": "hdf5", "h5": "hdf5", "zarr": "zarr",
-}
-#: The round-2 format modules (each: NAME, ALIASES, open_reader(path, **options)), by name.
-_ROUND2_READERS = {m.NAME: m for m in (pytorch, sharded_safetensors, dcp, orbax, keras_sharded, gguf)}
-READ_FORMATS.update({alias: m.NAME for m in _ROUND2_READERS.values() for alias in (m.NAME, *m.ALIASES)})
-#: Names accepted by convert(to_format=...), and the destination suffixes that imply them.
-WRITE_FORMATS = {"h5": "h5", "hdf5": "h5", "varstore-hdf5": "h5", "zarr": "zarr", "varstore-zarr": "zarr",
-                 "safetensors": "safetensors", "npz": "npz", sharded_safetensors.NAME: sharded_safetensors.NAME,
-                 **{alias: sharded_safetensors.NAME for alias in sharded_safetensors.ALIASES}}
-_SUFFIXES = {".h5": "h5", ".hdf5": "h5", ".zarr": "zarr", ".safetensors": "safetensors", ".npz": "npz"}
+__all__ = ["open_checkpoint", "convert", "ConvertReport", "detect_format", "READ_FORMATS", "WRITE_FORMATS",
+           "FormatEntry", "WriteRequest", "register_format", "unregister_format", "formats"]
 
 
-def _open_hdf5_family(path: Path) -> CheckpointReader:
-    from varstore.backends.hdf5.walker import HDF5Walker
-    from varstore.convert.generic import GenericHDF5Reader
-    from varstore.convert.keras import reader_for_layout
-
-    walker = HDF5Walker(path)
-    reader = reader_for_layout(path, walker)
-    if reader is not None:
-        return reader
-    walker.close()
-    return GenericHDF5Reader(path)
+def __getattr__(name: str) -> Any:
+    """READ_FORMATS / WRITE_FORMATS: {accepted name: canonical name}, computed from the registry."""
+    if name == "READ_FORMATS":
+        return {alias: e.name for e in _registry.formats() if e.reads and not e.refuses
+                for alias in (e.name, *e.aliases)}
+    if name == "WRITE_FORMATS":
+        return {alias: e.names_for_writing()[0] for e in _registry.formats() for alias in e.names_for_writing()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _open_own_hdf5(path: Path) -> CheckpointReader | None:
-    """varstore's own HDF5 file, recognised by its index header before any other sniffing, or None.
+def formats() -> tuple[FormatEntry, ...]:
+    """Every registered checkpoint format, in detection order (see varstore.convert.registry)."""
+    return _registry.formats()
 
-    One 512-byte read tells it apart (time to first array matters: opening
-    and reading one variable then costs three small reads). Anything else,
-    or a header that does not check out, goes through the full detection.
+
+def detect_format(path: os.PathLike[str] | str) -> str:
+    """The name of the format at `path`, without opening a reader.
+
+    One of the registry's names: "varstore-hdf5", "varstore-zarr", "tf",
+    "keras3", "keras2", "safetensors", "npz", "hdf5", "zarr", or a registered
+    format's. HDF5 files are walked once (metadata only) to tell Keras 3,
+    Keras 2 and plain HDF5 apart.
+
+    Raises:
+      CheckpointNotFoundError: nothing at `path` (and it is no TF prefix).
+      UnsafeFormatError: a pickle-based file (PyTorch .pt/.bin zip or raw pickle).
+      NotACheckpointError: an empty file or one in no format varstore reads.
+      CorruptCheckpointError: an HDF5 file h5py cannot walk.
     """
-    from varstore.checkpoint.manifest import INDEX_HEADER_BYTES, decode_index_header
-    from varstore.checkpoint.reader import open_varstore
-    from varstore.errors import VarstoreError
-
-    try:
-        with open(path, "rb") as handle:
-            if decode_index_header(handle.read(INDEX_HEADER_BYTES)) is None:
-                return None
-    except OSError:  # a directory, a TF prefix, nothing there: the full detection says what
-        return None
-    try:
-        return open_varstore(path, format="h5")
-    except VarstoreError:
-        return None
+    return _registry.detected_name(path)
 
 
 def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None,
                     **options: Any) -> CheckpointReader:
-    """Opens a checkpoint of any supported format, read-only and lazily.
+    """Opens a checkpoint of any registered format, read-only and lazily.
+
+    Detection looks at the path once (varstore.convert.probe.Probe): a
+    varstore HDF5 file is told by its index header alone; any other HDF5 file
+    is walked once and that walk is handed to the Keras or plain-HDF5 reader.
 
     Args:
       path: a varstore .h5/.zarr; a TF prefix, .index, .data shard or
         directory with a `checkpoint` state file (its latest); a Keras
         `.weights.h5`, `.keras` or Keras 2 `.h5`; a `.safetensors`; an `.npz`;
-        any HDF5 file or Zarr v2/v3 group.
-        Also a PyTorch `.pt`/`.pth`/`.bin` (torch.save zip or legacy), a
-        `model.safetensors.index.json` (or its directory, or one shard), a
-        PyTorch DCP directory, an Orbax checkpoint directory, a Keras
-        `.weights.json` index, a `.gguf` file.
-      format: skip detection: one of READ_FORMATS ("tf", "keras", "keras3",
-        "keras2", "safetensors", "npz", "hdf5", "zarr", "varstore", "pytorch",
-        "safetensors-sharded", "dcp", "orbax", "keras3-sharded", "gguf").
+        any HDF5 file or Zarr v2/v3 group; or a registered format's file.
+      format: skip detection: a registered name or alias ("tf", "keras",
+        "keras3", "keras2", "safetensors", "npz", "hdf5", "zarr", "varstore", ...).
       **options: passed to the reader: `strip_attributes=True` (TF2 names
         without "/.ATTRIBUTES/VARIABLE_VALUE"), `skip_object_arrays=True` (npz),
         `dequantize=True` (gguf: Q8_0/Q4_0/Q4_1 as float32).
@@ -116,63 +96,11 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None,
       CorruptCheckpointError / ChecksumError: damaged metadata.
       UnsupportedFormatError: an unknown `format` name, or an unsupported feature.
     """
-    path = Path(path)
-    if format is None and not options:
-        own = _open_own_hdf5(path)
-        if own is not None:
-            return own
     if format is None:
-        found = sniff(path)
-        kind, target = found.kind, found.path
-    else:
-        kind = READ_FORMATS.get(str(format).lower())
-        if kind is None:
-            raise UnsupportedFormatError(
-                f"unknown checkpoint format {format!r}: use one of {', '.join(sorted(READ_FORMATS))}")
-        target = path
-    if kind in _ROUND2_READERS:
-        return _ROUND2_READERS[kind].open_reader(target, **options)
-    if kind == "varstore":
-        from varstore.checkpoint.reader import open_varstore
-
-        return open_varstore(target, **options)
-    if kind == "tf":
-        from varstore.convert.tf_checkpoint import TFCheckpointReader
-
-        return TFCheckpointReader(target, **options)
-    if kind in ("keras", "keras-archive"):
-        from varstore.convert.keras import open_keras
-
-        return open_keras(target)
-    if kind == "keras3":
-        from varstore.convert.keras import Keras3Reader, open_keras
-
-        reader = open_keras(target)
-        if not isinstance(reader, Keras3Reader):
-            reader.close()
-            return Keras3Reader(target)  # raises NotACheckpointError naming the file
-        return reader
-    if kind == "keras2":
-        from varstore.convert.keras import Keras2Reader
-
-        return Keras2Reader(target)
-    if kind == "safetensors":
-        from varstore.convert.safetensors import SafetensorsReader
-
-        return SafetensorsReader(target)
-    if kind == "npz":
-        from varstore.convert.npz import NpzReader
-
-        return NpzReader(target, **options)
-    if kind == "zarr":
-        from varstore.convert.generic import GenericZarrReader
-
-        return GenericZarrReader(target)
-    if format is None:
-        return _open_hdf5_family(target)
-    from varstore.convert.generic import GenericHDF5Reader
-
-    return GenericHDF5Reader(target)
+        return _registry.open_detected(path, **options)
+    entry = _registry.reader_format(format)
+    assert entry.open is not None  # reader_format returns readable entries only
+    return entry.open(Path(path), probe=None, **options)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,37 +150,21 @@ def _renamed(name: str, pairs: Sequence[tuple[str, str]]) -> str:
     return name
 
 
-def _destination_format(dst: Path, to_format: str | None, sharded: bool = False) -> str:
-    if to_format is None and sharded:
-        return sharded_safetensors.NAME
-    if to_format is not None:
-        key = WRITE_FORMATS.get(str(to_format).lower())
-        if key is None:
-            raise UnsupportedFormatError(
-                f"cannot convert to format {to_format!r}: use one of {', '.join(sorted(WRITE_FORMATS))}")
-        return key
-    key = _SUFFIXES.get(dst.suffix.lower())
-    if key is None:
-        raise UnsupportedFormatError(
-            f"cannot tell the destination format of '{dst}' from its suffix {dst.suffix!r}: name it "
-            f".h5, .zarr, .safetensors or .npz, or pass to_format")
-    return key
+def _destination_format(dst: Path, to_format: str | None, write_options: dict[str, Any]) -> FormatEntry:
+    """The writer `to_format` names, else the one writer taking every option given, else dst's suffix's."""
+    if to_format is None and write_options:
+        taking = [e for e in _registry.formats() if e.writes and set(write_options) <= set(e.write_options)]
+        if len(taking) == 1:
+            return taking[0]
+    dest = _registry.writer_format(to_format) if to_format is not None else _registry.writer_for_path(dst)
+    unknown = sorted(set(write_options) - set(dest.write_options))
+    if unknown:
+        raise ConversionError(f"{', '.join(unknown)} does not apply to {dest.names_for_writing()[0]} ('{dst}')"
+                              f"{': ' + ', '.join(dest.write_options) + ' does' if dest.write_options else ''}")
+    return dest
 
 
 ProgressCallback = Callable[[int, int, str], None]
-
-
-def _safetensors_metadata(src: Path, reader: CheckpointReader) -> dict[str, str]:
-    """A safetensors __metadata__ (str -> str) for a converted file; non-tensor values as one JSON string."""
-    import json
-
-    meta = {"converted_from": src.name, "source_format": reader.format}
-    if reader.step is not None:
-        meta["step"] = str(reader.step)
-    non_tensor = reader.metadata.get("non_tensor") if isinstance(reader.metadata, dict) else None
-    if non_tensor:
-        meta["non_tensor"] = json.dumps(non_tensor, sort_keys=True)
-    return meta
 
 
 def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_format: str | None = None,
@@ -298,11 +210,8 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       the checkpoint layer's errors for invalid names.
     """
     src, dst = Path(src), Path(dst)
-    dest_format = _destination_format(dst, to_format, sharded=max_shard_size is not None)
-    if max_shard_size is not None and dest_format != sharded_safetensors.NAME:
-        raise ConversionError(f"max_shard_size applies to sharded safetensors, not to {dest_format} ('{dst}')")
-    if max_shard_size is not None:
-        sharded_safetensors.parse_size(max_shard_size)  # a bad size fails before anything is read
+    write_options: dict[str, Any] = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
+    dest = _destination_format(dst, to_format, write_options)
     pairs = _rename_pairs(rename)
     cast = _dtypes.as_dtype(dtype) if dtype is not None else None
     if cast is not None and not _dtypes.is_floating(cast):
@@ -343,34 +252,12 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
                              trainable=info.trainable if info.trainable is not None else True,
                              collections=tuple(info.collections), device=info.device)
                    for name, new, stored, target, info in plan]
-        notes: list[str] = []
-        if dest_format in ("h5", "zarr"):
-            from varstore.checkpoint.writer import save_entries
-
-            metadata = {"converted_from": str(src), "source_format": reader.format}
-            if isinstance(reader.metadata, dict):
-                try:
-                    import json
-
-                    json.dumps(reader.metadata)
-                    metadata["source_metadata"] = reader.metadata
-                except (TypeError, ValueError):
-                    pass
-            save_entries(dst, entries, step=reader.step, metadata=metadata, format=dest_format)
-        elif dest_format == sharded_safetensors.NAME:
-            meta = _safetensors_metadata(src, reader)
-            sharded_safetensors.write_sharded_safetensors(dst, entries, max_shard_size=max_shard_size or "5GB",
-                                                          metadata=meta)
-        elif dest_format == "safetensors":
-            from varstore.convert.safetensors import write_safetensors
-
-            meta = {"format": "np", **_safetensors_metadata(src, reader)}
-            write_safetensors(dst, entries, metadata=meta)
-        else:
-            from varstore.convert.npz import write_npz
-
-            _, notes = write_npz(dst, entries)
+        assert dest.write is not None  # writer_format / writer_for_path return writable entries only
+        request = WriteRequest(source=src, source_format=reader.format, step=reader.step,
+                               metadata=reader.metadata if isinstance(reader.metadata, dict) else {},
+                               options=write_options)
+        notes = dest.write(dst, entries, request)
         return ConvertReport(
-            source=src, destination=dst, source_format=reader.format, destination_format=dest_format,
+            source=src, destination=dst, source_format=reader.format, destination_format=dest.names_for_writing()[0],
             variables=len(entries), bytes=done[0], skipped=tuple(reader.skipped),
             renamed={name: new for name, new, *_ in plan if new != name}, notes=tuple(notes))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +32,9 @@ from varstore.errors import (
     UnknownVariableError,
     UnsupportedFormatError,
 )
+
+if TYPE_CHECKING:
+    from varstore.convert.probe import Probe
 
 __all__ = ["DCPReader", "sniff", "open_reader", "NAME", "ALIASES", "SUFFIXES", "DESCRIPTION"]
 
@@ -251,16 +254,19 @@ class DCPReader(CheckpointReader):
         return result
 
 
-def sniff(path: Path, head_bytes: bytes) -> Path | None:
-    """The directory when `path` is a DCP directory (holds .metadata and .distcp files) or one of its files."""
-    directory = path if path.is_dir() else path.parent
-    if (directory / ".metadata").is_file() and (path.is_dir() or path.suffix == ".distcp" or path.name == ".metadata") \
+def sniff(probe: Probe) -> Path | None:
+    """The directory when the probed path is a DCP directory (holds .metadata and .distcp files) or one of its files."""
+    path = probe.path
+    if not probe.exists:
+        return None
+    directory = path if probe.is_dir else path.parent
+    if (directory / ".metadata").is_file() and (probe.is_dir or path.suffix == ".distcp" or path.name == ".metadata") \
             and any(p.suffix == ".distcp" for p in directory.iterdir()):
         return directory
     return None
 
 
-def open_reader(path: os.PathLike[str] | str, **options: Any) -> DCPReader:
+def open_reader(path: os.PathLike[str] | str, *, probe: Probe | None = None, **options: Any) -> DCPReader:
     """Opens a DCP checkpoint directory (no options)."""
     if options:
         raise UnsupportedFormatError(f"the dcp reader takes no options, got {', '.join(options)}")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +27,9 @@ import numpy.typing as npt
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.info import CheckpointReader, VariableInfo, checked_out
 from varstore.errors import ConversionError, CorruptCheckpointError, NotACheckpointError, UnknownVariableError
+
+if TYPE_CHECKING:
+    from varstore.convert.probe import Probe
 
 __all__ = ["GGUFReader", "GGML_TYPES", "sniff", "open_reader", "NAME", "ALIASES", "SUFFIXES", "DESCRIPTION"]
 
@@ -289,12 +292,12 @@ def _dequantize(ggml: str, raw: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32
     return (d * q + m).reshape(-1)
 
 
-def sniff(path: Path, head_bytes: bytes) -> Path | None:
-    """`path` when it starts with the GGUF magic."""
-    return path if path.is_file() and head_bytes[:4] == b"GGUF" else None
+def sniff(probe: Probe) -> Path | None:
+    """The path when the probed file starts with the GGUF magic."""
+    return probe.path if probe.is_file and probe.head[:4] == b"GGUF" else None
 
 
-def open_reader(path: os.PathLike[str] | str, **options: Any) -> GGUFReader:
+def open_reader(path: os.PathLike[str] | str, *, probe: Probe | None = None, **options: Any) -> GGUFReader:
     """Opens a GGUF file; option `dequantize=True` reads Q8_0/Q4_0/Q4_1 as float32."""
     unknown = set(options) - {"dequantize"}
     if unknown:

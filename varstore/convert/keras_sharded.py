@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +21,9 @@ import numpy.typing as npt
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.info import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.errors import CorruptCheckpointError, NotACheckpointError, UnknownVariableError, UnsupportedFormatError
+
+if TYPE_CHECKING:
+    from varstore.convert.probe import Probe
 
 __all__ = ["KerasShardedReader", "sniff", "open_reader", "NAME", "ALIASES", "SUFFIXES", "DESCRIPTION"]
 
@@ -127,12 +130,13 @@ class KerasShardedReader(CheckpointReader):
         self._walkers = {}
 
 
-def sniff(path: Path, head_bytes: bytes) -> Path | None:
-    """`path` when it is a `.weights.json` index."""
-    return path if path.is_file() and path.name.endswith(SUFFIXES) else None
+def sniff(probe: Probe) -> Path | None:
+    """The path when the probed file is a `.weights.json` index."""
+    return probe.path if probe.is_file and probe.name.endswith(SUFFIXES) else None
 
 
-def open_reader(path: os.PathLike[str] | str, **options: Any) -> KerasShardedReader:
+def open_reader(path: os.PathLike[str] | str, *, probe: Probe | None = None,
+                **options: Any) -> KerasShardedReader:
     """Opens a Keras 3 sharded weights index (no options)."""
     if options:
         raise UnsupportedFormatError(f"the keras3-sharded reader takes no options, got {', '.join(options)}")

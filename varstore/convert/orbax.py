@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +29,9 @@ from varstore.errors import (
     UnknownVariableError,
     UnsupportedFormatError,
 )
+
+if TYPE_CHECKING:
+    from varstore.convert.probe import Probe
 
 __all__ = ["OrbaxReader", "sniff", "open_reader", "NAME", "ALIASES", "SUFFIXES", "DESCRIPTION"]
 
@@ -155,19 +158,21 @@ class OrbaxReader(CheckpointReader):
         return read_v2_array(source, result)
 
 
-def sniff(path: Path, head_bytes: bytes) -> Path | None:
+def sniff(probe: Probe) -> Path | None:
     """The directory when it (or the directory of the metadata file given) holds Orbax's `_METADATA`
     and `_CHECKPOINT_METADATA` (or `manifest.ocdbt`)."""
-    if not path.is_dir() and path.name not in ("_METADATA", "_CHECKPOINT_METADATA", "manifest.ocdbt"):
+    path = probe.path
+    if not probe.is_dir and not (probe.is_file and path.name in ("_METADATA", "_CHECKPOINT_METADATA",
+                                                                 "manifest.ocdbt")):
         return None
-    directory = path if path.is_dir() else path.parent
+    directory = path if probe.is_dir else path.parent
     if (directory / "_METADATA").is_file() and ((directory / "_CHECKPOINT_METADATA").is_file()
                                                 or (directory / "manifest.ocdbt").is_file()):
         return directory
     return None
 
 
-def open_reader(path: os.PathLike[str] | str, **options: Any) -> OrbaxReader:
+def open_reader(path: os.PathLike[str] | str, *, probe: Probe | None = None, **options: Any) -> OrbaxReader:
     """Opens an Orbax checkpoint directory (no options)."""
     if options:
         raise UnsupportedFormatError(f"the orbax reader takes no options, got {', '.join(options)}")

@@ -19,7 +19,7 @@ import os
 import struct
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +28,9 @@ from varstore import dtypes as _dtypes
 from varstore.checkpoint.info import CheckpointReader, VariableInfo, checked_out
 from varstore.convert._restricted_pickle import StorageRef, TensorRef, scan_pickle, unpickle
 from varstore.errors import CorruptCheckpointError, NotACheckpointError, UnknownVariableError, UnsupportedFormatError
+
+if TYPE_CHECKING:
+    from varstore.convert.probe import Probe
 
 __all__ = ["TorchReader", "TorchBlob", "sniff", "open_reader", "is_torch_zip", "is_legacy_torch",
            "NAME", "ALIASES", "SUFFIXES", "DESCRIPTION"]
@@ -157,7 +160,9 @@ class TorchBlob:
                 self.kind = "legacy"
                 obj = self._load_legacy()
             else:
-                raise NotACheckpointError(f"{self.label} is neither a torch zip file nor a legacy torch pickle")
+                raise NotACheckpointError(
+                    f"{self.label} (suffix {path.suffix!r}) is neither a torch.save zip (with <archive>/data.pkl) "
+                    f"nor a legacy torch.save file, nor any other format varstore reads")
             try:
                 self.tensors, self.leaves = flatten(obj)
             except RecursionError as err:
@@ -380,6 +385,11 @@ class TorchReader(CheckpointReader):
         self._blob.close()
 
 
+def is_torch_zip_names(names: list[str]) -> bool:
+    """True when a zip's member names hold one '<archive>/data.pkl' where torch.save puts it."""
+    return any(n == "data.pkl" or (n.endswith("/data.pkl") and n.count("/") == 1) for n in names)
+
+
 def is_torch_zip(path: Path) -> bool:
     """True when `path` is a zip whose root holds one '<archive>/data.pkl' (reads the zip directory only)."""
     try:
@@ -388,7 +398,7 @@ def is_torch_zip(path: Path) -> bool:
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError,
             RuntimeError):
         return False
-    return any(n == "data.pkl" or (n.endswith("/data.pkl") and n.count("/") == 1) for n in names)
+    return is_torch_zip_names(names)
 
 
 def is_legacy_torch(head_bytes: bytes) -> bool:
@@ -396,15 +406,30 @@ def is_legacy_torch(head_bytes: bytes) -> bool:
     return head_bytes.startswith(LEGACY_HEAD)
 
 
-def sniff(path: Path, head_bytes: bytes) -> Path | None:
-    """`path` when it is a torch.save file (zip with data.pkl, or legacy magic), else None."""
-    if path.is_file() and (is_legacy_torch(head_bytes) or (head_bytes[:4] == b"PK\x03\x04" and is_torch_zip(path))):
-        return path
-    return None
+def sniff(probe: Probe) -> Path | None:
+    """The path when the probed file is a torch.save file (zip with data.pkl, or legacy magic).
+
+    Runs after every other magic-byte format (registry order), so a zip or
+    pickle no format claimed is judged here: refused, or named not a checkpoint.
+
+    Raises:
+      UnsafeFormatError: a pickle that is no torch.save file, or a zip of pickles (varstore.convert.detect.sniff_pickle).
+      NotACheckpointError: a zip archive that is neither Keras, npz nor PyTorch.
+    """
+    if not probe.is_file:
+        return None
+    if is_legacy_torch(probe.head):
+        return probe.path
+    names = probe.zip_names
+    if names is not None and is_torch_zip_names(names):
+        return probe.path
+    from varstore.convert.detect import sniff_pickle
+
+    return sniff_pickle(probe)
 
 
-def open_reader(path: os.PathLike[str] | str, **options: Any) -> TorchReader:
-    """Opens a torch.save file (no options)."""
+def open_reader(path: os.PathLike[str] | str, *, probe: Probe | None = None, **options: Any) -> TorchReader:
+    """Opens a torch.save file (no options; `probe` is unused: the reader opens its own handle)."""
     if options:
         raise UnsupportedFormatError(f"the pytorch reader takes no options, got {', '.join(options)}")
     return TorchReader(path)

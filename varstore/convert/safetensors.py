@@ -18,7 +18,7 @@ import os
 import struct
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +28,11 @@ from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.info import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.errors import ConversionError, CorruptCheckpointError, UnknownVariableError, UnsupportedDtypeError
 
-__all__ = ["SafetensorsReader", "write_safetensors", "SAFETENSORS_DTYPES"]
+if TYPE_CHECKING:
+    from varstore.convert.probe import Probe
+    from varstore.convert.format_entry import WriteRequest
+
+__all__ = ["SafetensorsReader", "write_safetensors", "SAFETENSORS_DTYPES", "open_reader", "write_checkpoint"]
 
 #: safetensors dtype code -> logical dtype name.
 SAFETENSORS_DTYPES = {
@@ -237,3 +241,35 @@ def write_safetensors(path: os.PathLike[str] | str, entries: Sequence[SaveEntry]
         f.flush()
         os.fsync(f.fileno())
     return written
+
+
+# ------------------------------------------------------------------ the registry's entry points
+def open_reader(path: Path, *, probe: Probe | None = None, **options: Any) -> SafetensorsReader:
+    """The registry's open for "safetensors": a SafetensorsReader (options are ignored)."""
+    return SafetensorsReader(path)
+
+
+def write_checkpoint(path: Path, entries: Sequence[SaveEntry], request: WriteRequest) -> Sequence[str]:
+    """The registry's write for "safetensors": write_safetensors with __metadata__ naming the source.
+
+    `request` is a varstore.convert.format_entry.WriteRequest; the metadata holds
+    format "np" and source_metadata(request).
+    """
+    if request.options:
+        raise ConversionError(f"the safetensors writer takes no options, got {', '.join(sorted(request.options))}")
+    write_safetensors(path, entries, metadata={"format": "np", **source_metadata(request)})
+    return ()
+
+
+def source_metadata(request: WriteRequest) -> dict[str, str]:
+    """A converted file's __metadata__ (str -> str): converted_from (the source's file name), source_format,
+    step, and the source's non-tensor values (a PyTorch file's epoch, lr, ...) as one JSON string."""
+    import json
+
+    meta = {"converted_from": request.source.name, "source_format": request.source_format}
+    if request.step is not None:
+        meta["step"] = str(request.step)
+    non_tensor = request.metadata.get("non_tensor")
+    if non_tensor:
+        meta["non_tensor"] = json.dumps(non_tensor, sort_keys=True)
+    return meta

@@ -18,7 +18,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +28,10 @@ from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.info import CheckpointReader, VariableInfo
 from varstore.convert.safetensors import SafetensorsReader, write_safetensors
 from varstore.errors import ConversionError, CorruptCheckpointError, NotACheckpointError, UnknownVariableError
+
+if TYPE_CHECKING:
+    from varstore.convert.format_entry import WriteRequest
+    from varstore.convert.probe import Probe
 
 __all__ = ["ShardedSafetensorsReader", "write_sharded_safetensors", "parse_size", "find_index",
            "sniff", "open_reader", "NAME", "ALIASES", "SUFFIXES", "DESCRIPTION", "INDEX_NAME"]
@@ -232,16 +236,38 @@ def write_sharded_safetensors(directory: os.PathLike[str] | str, entries: Sequen
     return written
 
 
-def sniff(path: Path, head_bytes: bytes) -> Path | None:
-    """The index path when `path` is an index, a directory holding one, or a shard an index names."""
-    if path.is_dir() or path.name.endswith(SUFFIXES):
+def write_checkpoint(path: Path, entries: Sequence[SaveEntry], request: WriteRequest) -> Sequence[str]:
+    """The registry's write for "safetensors-sharded": write_sharded_safetensors into directory `path`.
+
+    `request.options["max_shard_size"]` sets the shard size (default 5GB);
+    each shard's __metadata__ holds format "pt" and
+    varstore.convert.safetensors.source_metadata(request).
+
+    Raises:
+      ConversionError: an unknown option or a bad size (before any tensor is read).
+    """
+    from varstore.convert.safetensors import source_metadata
+
+    unknown = sorted(set(request.options) - {"max_shard_size"})
+    if unknown:
+        raise ConversionError(f"the sharded safetensors writer takes only max_shard_size, got {', '.join(unknown)}")
+    size = request.options.get("max_shard_size") or "5GB"
+    write_sharded_safetensors(path, entries, max_shard_size=size, metadata=source_metadata(request))
+    return ()
+
+
+def sniff(probe: Probe) -> Path | None:
+    """The index path when the probed path is an index, a directory holding one, or a shard an index names."""
+    path = probe.path
+    if probe.is_dir or probe.name.endswith(SUFFIXES):
         return find_index(path)
-    if path.name.endswith(".safetensors") and re.search(r"-\d{5}-of-\d{5}\.safetensors$", path.name):
+    if probe.is_file and path.name.endswith(".safetensors") and re.search(r"-\d{5}-of-\d{5}\.safetensors$", path.name):
         return find_index(path)
     return None
 
 
-def open_reader(path: os.PathLike[str] | str, **options: Any) -> ShardedSafetensorsReader:
+def open_reader(path: os.PathLike[str] | str, *, probe: Probe | None = None,
+                **options: Any) -> ShardedSafetensorsReader:
     """Opens a sharded safetensors set from its index, directory or any shard (no options)."""
     if options:
         raise ConversionError(f"the sharded safetensors reader takes no options, got {', '.join(options)}")

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from varstore.backends import RawExtent
+from varstore.backends.base import RawExtent
 from varstore.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
