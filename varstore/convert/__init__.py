@@ -159,8 +159,10 @@ def _destination_format(dst: Path, to_format: str | None, write_options: dict[st
     dest = _registry.writer_format(to_format) if to_format is not None else _registry.writer_for_path(dst)
     unknown = sorted(set(write_options) - set(dest.write_options))
     if unknown:
-        raise ConversionError(f"{', '.join(unknown)} does not apply to {dest.names_for_writing()[0]} ('{dst}')"
-                              f"{': ' + ', '.join(dest.write_options) + ' does' if dest.write_options else ''}")
+        takers = [e.names_for_writing()[0] for e in _registry.formats() if set(unknown) & set(e.write_options)]
+        raise ConversionError(f"{', '.join(unknown)} does not apply to {dest.names_for_writing()[0]} ('{dst}'): "
+                              f"{'it is an option of ' + ', '.join(takers) if takers else 'no writer takes it'}; "
+                              f"name that format as to_format, or drop the option")
     return dest
 
 
