@@ -123,7 +123,7 @@ class UnsupportedFormatError(CheckpointError):
 
 
 class UnsafeFormatError(UnsupportedFormatError):
-    """A pickle-based file (PyTorch .pt/.bin, npz object arrays): refused, never unpickled."""
+    """A pickle whose code would run: a global outside the torch.save allow-list (malicious, or a whole nn.Module), a non-torch pickle, npz object arrays; refused, nothing executed."""
 
 
 class RestoreError(VarstoreError, KeyError):
