@@ -39,7 +39,8 @@ from varstore.scopes import (
     trainable_variables,
     variable_scope,
 )
-from varstore.variables import ValueSource, Variable, check_restorable
+from varstore.value_sources import ValueSource, check_restorable
+from varstore.variables import Variable
 
 __all__ = [
     "Variable",

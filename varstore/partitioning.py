@@ -50,7 +50,8 @@ from varstore.initializers import (
     Zeros,
     compute_fans,
 )
-from varstore.variables import Variable, convert_value
+from varstore.values import convert_value
+from varstore.variables import Variable
 
 __all__ = [
     "Partitioner",

@@ -34,7 +34,9 @@ from varstore.errors import (
 )
 from varstore.initializers import GlorotUniform, Initializer, InitializerFunction, Zeros
 from varstore.placement import DeviceSpec
-from varstore.variables import InitialValue, ValueSource, Variable, convert_value, lazy_variable
+from varstore.value_sources import ValueSource
+from varstore.values import convert_value
+from varstore.variables import InitialValue, Variable, lazy_variable
 
 __all__ = [
     "AUTO_REUSE",
