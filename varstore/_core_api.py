@@ -7,6 +7,20 @@ from __future__ import annotations
 
 from varstore import initializers
 from varstore.collections import GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES
+from varstore.default_store import (
+    add_to_collection,
+    get_collection,
+    get_default_store,
+    get_variable,
+    get_variable_scope,
+    global_variables,
+    initialize,
+    local_variables,
+    report_uninitialized,
+    reset_default_store,
+    trainable_variables,
+    variable_scope,
+)
 from varstore.devices import (
     get_log_device_placement,
     get_soft_device_placement,
@@ -22,24 +36,9 @@ from varstore.partitioning import (
     variable_axis_size_partitioner,
 )
 from varstore.placement import PlacementRequest, device, replica_device_setter
-from varstore.scopes import (
-    AUTO_REUSE,
-    VariableScope,
-    VariableStore,
-    add_to_collection,
-    get_collection,
-    get_default_store,
-    get_variable,
-    get_variable_scope,
-    global_variables,
-    initialize,
-    local_variables,
-    report_uninitialized,
-    reset_default_store,
-    trainable_variables,
-    variable_scope,
-)
+from varstore.scopes import VariableStore
 from varstore.value_sources import ValueSource, check_restorable
+from varstore.variable_scope import AUTO_REUSE, VariableScope
 from varstore.variables import Variable
 
 __all__ = [

@@ -97,7 +97,7 @@ _registry_provider: Callable[[], VariableRegistry] | None = None
 def set_default_registry(provider: Callable[[], VariableRegistry]) -> None:
     """Installs the function that gives the registry a `Variable(...)` without `store=` joins.
 
-    `varstore.scopes` installs `get_default_store` (the store of the active
+    `varstore.default_store` installs `get_default_store` (the store of the active
     variable_scope, else the process-wide one) when it is imported, which
     `import varstore` does.
     """
@@ -112,7 +112,7 @@ def default_registry() -> VariableRegistry:
       ScopeError: no provider was installed with `set_default_registry`.
     """
     if _registry_provider is None:
-        raise ScopeError("no default VariableStore is installed: import varstore (varstore.scopes installs "
+        raise ScopeError("no default VariableStore is installed: import varstore (varstore.default_store installs "
                          "it), or pass store=... to Variable")
     return _registry_provider()
 
