@@ -14,7 +14,7 @@ STRICT_CORE = {"varstore._array_interop", "varstore._assignment", "varstore._cor
                "varstore.collections", "varstore.devices", "varstore.dtypes", "varstore.errors",
                "varstore.initializers", "varstore.ownership", "varstore.partitioning", "varstore.placement", "varstore.scopes", "varstore.variables",
                "varstore.value_sources", "varstore.values", "varstore.variable_batches",
-               "varstore.variable_scope", "varstore.reuse", "varstore.default_store"}
+               "varstore.variable_scope", "varstore.reuse", "varstore.default_store", "varstore.partitioners"}
 
 
 def _mypy_config() -> dict:

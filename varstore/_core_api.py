@@ -28,13 +28,8 @@ from varstore.devices import (
     set_soft_device_placement,
 )
 from varstore.initializers import get_random_seed, set_random_seed
-from varstore.partitioning import (
-    PartitionedVariable,
-    SaveSliceInfo,
-    fixed_size_partitioner,
-    min_max_variable_partitioner,
-    variable_axis_size_partitioner,
-)
+from varstore.partitioners import fixed_size_partitioner, min_max_variable_partitioner, variable_axis_size_partitioner
+from varstore.partitioning import PartitionedVariable, SaveSliceInfo
 from varstore.placement import PlacementRequest, device, replica_device_setter
 from varstore.scopes import VariableStore
 from varstore.value_sources import ValueSource, check_restorable

@@ -17,7 +17,7 @@ from typing import Any, cast, overload
 
 import numpy.typing as npt
 
-from varstore import ownership, partitioning
+from varstore import ownership, partitioners, partitioning
 from varstore.placement import DeviceSpec
 from varstore.reuse import PartialShape
 from varstore.scopes import VariableStore
@@ -85,13 +85,13 @@ def get_variable(name: str, shape: PartialShape = None, dtype: npt.DTypeLike | N
 def get_variable(name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
                  initializer: InitializerSpec = None, trainable: bool = True,
                  collections: Sequence[str] | None = None, device: DeviceSpec = None, *,
-                 partitioner: partitioning.Partitioner) -> partitioning.PartitionedVariable: ...
+                 partitioner: partitioners.Partitioner) -> partitioning.PartitionedVariable: ...
 
 
 def get_variable(name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
                  initializer: InitializerSpec = None, trainable: bool = True,
                  collections: Sequence[str] | None = None, device: DeviceSpec = None,
-                 partitioner: partitioning.Partitioner | None = None) -> Variable | partitioning.PartitionedVariable:
+                 partitioner: partitioners.Partitioner | None = None) -> Variable | partitioning.PartitionedVariable:
     """`VariableStore.get_variable` on the default store."""
     store = get_default_store()
     if partitioner is None:

@@ -18,7 +18,7 @@ from typing import Any, Union, overload
 
 import numpy.typing as npt
 
-from varstore import _naming, ownership, partitioning, reuse as rules
+from varstore import _naming, ownership, partitioners, partitioning, reuse as rules
 from varstore.collections import GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES, CollectionRegistry
 from varstore.errors import ScopeError
 from varstore.placement import DeviceSpec
@@ -204,12 +204,12 @@ class VariableStore:
     def get_variable(self, name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
                      initializer: InitializerSpec = None, trainable: bool = True,
                      collections: Sequence[str] | None = None, device: DeviceSpec = None, *,
-                     partitioner: partitioning.Partitioner) -> partitioning.PartitionedVariable: ...
+                     partitioner: partitioners.Partitioner) -> partitioning.PartitionedVariable: ...
 
     def get_variable(self, name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
                      initializer: InitializerSpec = None, trainable: bool = True,
                      collections: Sequence[str] | None = None, device: DeviceSpec = None,
-                     partitioner: partitioning.Partitioner | None = None
+                     partitioner: partitioners.Partitioner | None = None
                      ) -> Variable | partitioning.PartitionedVariable:
         """Gets an existing variable or creates a new one, as tf.compat.v1.get_variable.
 
@@ -234,7 +234,7 @@ class VariableStore:
             part of a partitioned variable is placed on its own).
           partitioner: e.g. vs.fixed_size_partitioner(4): returns a
             `partitioning.PartitionedVariable` of parts "NAME/part_K" instead
-            (see varstore/partitioning.py; ignored for shape (), as TF).
+            (see varstore/partitioning.py and partitioners.py; ignored for shape (), as TF).
 
         Returns:
           The Variable, or the PartitionedVariable when `partitioner` is given.
