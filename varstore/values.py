@@ -33,6 +33,7 @@ _PYTHON_TARGET_KINDS = {"b": "biufc", "i": "iufc", "u": "iufc", "f": "fc", "c": 
 
 
 def is_python_value(value: Any) -> bool:
+    """Whether `value` is a plain Python value (scalar, str, bytes, list, tuple), converted by TF's dtype rules."""
     return isinstance(value, (bool, int, float, complex, str, bytes, list, tuple))
 
 
