@@ -29,12 +29,18 @@ __all__ = [
     "UnsupportedFormatError",
     "UnsafeFormatError",
     "RestoreError",
+    "RestoreTargetError",
     "UnknownVariableError",
     "ConversionError",
     "CheckpointLockedError",
     "CheckpointExistsError",
     "InvalidMetadataError",
     "ScopeError",
+    "PartitionError",
+    "NotOwnedError",
+    "DistributedMismatchError",
+    "ReplicaDivergenceError",
+    "CommunicatorError",
     "ObjectStoreError",
     "ObjectNotFoundError",
     "ConditionalWriteError",
@@ -117,7 +123,7 @@ class UnsupportedFormatError(CheckpointError):
 
 
 class UnsafeFormatError(UnsupportedFormatError):
-    """A pickle-based file (PyTorch .pt/.bin, npz object arrays): refused, never unpickled."""
+    """A pickle whose code would run: a global outside the torch.save allow-list (malicious, or a whole nn.Module), a non-torch pickle, npz object arrays; refused, nothing executed."""
 
 
 class RestoreError(VarstoreError, KeyError):
@@ -132,6 +138,10 @@ class RestoreError(VarstoreError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return self.message
+
+
+class RestoreTargetError(VarstoreError, TypeError):
+    """A restore target is not a Variable or a writeable NumPy array (a torch tensor: use varstore.torch)."""
 
 
 class CheckpointLockedError(CheckpointError):
@@ -171,6 +181,30 @@ class ScopeError(VarstoreError, ValueError):
 class ConversionError(VarstoreError, ValueError):
     """convert() or a foreign-format writer got options it cannot honour: a malformed rename rule,
     a rename that makes two names equal, a non-float --dtype, a duplicate name."""
+
+
+# ---------------------------------------------------------- distributed
+class PartitionError(VarstoreError, ValueError):
+    """A partitioner or partitioned get_variable was misused: bad partition list, more than one sliced
+    axis, more parts than rows, or reuse with another partitioning (as tf.compat.v1.get_variable)."""
+
+
+class NotOwnedError(VarstoreError, RuntimeError):
+    """A variable owned by another rank was read or assigned on this rank (it holds no value here)."""
+
+
+class DistributedMismatchError(VarstoreError, RuntimeError):
+    """The ranks of a communicator disagree about the store's structure (names, shapes, dtypes,
+    placement, partitioning); raised identically on every rank, naming the first difference."""
+
+
+class ReplicaDivergenceError(VarstoreError, RuntimeError):
+    """Replicated variables hold different values on different ranks (checksums differ); names them."""
+
+
+class CommunicatorError(VarstoreError, TypeError):
+    """Something that is neither an mpi4py communicator nor a varstore.distributed.Communicator was
+    passed as `comm`, or a collective got a message it cannot send (not JSON-compatible)."""
 
 
 # ---------------------------------------------------------- object storage
