@@ -115,19 +115,31 @@ def test_large_writes_go_in_pieces_and_read_back_exactly(tmp_path: Path) -> None
     np.testing.assert_array_equal(out, data)
 
 
-def test_read_ahead_needs_a_kept_file_and_stops_its_thread(tmp_path: Path) -> None:
+def test_single_file_read_ahead_is_left_to_the_kernel(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(bytes(1 << 16))
     storage = LocalStorage(tmp_path)
-    extents = [(0, 4096), (4096, 4096), (8192, 4096)]
-    assert storage.read_ahead("f", extents, 1 << 20) is None  # not kept open: nothing to offer
     storage.keep_open("f")
-    assert storage.read_ahead("f", extents[:1], 1 << 20) is None  # one extent: nothing ahead
-    read_ahead = storage.read_ahead("f", extents, 4096)
+    extents = [(0, 4096), (4096, 4096), (8192, 4096)]
+    assert storage.read_ahead("f", extents, 1 << 20) is None  # POSIX_FADV_SEQUENTIAL does better (issue 11)
+    storage.close()
+
+
+def test_files_read_ahead_runs_a_window_ahead_and_stops_its_thread(tmp_path: Path) -> None:
+    for name in "abc":
+        (tmp_path / name).write_bytes(bytes(4096))
+    storage = LocalStorage(tmp_path)
+    files = [("a", 4096), ("missing", 4096), ("b", 4096), ("c", 4096)]  # a missing file is skipped
+    assert storage.read_ahead_files(files[:1], 1 << 20) is None  # one file: nothing ahead
+    read_ahead = storage.read_ahead_files(files, 4096)
     assert read_ahead is not None
     assert any(t.name == "varstore-readahead" for t in threading.enumerate())
-    for offset, _ in extents:
-        read_ahead.done(offset)
+    for _ in files:
+        read_ahead.done(0)
     read_ahead.stop()
+    assert not any(t.name == "varstore-readahead" for t in threading.enumerate())
+    stopped_early = storage.read_ahead_files(files, 4096)  # waits on its window, then stops on request
+    assert stopped_early is not None
+    stopped_early.stop()
     assert not any(t.name == "varstore-readahead" for t in threading.enumerate())
     storage.close()
 

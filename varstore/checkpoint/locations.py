@@ -64,6 +64,29 @@ class VariableBytes:
                 extents.append((file_offsets[i], sizes[i]))
         return self._key, extents
 
+    def hint_files(self, manifest: ManifestColumns, names: list[str]) -> list[tuple[str, int]]:
+        """(file, nbytes) of the named own-array variables of a one-file-per-array container (Zarr chunk
+        files), in order: where the bytes will be read from if the arrays are as varstore writes them.
+
+        A read-ahead hint only: nothing is checked here (the reads check sizes and checksums).
+        """
+        if not self._backend.is_directory or self._backend.name != "zarr":
+            return []
+        from varstore.backends.zarr3.store import chunk_file
+
+        index, columns = manifest.index, manifest.columns
+        paths, sizes = columns["path"], columns["nbytes"]
+        root = self._path
+        files = []
+        for name in names:
+            i = index.get(name)
+            if i is None or paths[i] is None or not sizes[i]:
+                continue
+            record = manifest.record(i)
+            _, storage_shape = storage_layout(record.numpy_dtype, record.shape, self._backend.native_bytes_strings)
+            files.append((str(chunk_file(root / str(paths[i]), len(storage_shape))), int(sizes[i])))
+        return files
+
     def packed_nbytes(self) -> int:
         """Bytes of the packed blob (0 when there is none)."""
         return int(self._packed.get("nbytes") or 0)

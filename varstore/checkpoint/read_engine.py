@@ -146,9 +146,7 @@ class _Checks:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="varstore-crc")
             session.defer = self._defer
-        planned = self._reader.direct_extents(names)
-        if planned is not None:
-            session.read_ahead = self._reader.storage.read_ahead(planned[0], planned[1], READ_AHEAD_BYTES)
+        session.read_ahead = self._reader.start_read_ahead(names, READ_AHEAD_BYTES)
 
     def _defer(self, record: Record, out: npt.NDArray[Any]) -> bool:
         if record.nbytes < THREADED_CHECK_BYTES or self._pool is None:

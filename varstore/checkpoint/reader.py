@@ -51,6 +51,9 @@ from varstore.errors import (
 )
 from varstore.storage import ReadAhead, Storage, storage_for
 
+#: A loop reading the keys in order has the storage read this many bytes ahead of it.
+LAZY_READ_AHEAD_BYTES = 64 << 20
+
 __all__ = ["VarstoreReader", "CheckpointValue", "ReadSession", "open_varstore", "is_varstore_checkpoint"]
 
 
@@ -162,6 +165,8 @@ class VarstoreReader(CheckpointReader):
         self._columns: ManifestColumns = columns
         self._records: dict[int, Record] = {}
         self._names = columns.names
+        self._last = -2  # index of the last variable read on its own (lazy reads), for read-ahead
+        self._ahead: ReadAhead | None = None  # read-ahead of a loop reading the keys in order
 
     @property
     def _store(self) -> BackendReader:
@@ -253,6 +258,8 @@ class VarstoreReader(CheckpointReader):
     def read(self, name: str, out: npt.NDArray[Any] | None = None, *,
              verify: bool = True) -> npt.NDArray[Any]:
         record = self.record(name)
+        if self.session is None:
+            self._follow(name)
         if out is None:
             self.check_stored(record)  # before allocating what the manifest claims
         out = checked_out(name, record.shape, record.numpy_dtype, out)
@@ -276,7 +283,35 @@ class VarstoreReader(CheckpointReader):
         finally:
             self.session = previous
 
+    def start_read_ahead(self, names: list[str], window: int) -> ReadAhead | None:
+        """Starts the storage's read-ahead over the bytes of `names` (to be read in this order), or None.
+
+        A single-file checkpoint with trusted offsets reads ahead inside its
+        file; a Zarr directory announces its chunk files (when the storage can).
+        """
+        planned = self.direct_extents(names)
+        if planned is not None:
+            return self.storage.read_ahead(planned[0], planned[1], window)
+        files = self._bytes.hint_files(self._columns, names)
+        start = getattr(self.storage, "read_ahead_files", None)
+        return start(files, window) if files and start is not None else None
+
+    def _follow(self, name: str) -> None:
+        """Reads ahead of a loop over the keys in order (from its second read on); stops when it jumps."""
+        index = self._columns.index[name]
+        if index != self._last + 1:
+            self._stop_ahead()
+        elif self._ahead is None and index + 1 < len(self._names):
+            self._ahead = self.start_read_ahead(self._names[index:], LAZY_READ_AHEAD_BYTES)
+        self._last = index
+
+    def _stop_ahead(self) -> None:
+        ahead, self._ahead = getattr(self, "_ahead", None), None
+        if ahead is not None:
+            ahead.stop()
+
     def close(self) -> None:
+        self._stop_ahead()
         session = getattr(self, "session", None)
         if session is not None and session.read_ahead is not None:
             session.read_ahead.stop()  # before its descriptor is closed
@@ -353,8 +388,9 @@ class VarstoreReader(CheckpointReader):
                         record.path, out.reshape(-1).view(storage_dtype).reshape(storage_shape))
                 else:
                     self._bytes.read_extent(extent, 0, out, where, check_size=True)
-                    if session is not None and session.read_ahead is not None:
-                        session.read_ahead.done(extent.offset)
+                    ahead = self._ahead if session is None else session.read_ahead
+                    if ahead is not None:
+                        ahead.done(extent.offset)
         if verify and record.checksum is not None:
             if session is not None and session.defer is not None and session.defer(record, out):
                 return

@@ -151,6 +151,7 @@ class Zarr3Reader:
         if not (self.path / "zarr.json").is_file():
             raise NotACheckpointError(f"'{self.path}' is not a Zarr v3 directory (no zarr.json)")
         self._real_root = os.path.realpath(self.path) + os.sep
+        self._resolved: dict[str, str] = {os.fspath(self.path): self._real_root[:-1]}
         self._root = self._document("")
         if self._root.get("node_type") != "group":
             raise NotACheckpointError(f"'{self.path}' is a Zarr array, not a checkpoint group")
@@ -164,12 +165,31 @@ class Zarr3Reader:
         Raises:
           CorruptCheckpointError: naming the array/group path and the file.
         """
-        real = os.path.realpath(file)
+        real = self._resolve(os.fspath(file))
         if not real.startswith(self._real_root):
             raise CorruptCheckpointError(
                 f"'{path or '/'}' of '{self.path}' leads outside it: '{file}' resolves to '{real}' "
                 f"(a symlink?); refusing to read it")
         return file
+
+    def _resolve(self, file: str) -> str:
+        """os.path.realpath of `file`, its directories resolved once per reader (one lstat per new name).
+
+        A name that is a symlink is resolved by os.path.realpath, and so is
+        anything outside the root; the cache only skips re-checking the same
+        directories for every array of the store.
+        """
+        parent, _, name = file.rpartition(os.sep)
+        real_parent = self._resolved.get(parent)
+        if real_parent is None:
+            if not parent or not parent.startswith(os.fspath(self.path)) or name in ("", ".", ".."):
+                return os.path.realpath(file)
+            real_parent = self._resolve(parent)
+            self._resolved[parent] = real_parent
+        if name in ("", ".", ".."):
+            return os.path.realpath(file)
+        candidate = os.path.join(real_parent, name)
+        return os.path.realpath(candidate) if os.path.islink(candidate) else candidate
 
     def _document(self, path: str) -> dict[str, Any]:
         file = self._inside(path, self.path / path / "zarr.json")
