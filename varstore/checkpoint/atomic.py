@@ -25,6 +25,7 @@ import signal
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from varstore.errors import CheckpointError
 
@@ -129,15 +130,71 @@ def _fsync_one(path: Path) -> None:
         os.close(fd)
 
 
+#: A save that wrote at least this many files and directories (a Zarr checkpoint) makes them durable
+#: with one syncfs of their file system instead of one fsync each (Linux; fsyncs elsewhere).
+SYNCFS_MIN_PATHS = 32
+_syncfs_function: Any = None
+_syncfs_missing = False
+
+
+def _syncfs(path: Path) -> bool:
+    """syncfs(2) of the file system holding `path`: every dirty page and inode there reaches the disk.
+
+    Returns False where the C library has no syncfs (the caller fsyncs one by one).
+
+    Raises:
+      OSError: the file system reported a write-back error (Linux >= 5.8 reports them here).
+    """
+    global _syncfs_function, _syncfs_missing
+    if _syncfs_function is None and not _syncfs_missing:
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            function = libc.syncfs
+            function.argtypes = [ctypes.c_int]
+            function.restype = ctypes.c_int
+            _syncfs_function = function
+        except (OSError, AttributeError):
+            _syncfs_missing = True
+    if _syncfs_function is None:
+        return False
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
+    try:
+        if _syncfs_function(fd) != 0:
+            err = ctypes.get_errno()
+            if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+                return False
+            raise OSError(err, os.strerror(err), str(path))
+    finally:
+        os.close(fd)
+    return True
+
+
 def fsync_paths(paths: Iterable[Path], threads: int = 8) -> None:
-    """fsyncs every file and directory in `paths` (several at once, so the disk queue stays full)."""
+    """fsyncs every file and directory in `paths` (several at once, so the disk queue stays full).
+
+    Many paths of one file system (a Zarr checkpoint: a directory, zarr.json and
+    a chunk file per array, all under one temporary directory) are made durable
+    by one syncfs instead: W1's ~1,500 fsyncs took 3.2 s, one syncfs a fraction.
+    """
     paths = list(dict.fromkeys(paths))
+    if len(paths) >= SYNCFS_MIN_PATHS and _same_file_system(paths) and _syncfs(paths[0]):
+        return
     if len(paths) <= 2:
         for path in paths:
             _fsync_one(path)
         return
     with ThreadPoolExecutor(max_workers=threads) as pool:
         list(pool.map(_fsync_one, paths))
+
+
+def _same_file_system(paths: list[Path]) -> bool:
+    """True when every path lies on the file system of the first (they are under one temporary directory,
+    unless a path crosses a mount point there: then each is fsynced)."""
+    try:
+        device = os.stat(paths[0]).st_dev
+        return all(os.lstat(path).st_dev == device for path in paths[1:])
+    except OSError:
+        return False
 
 
 def fsync_directory(directory: Path) -> None:
@@ -190,11 +247,12 @@ def _rename_into_place(tmp: Path, final: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(final: Path) -> Iterator[Path]:
+def atomic_path(final: Path, durable: bool = True) -> Iterator[Path]:
     """Yields a temporary sibling path to write; renames it over `final` on success.
 
     The caller creates the file or directory at the yielded path and fsyncs
-    its contents; this fsyncs the parent directory after the rename. On any
+    its contents; this fsyncs the parent directory after the rename (unless
+    not `durable`: a save(..., durable=False)). On any
     exception the temporary is removed and `final` is untouched. Stale
     temporaries of `final` from dead writers are swept first.
 
@@ -212,7 +270,8 @@ def atomic_path(final: Path) -> Iterator[Path]:
         yield tmp
         fault_point("before_rename")
         _rename_into_place(tmp, final)
-        fsync_directory(final.parent)
+        if durable:
+            fsync_directory(final.parent)
     except BaseException:
         remove_path(tmp)
         raise

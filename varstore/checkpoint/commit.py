@@ -24,13 +24,19 @@ from varstore.storage import Storage, storage_for
 __all__ = ["publish"]
 
 
+def _not_durable(paths: list[Path]) -> None:
+    """The durability step of a save(..., durable=False): nothing."""
+
+
 def publish(final: Path, fmt: str, entries: list[Any], records: list[Record], packed_nbytes: int,
             header: dict[str, Any], checksum: bool, release: Callable[[int], None] | None = None,
-            storage: Storage | None = None) -> Path:
+            storage: Storage | None = None, durable: bool = True) -> Path:
     """Writes a planned checkpoint (see write_engine.write_container) and commits it under `final`.
 
     Either the whole new checkpoint is under `final` afterwards, or (on any
-    error) `final` is as it was and no temporary is left.
+    error) `final` is as it was and no temporary is left. `durable=False`
+    skips every fsync and the storage's early write-back (the rename stays
+    atomic for a crash of the process, not for a power loss).
 
     Returns:
       `final`.
@@ -46,9 +52,16 @@ def publish(final: Path, fmt: str, entries: list[Any], records: list[Record], pa
             f"cannot write checkpoint '{final}' to {storage.url}: committing without rename "
             f"(manifest object last) is not implemented yet")
     try:
-        with atomic.atomic_path(final) as tmp:
-            write_container(tmp, fmt, entries, records, packed_nbytes, header, checksum, release,
-                            make_durable=atomic.fsync_paths, storage=storage)
+        writeback = getattr(storage, "writeback", None)
+        if not durable and writeback is not None:
+            storage.writeback = False  # type: ignore[attr-defined]  # page-cache speed: nothing pushed early
+        try:
+            with atomic.atomic_path(final, durable=durable) as tmp:
+                write_container(tmp, fmt, entries, records, packed_nbytes, header, checksum, release,
+                                make_durable=atomic.fsync_paths if durable else _not_durable, storage=storage)
+        finally:
+            if writeback is not None:
+                storage.writeback = writeback  # type: ignore[attr-defined]
     except VarstoreError:
         raise
     except OSError as err:

@@ -144,7 +144,7 @@ class CheckpointManager:
             retention then run in a background thread, which holds the lock, so
             the next save waits for this one.
           max_snapshot_bytes: with blocking=False, bound on snapshot copies (bytes).
-          **save_options: checksum, pack_threshold_bytes (see save).
+          **save_options: checksum, pack_threshold_bytes, layout, durable (see save).
 
         Returns:
           The checkpoint's path, or a SaveHandle when `blocking` is False.

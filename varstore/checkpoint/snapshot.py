@@ -116,7 +116,7 @@ def save_async(final: Path, entries: list[Any], *, step: int | None = None,
                checksum: bool = True, pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
                max_snapshot_bytes: int | None = None,
                after: Callable[[Path], object] | None = None,
-               overwrite: bool = False, layout: str | None = None) -> SaveHandle:
+               overwrite: bool = False, layout: str | None = None, durable: bool = True) -> SaveHandle:
     """Snapshots `entries` into host memory and writes them in a background thread.
 
     Returns once every value has been copied (so the caller may mutate its
@@ -142,7 +142,7 @@ def save_async(final: Path, entries: list[Any], *, step: int | None = None,
     def run() -> Path:
         try:
             path = publish(final, fmt, list(snapshots), records, packed_nbytes, header, checksum,
-                           budget.release)
+                           budget.release, durable=durable)
             if after is not None:
                 after(path)
             return path

@@ -31,7 +31,7 @@ def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry | Pla
                  metadata: Mapping[str, Any] | None = None, format: str | None = None,
                  checksum: bool = True,
                  pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
-                 overwrite: bool = False, layout: str | None = None) -> Path:
+                 overwrite: bool = False, layout: str | None = None, durable: bool = True) -> Path:
     """Writes a checkpoint from SaveEntries, fetching each value only when it is written.
 
     Args:
@@ -52,6 +52,12 @@ def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry | Pla
       layout: "per-variable" (every variable its own dataset/array at its name),
         "packed" (small variables in one blob), or None: "packed" above
         layout.PER_VARIABLE_MAX_VARIABLES (4,096) variables, else "per-variable".
+      durable: True (default) fsyncs every file and directory before the rename
+        and the parent directory after it, so the checkpoint survives a power
+        loss once this returns. False skips fsync and early write-back: the
+        rename is still atomic (a crash of the process leaves the old or the
+        new checkpoint, never a torn one), but after a power loss or OS crash
+        the final path may hold neither (see docs/reliability.md).
 
     Returns:
       The final path.
@@ -71,21 +77,21 @@ def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry | Pla
         records = plan_records(entries)
         planned_header = header(fmt, step, metadata, final)
         packed_nbytes = planned_layout(planned_header, records, layout, pack_threshold_bytes)
-        return publish(final, fmt, entries, records, packed_nbytes, planned_header, checksum)
+        return publish(final, fmt, entries, records, packed_nbytes, planned_header, checksum, durable=durable)
 
 
 def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
          metadata: Mapping[str, Any] | None = None, format: str | None = None, checksum: bool = True,
          pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
          blocking: bool = True, max_snapshot_bytes: int | None = None,
-         overwrite: bool = False, layout: str | None = None) -> Path | SaveHandle:
+         overwrite: bool = False, layout: str | None = None, durable: bool = True) -> Path | SaveHandle:
     """Saves variables to an HDF5 file or Zarr v3 directory, atomically and checksummed.
 
     Args:
       path: "model.h5"/"model.hdf5" or "model.zarr" (or pass `format`).
       target: a VariableStore (all its variables), a mapping of names to
         Variables or arrays, or a list of Variables.
-      step, metadata, format, checksum, pack_threshold_bytes, overwrite, layout: as
+      step, metadata, format, checksum, pack_threshold_bytes, overwrite, layout, durable: as
         `save_entries` (overwrite=False never replaces what is not a varstore
         checkpoint of the same format; layout="packed" opts in to the packed layout).
       blocking: False copies every value into host memory (a snapshot, so the
@@ -108,7 +114,8 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
         entries = entries_from(target)
         if blocking:
             return save_entries(path, entries, step=step, metadata=metadata, format=format, checksum=checksum,
-                                pack_threshold_bytes=pack_threshold_bytes, overwrite=overwrite, layout=layout)
+                                pack_threshold_bytes=pack_threshold_bytes, overwrite=overwrite, layout=layout,
+                                durable=durable)
         return save_async(Path(path), entries, step=step, metadata=metadata, format=format, checksum=checksum,
                           pack_threshold_bytes=pack_threshold_bytes, max_snapshot_bytes=max_snapshot_bytes,
-                          overwrite=overwrite, layout=layout)
+                          overwrite=overwrite, layout=layout, durable=durable)

@@ -225,7 +225,7 @@ class LocalWriter:
                 os.posix_fallocate(fd, offset, nbytes)
             except OSError:
                 pass
-        if nbytes >= _WRITEBACK_BYTES:
+        if nbytes >= _WRITEBACK_BYTES and self._storage.writeback:
             for start in range(0, nbytes, _WRITEBACK_BYTES):
                 piece = view[start:start + _WRITEBACK_BYTES]
                 pwrite_all(fd, piece, offset + start)
@@ -257,6 +257,8 @@ class LocalStorage:
     """
 
     renames = True
+    #: Large writes are handed to disk write-back at once (False for saves that skip fsync).
+    writeback = True
 
     def __init__(self, root: os.PathLike[str] | str = ".") -> None:
         self.root = Path(root)

@@ -44,6 +44,39 @@ def _attr_value(value: Any) -> Any:
     return value
 
 
+_SCALAR_SPACE: Any = None
+_ATTR_TYPES: dict[Any, Any] = {}
+
+
+def _set_attrs(obj: Any, attrs: dict[str, Any]) -> None:
+    """Writes attributes as h5py's `obj.attrs[key] = value` would (same HDF5 types), ~2x faster.
+
+    Strings (variable-length UTF-8) and bools/ints go through h5py's low-level
+    h5a calls with cached type and scalar space ids; anything else through
+    `obj.attrs`. A variable's five attributes were most of a per-variable save.
+    """
+    global _SCALAR_SPACE
+    if _SCALAR_SPACE is None:
+        _SCALAR_SPACE = h5py.h5s.create(h5py.h5s.SCALAR)
+    for key, value in attrs.items():
+        value = _attr_value(value)
+        if isinstance(value, str):
+            array = np.array(value, dtype=h5py.string_dtype())
+        elif isinstance(value, (bool, int)) and not isinstance(value, np.generic):
+            array = np.asarray(value)
+        else:
+            obj.attrs[key] = value
+            continue
+        kind = (array.dtype, array.dtype.metadata is not None)
+        type_id = _ATTR_TYPES.get(kind)
+        if type_id is None:
+            type_id = _ATTR_TYPES[kind] = h5py.h5t.py_create(array.dtype, logical=True)
+        name = key.encode("utf-8")
+        if h5py.h5a.exists(obj.id, name):
+            h5py.h5a.delete(obj.id, name)
+        h5py.h5a.create(obj.id, name, type_id, _SCALAR_SPACE).write(array)
+
+
 def _plain(value: Any) -> Any:
     """h5py attribute value -> plain Python (bytes decoded, numpy scalars unwrapped)."""
     if isinstance(value, bytes):
@@ -87,8 +120,7 @@ class Hdf5Writer:
     def create_array(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
                      attrs: dict[str, Any]) -> RawExtent | None:
         dataset = self._file.create_dataset(path, shape=shape, dtype=dtype, dcpl=self._dcpl)
-        for key, value in attrs.items():
-            dataset.attrs[key] = _attr_value(value)
+        _set_attrs(dataset, attrs)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         offset = dataset.id.get_offset() if nbytes else None
         # HDF5 reports an unallocated address (scalars) as None, or as user block size - 1 with one.
