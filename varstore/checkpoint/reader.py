@@ -292,7 +292,7 @@ class VarstoreReader(CheckpointReader):
         planned = self.direct_extents(names)
         if planned is not None:
             return self.storage.read_ahead(planned[0], planned[1], window)
-        files = self._bytes.hint_files(self._columns, names)
+        files = self.hint_files(names)
         start = getattr(self.storage, "read_ahead_files", None)
         return start(files, window) if files and start is not None else None
 
@@ -335,6 +335,10 @@ class VarstoreReader(CheckpointReader):
         """(storage key, [(offset, nbytes)...]) of the named own-array variables whose file offsets the
         manifest records (a single-file checkpoint opened through its index header), in order; else None."""
         return self._bytes.direct_extents(self._columns, names)
+
+    def hint_files(self, names: list[str]) -> list[tuple[str, int]]:
+        """(file, nbytes) where the named variables' bytes are expected in a Zarr directory (read-ahead hints)."""
+        return self._bytes.hint_files(self._columns, names)
 
     def packed_blob(self, limit: int = 256 << 20) -> bytearray | None:
         """The whole packed blob read in one go (bulk restores and verify), or None when there is
