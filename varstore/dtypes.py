@@ -10,7 +10,8 @@ variables or files.
 from __future__ import annotations
 
 
-import ml_dtypes
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
@@ -28,15 +29,29 @@ __all__ = [
     "SUPPORTED_NAMES",
 ]
 
-bfloat16: np.dtype = np.dtype(ml_dtypes.bfloat16)
-float8_e4m3fn: np.dtype = np.dtype(ml_dtypes.float8_e4m3fn)
-float8_e5m2: np.dtype = np.dtype(ml_dtypes.float8_e5m2)
+#: The ml_dtypes types by logical name; ml_dtypes is imported on first use (import varstore stays light).
+_EXTENSION_NAMES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+_extension_dtypes: dict[str, np.dtype] = {}
 
-_EXTENSION: dict[str, np.dtype] = {
-    "bfloat16": bfloat16,
-    "float8_e4m3fn": float8_e4m3fn,
-    "float8_e5m2": float8_e5m2,
-}
+
+def _extension(name: str) -> np.dtype:
+    """The NumPy dtype of an ml_dtypes type by name, importing ml_dtypes on first use."""
+    if not _extension_dtypes:
+        import ml_dtypes
+
+        _extension_dtypes.update({n: np.dtype(getattr(ml_dtypes, n)) for n in _EXTENSION_NAMES})
+    return _extension_dtypes[name]
+
+
+def __getattr__(name: str) -> Any:
+    """bfloat16, float8_e4m3fn, float8_e5m2: NumPy dtypes of ml_dtypes, imported on first access."""
+    if name in _EXTENSION_NAMES:
+        return _extension(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+#: Logical names of the ml_dtypes types (a dtype of that name is one of them).
+_EXTENSION = frozenset(_EXTENSION_NAMES)
 
 _NUMERIC = [
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -44,7 +59,7 @@ _NUMERIC = [
 ]
 
 #: Every numeric logical name; strings are "S<n>" / "U<n>".
-SUPPORTED_NAMES = tuple(_NUMERIC) + tuple(_EXTENSION)
+SUPPORTED_NAMES = tuple(_NUMERIC) + _EXTENSION_NAMES
 
 
 def as_dtype(dtype: npt.DTypeLike) -> np.dtype:
@@ -57,7 +72,7 @@ def as_dtype(dtype: npt.DTypeLike) -> np.dtype:
       UnsupportedDtypeError: the dtype is unknown, object, void or structured.
     """
     if isinstance(dtype, str) and dtype in _EXTENSION:
-        return _EXTENSION[dtype]
+        return _extension(dtype)
     try:
         result: np.dtype = np.dtype(dtype)
     except (TypeError, ValueError) as err:

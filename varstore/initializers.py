@@ -10,7 +10,6 @@ variables, stores or devices; never does file I/O.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Sequence
 from typing import Any, Protocol, Union, cast
@@ -74,6 +73,8 @@ def rng_for(seed: int | None, name: str | None) -> np.random.Generator:
     """A NumPy Generator derived from sha256(f"{seed}/{name}"); fresh entropy when `seed` is None."""
     if seed is None:
         return np.random.default_rng()
+    import hashlib  # here: import varstore stays light (issue 11)
+
     digest = hashlib.sha256(f"{int(seed)}/{name or ''}".encode("utf-8")).digest()
     words = np.frombuffer(digest, dtype="<u4").tolist()
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(words)))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -27,10 +27,28 @@ from varstore.errors import (
     NotACheckpointError,
 )
 
-try:
+class _LazyH5py:
+    """Stands for the h5py module until first used, then is replaced by it (a global of this module).
+
+    Reading a varstore HDF5 file through its index header never touches
+    HDF5, so `open_checkpoint(path)[name]` in a fresh process skips h5py's
+    ~30 ms import (issue 11); everything else imports it on first use.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        global h5py
+        try:
+            import h5py as module
+        except ImportError as err:  # pragma: no cover - h5py is a core dependency
+            raise MissingDependencyError("HDF5 checkpoints need h5py: pip install h5py") from err
+        h5py = module  # type: ignore[assignment]
+        return getattr(module, name)
+
+
+if TYPE_CHECKING:
     import h5py
-except ImportError as _err:  # pragma: no cover - h5py is a core dependency
-    raise MissingDependencyError("HDF5 checkpoints need h5py: pip install h5py") from _err
+else:
+    h5py = _LazyH5py()
 
 __all__ = ["Hdf5Backend", "Hdf5Writer", "Hdf5Reader", "BACKEND", "HDF5_MAGIC"]
 
