@@ -117,6 +117,10 @@ class Method:
       touches_pages: loads return memory maps, so the worker reads every page in the timed region.
       restores_in_place: has a W4 (restore into a store with expensive initializers).
       durable_option: its non-durable save differs from the durable one.
+      extra_phases: (workload, phase) cells beyond save/load/read-one (issue 11's targets):
+        "read-all" (every variable through the lazy reader), "vs-load" (varstore.load),
+        "keys-info" (every name with its shape and dtype from the header), "process" (a fresh
+        `python -c` from start to the first array in hand), "import" (a fresh `python -c` import).
     """
 
     name = ""
@@ -126,6 +130,21 @@ class Method:
     touches_pages = False
     restores_in_place = False
     durable_option = True
+    extra_phases: tuple[tuple[str, str], ...] = ()
+    #: `python -c` code for "import" (what a user's script imports first).
+    import_code = ""
+
+    def process_code(self, path: Path, name: str) -> str:
+        """`python -c` code that opens `path` and gets variable `name` as an array (W3 "process")."""
+        raise NotImplementedError
+
+    def read_all(self, workload: Workload, path: Path) -> Any:
+        """Every variable through the lazy reader (W1/W2 "read-all")."""
+        raise NotImplementedError
+
+    def keys_info(self, workload: Workload, path: Path) -> Any:
+        """Every name with its shape and dtype, from the header only (W2 "keys-info")."""
+        raise NotImplementedError
 
     def unavailable(self) -> str | None:
         """None when usable, else why not (e.g. "torch is not installed")."""
@@ -170,8 +189,11 @@ class Method:
 
 class Raw(Method):
     name = "raw"
-    label = "one ndarray.tofile of all bytes (+ fsync); np.fromfile back; the disk limit"
+    label = ("one ndarray.tofile of all bytes (+ fsync); np.fromfile back; the disk limit; "
+             "W3 import: `python -c 'import numpy'`")
     suffix = ".bin"
+    extra_phases = (("W3", "import"),)
+    import_code = "import numpy"
 
     def make_model(self, workload: Workload) -> Any:
         return workload.read_flat()
@@ -190,6 +212,11 @@ class Raw(Method):
 
 
 class H5py(Method):
+    extra_phases = (("W3", "process"),)
+
+    def process_code(self, path: Path, name: str) -> str:
+        return f"import h5py\nwith h5py.File({str(path)!r}, 'r') as f:\n    a = f[{name!r}][()]"
+
     name = "h5py"
     label = ("plain h5py, one dataset per variable (defaults); read_direct into preallocated, "
              "zero-filled arrays")
@@ -263,9 +290,21 @@ class Zarr3NoCompression(Zarr3):
 
 class Safetensors(Method):
     name = "safetensors"
-    label = "safetensors.numpy save_file / load_file; safe_open + get_tensor for W3"
+    label = ("safetensors.numpy save_file / load_file; safe_open + get_tensor for W3; keys-info: "
+             "safe_open + keys() + get_slice(k).get_shape()/get_dtype() (the header parse)")
     modules = ("safetensors",)
     suffix = ".safetensors"
+    extra_phases = (("W3", "process"), ("W2", "keys-info"))
+
+    def process_code(self, path: Path, name: str) -> str:
+        return (f"from safetensors import safe_open\nwith safe_open({str(path)!r}, framework='np') as f:\n"
+                f"    a = f.get_tensor({name!r})")
+
+    def keys_info(self, workload: Workload, path: Path) -> Any:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="np") as f:
+            return {k: (tuple(f.get_slice(k).get_shape()), f.get_slice(k).get_dtype()) for k in f.keys()}
 
     def save(self, model: Arrays, path: Path, durable: bool) -> None:
         from safetensors.numpy import save_file
@@ -481,8 +520,7 @@ def _resident_zeros(shape: Any, dtype: Any = DTYPE) -> npt.NDArray[Any]:
 class Varstore(Method):
     """varstore's own checkpoints: save a VariableStore, restore into an existing one.
 
-    varstore has no non-durable save: for `save-nofsync` the worker turns the fsync calls of
-    varstore.checkpoint.atomic into no-ops (see `save`), so the figure shows what fsync costs.
+    `save-nofsync` is `save(..., durable=False)` (no fsync, no early write-back; issue 11).
     """
 
     name = "varstore-h5"
@@ -491,6 +529,9 @@ class Varstore(Method):
     modules = ("varstore",)
     suffix = ".h5"
     restores_in_place = True
+    extra_phases = (("W1", "read-all"), ("W1", "vs-load"), ("W3", "process"), ("W3", "import"),
+                    ("W2", "read-all"), ("W2", "vs-load"), ("W2", "keys-info"))
+    import_code = "import varstore"
 
     def unavailable(self) -> str | None:
         reason = super().unavailable()
@@ -541,13 +582,26 @@ class Varstore(Method):
         return store
 
     def save(self, model: Any, path: Path, durable: bool) -> None:
-        from varstore.checkpoint import atomic, save
+        from varstore.checkpoint import save
 
-        if not durable:
-            atomic.fsync_paths = lambda *a, **k: None
-            atomic.fsync_directory = lambda *a, **k: None
-            atomic._fsync_one = lambda *a, **k: None
-        save(path, model)
+        save(path, model, durable=durable)
+
+    def process_code(self, path: Path, name: str) -> str:
+        return f"import varstore as vs\na = vs.open_checkpoint({str(path)!r})[{name!r}]"
+
+    def read_all(self, workload: Workload, path: Path) -> Any:
+        with self._open_checkpoint()(path) as reader:
+            return {name: reader[name] for name in reader.keys()}
+
+    def vs_load(self, workload: Workload, path: Path) -> Any:
+        import varstore
+
+        return varstore.load(path)
+
+    def keys_info(self, workload: Workload, path: Path) -> Any:
+        with self._open_checkpoint()(path) as reader:
+            return {name: (info.shape, info.dtype) for name, info in
+                    ((name, reader.info(name)) for name in reader.keys())}
 
     def prepare_load(self, workload: Workload, path: Path) -> Any:
         from varstore.scopes import VariableStore

@@ -12,14 +12,20 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from _targets import markdown_targets
+
 __all__ = ["format_table", "summarize", "write_chart", "write_json", "write_markdown"]
 
 MIB = 1024 * 1024
 GB = 1e9
 
-PHASE_ORDER = {"save": 0, "save-nofsync": 1, "load": 2, "read-one": 3, "restore": 4}
-# Which raw figure a row is compared with: W4 (restore of W1) against raw's W1 load.
-_RAW_REFERENCE = {("W4", "restore"): ("W1", "load")}
+PHASE_ORDER = {"save": 0, "save-nofsync": 1, "load": 2, "vs-load": 3, "read-all": 4, "keys-info": 5,
+               "read-one": 6, "process": 7, "import": 8, "restore": 9}
+# Which raw figure a row is compared with: W4 (restore of W1) against raw's W1 load; every read of a
+# workload against raw's load of it.
+_RAW_REFERENCE = {("W4", "restore"): ("W1", "load"), ("W1", "read-all"): ("W1", "load"),
+                  ("W1", "vs-load"): ("W1", "load"), ("W2", "read-all"): ("W2", "load"),
+                  ("W2", "vs-load"): ("W2", "load")}
 
 
 def summarize(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -129,8 +135,14 @@ def write_markdown(path: Path, meta: dict[str, Any], rows: list[dict[str, Any]],
         "",
         markdown_table(rows),
         "",
+        "Targets (issue 11): every ratio is of two medians of this run; time ratios are at most the "
+        "goal, `save(durable=False)` is raw's time over varstore's (at least the goal).",
+        "",
+        markdown_targets(meta.get("targets") or []),
+        "",
         "- `save` is durable (every file and folder fsynced inside the timed region); "
-        "`save-nofsync` is the same write without fsync (the system is synced before the next run).",
+        "`save-nofsync` is the same write without fsync (varstore: `save(..., durable=False)`; the system is "
+        "synced before the next run).",
         "- GB/s is 10^9 bytes of float32 values over the median; `vs raw` divides by the raw "
         "method's GB/s for the same workload and phase (W4 against raw's W1 load).",
         "- " + meta["rss_note"],

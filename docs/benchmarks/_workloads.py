@@ -194,16 +194,18 @@ def _generate(workload: Workload, seed: int) -> None:
             value.tofile(f)
 
 
-def build_workloads(workdir: Path, scale: float) -> dict[str, Workload]:
+def build_workloads(workdir: Path, scale: float, w2_scale: float | None = None) -> dict[str, Workload]:
     """Generates W1 and W2 under `workdir/source/` (not timed) and returns them.
 
-    Deterministic: the same `scale` gives the same bytes on every run.
+    Deterministic: the same `scale` gives the same bytes on every run; `w2_scale`
+    (default `scale`) sets W2's variable count on its own.
     """
+    w2_scale = scale if w2_scale is None else w2_scale
     src = workdir / "source"
     w1 = Workload("W1", _with_offsets(w1_layout(scale)), src / "W1.bin",
                   f"{_W1_LAYERS} transformer layers, hidden {w1_hidden(scale)}, float32")
-    w2 = Workload("W2", _with_offsets(w2_layout(scale)), src / "W2.bin",
-                  f"{w2_count(scale)} variables of {_W2_SIZE} float32")
+    w2 = Workload("W2", _with_offsets(w2_layout(w2_scale)), src / "W2.bin",
+                  f"{w2_count(w2_scale)} variables of {_W2_SIZE} float32")
     for seed, w in enumerate((w1, w2), start=1):
         _generate(w, seed)
         (src / f"{w.name}.json").write_text(json.dumps(w.to_json()))
