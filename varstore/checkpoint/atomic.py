@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import os
 import re
-import secrets
 import shutil
 import signal
 from collections.abc import Iterable, Iterator
@@ -55,7 +53,7 @@ def fault_point(name: str) -> None:
 
 def temporary_name(final: Path) -> Path:
     """A fresh temporary sibling of `final`: "<final>.tmp-<pid>-<8 hex digits>"."""
-    return final.with_name(f"{final.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    return final.with_name(f"{final.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
 
 
 def is_temporary(path: Path | str) -> bool:
@@ -148,7 +146,7 @@ def _syncfs(path: Path) -> bool:
     global _syncfs_function, _syncfs_missing
     if _syncfs_function is None and not _syncfs_missing:
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            libc = ctypes.CDLL(None, use_errno=True)  # the C library the interpreter runs on
             function = libc.syncfs
             function.argtypes = [ctypes.c_int]
             function.restype = ctypes.c_int
@@ -212,7 +210,7 @@ def _exchange(a: Path, b: Path) -> bool:
     global _libc, _libc_missing
     if _libc is None and not _libc_missing:
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            libc = ctypes.CDLL(None, use_errno=True)  # the C library the interpreter runs on
             libc.renameat2  # noqa: B018 - raises AttributeError on old C libraries
             _libc = libc
         except (OSError, AttributeError):
