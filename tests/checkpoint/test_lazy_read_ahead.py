@@ -49,3 +49,52 @@ def test_read_ahead_never_skips_the_checksum(tmp_path: Path) -> None:
             reader[name]
         with pytest.raises(ChecksumError, match=names[3]):
             reader[names[3]]
+
+
+def _flip_packed_byte(path: Path, name: str) -> None:
+    """Flips one bit of `name`'s bytes inside the packed blob of an HDF5 checkpoint (located through h5py)."""
+    import h5py
+
+    with open_varstore(path) as reader:
+        record = reader.record(name)
+    with h5py.File(path, "r") as f:
+        blob_offset = f["_varstore/packed"].id.get_offset()
+    with open(path, "r+b") as handle:
+        handle.seek(blob_offset + int(record.offset) + 3)
+        byte = handle.read(1)[0]
+        handle.seek(blob_offset + int(record.offset) + 3)
+        handle.write(bytes([byte ^ 0x04]))
+
+
+SMALL = {f"small/v{i:03d}": np.arange(i, i + 5, dtype=np.float32) for i in range(40)}
+SMALL["small/text"] = np.array([b"ab", b"cd"])
+
+
+def test_packed_loop_and_load_read_the_blob_once_and_check_every_value(tmp_path: Path) -> None:
+    import varstore
+
+    path = tmp_path / "ck.h5"
+    save(path, SMALL, layout="packed")
+    with open_varstore(path) as reader:
+        got = {name: reader[name] for name in reader.keys()}
+        assert reader._blob is not None  # the loop read the blob whole
+    loaded = varstore.load(path)
+    for values in (got, loaded):
+        assert list(values) == list(SMALL)
+        for name, value in SMALL.items():
+            np.testing.assert_array_equal(values[name], value)
+            assert values[name].dtype == value.dtype and values[name].flags.writeable
+    got["small/v001"][0] = 99.0  # a copy, not a view into the blob
+    assert float(loaded["small/v001"][0]) == 1.0
+
+    _flip_packed_byte(path, "small/v017")
+    with open_varstore(path) as reader:
+        for name in reader.keys()[:17]:
+            reader[name]
+        with pytest.raises(ChecksumError, match="small/v017"):
+            reader["small/v017"]
+    with pytest.raises(ChecksumError, match="small/v017"):
+        varstore.load(path)
+    from varstore.checkpoint.load import load_varstore
+
+    assert load_varstore(path, verify=False)["small/v016"].tolist() == [16, 17, 18, 19, 20]

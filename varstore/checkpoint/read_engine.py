@@ -26,7 +26,7 @@ from varstore.checkpoint.packed import packed_checksum_failure, packed_views
 from varstore.checkpoint.reader import CheckpointValue, ReadSession, VarstoreReader
 from varstore.errors import CorruptCheckpointError
 
-__all__ = ["read_into_targets", "Validate"]
+__all__ = ["read_into_targets", "Validate", "check_packed"]
 
 #: The packed blob is read whole for bulk restores when at most this many bytes.
 PACKED_CACHE_BYTES = 256 << 20
@@ -102,7 +102,7 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
             fresh_ids = {id(obj) for obj, _ in fresh}
             sources = [item for item in sources if id(item[0]) not in fresh_ids]
         if not lazy and verify and blob is not None:
-            _check_packed(reader, blob, batch_indices + _packed_indices(reader, [ckpt for ckpt, _, _ in rest]))
+            check_packed(reader, blob, batch_indices + _packed_indices(reader, [ckpt for ckpt, _, _ in rest]))
             session.packed_checked = True
         fresh_values = []
         if fresh:  # read and check into new memory before any variable changes: all-or-nothing for them
@@ -192,7 +192,7 @@ def _packed_indices(reader: VarstoreReader, names: list[str]) -> list[int]:
     return found
 
 
-def _check_packed(reader: VarstoreReader, blob: bytearray, indices: list[int]) -> None:
+def check_packed(reader: VarstoreReader, blob: bytearray, indices: list[int]) -> None:
     """Checks the crc32c of packed variables (manifest indices) on the blob, before any is used.
 
     Raises:

@@ -14,6 +14,7 @@ initializers, never writes.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -53,6 +54,8 @@ from varstore.storage import ReadAhead, Storage, storage_for
 
 #: A loop reading the keys in order has the storage read this many bytes ahead of it.
 LAZY_READ_AHEAD_BYTES = 64 << 20
+#: Such a loop reads the packed blob of small variables whole (once) when it has at most this many bytes.
+LAZY_PACKED_CACHE_BYTES = 64 << 20
 
 __all__ = ["VarstoreReader", "CheckpointValue", "ReadSession", "open_varstore", "is_varstore_checkpoint"]
 
@@ -167,6 +170,8 @@ class VarstoreReader(CheckpointReader):
         self._names = columns.names
         self._last = -2  # index of the last variable read on its own (lazy reads), for read-ahead
         self._ahead: ReadAhead | None = None  # read-ahead of a loop reading the keys in order
+        self._following = False  # a loop reading the keys in order was seen (read-ahead tried once)
+        self._blob: bytearray | None = None  # the packed blob, read once for such a loop
 
     @property
     def _store(self) -> BackendReader:
@@ -261,7 +266,15 @@ class VarstoreReader(CheckpointReader):
         if self.session is None:
             self._follow(name)
         if out is None:
-            self.check_stored(record)  # before allocating what the manifest claims
+            blob = self._blob if self.session is None and record.path is None else None
+            if blob is None:
+                self.check_stored(record)  # before allocating what the manifest claims
+            elif int(record.offset or 0) + record.nbytes > len(blob):
+                raise CorruptCheckpointError(
+                    f"variable '{name}' in '{self.path}' lies outside the packed blob: it claims bytes "
+                    f"{record.offset}..{int(record.offset or 0) + record.nbytes}, the blob has {len(blob)}")
+            else:
+                return self._copy_packed(record, blob, verify)
         out = checked_out(name, record.shape, record.numpy_dtype, out)
         self.fill(record, out, verify)
         return out
@@ -301,8 +314,13 @@ class VarstoreReader(CheckpointReader):
         index = self._columns.index[name]
         if index != self._last + 1:
             self._stop_ahead()
-        elif self._ahead is None and index + 1 < len(self._names):
+            self._following = False
+        elif not self._following and index + 1 < len(self._names):
+            self._following = True  # once per run of reads in order: planning looks at every later name
             self._ahead = self.start_read_ahead(self._names[index:], LAZY_READ_AHEAD_BYTES)
+            if self._blob is None and self._columns.columns["path"][index] is None:
+                # small variables packed in one blob: one read for the whole loop, not one per variable
+                self._blob = self.packed_blob(LAZY_PACKED_CACHE_BYTES)
         self._last = index
 
     def _stop_ahead(self) -> None:
@@ -312,6 +330,7 @@ class VarstoreReader(CheckpointReader):
 
     def close(self) -> None:
         self._stop_ahead()
+        self._blob = None
         session = getattr(self, "session", None)
         if session is not None and session.read_ahead is not None:
             session.read_ahead.stop()  # before its descriptor is closed
@@ -402,10 +421,25 @@ class VarstoreReader(CheckpointReader):
             if found != record.checksum:
                 self.checksum_error(record, found)
 
+    def _copy_packed(self, record: Record, blob: bytearray, verify: bool) -> npt.NDArray[Any]:
+        """A new array of a packed variable out of the cached blob, its checksum checked on the blob first."""
+        start, nbytes = int(record.offset or 0), record.nbytes
+        dtype = record.numpy_dtype
+        count = math.prod(record.shape)
+        if count * dtype.itemsize != nbytes:
+            raise CorruptCheckpointError(
+                f"variable '{record.name}' in '{self.path}': the manifest says {nbytes} bytes, its shape "
+                f"{record.shape} and dtype {record.dtype} make {count * dtype.itemsize}")
+        if verify and record.checksum is not None:
+            found = crc32c_raw(memoryview(blob)[start:start + nbytes]) if nbytes else 0
+            if found != record.checksum:
+                self.checksum_error(record, found)
+        return np.frombuffer(blob, dtype, count, start).reshape(record.shape).copy()
+
     def _fill_packed(self, record: Record, out: npt.NDArray[Any], where: str, session: ReadSession | None) -> bool:
         """Fills a packed variable; True when its checksum was already checked on the session's blob."""
         start = int(record.offset or 0)
-        blob = None if session is None else session.packed
+        blob = self._blob if session is None else session.packed
         if blob is not None:
             if start + record.nbytes > len(blob):
                 raise CorruptCheckpointError(f"{where} lies outside the packed blob")
