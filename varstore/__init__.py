@@ -9,9 +9,8 @@ diff_checkpoints) and every error class.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"  # before the imports: submodules read it
-
 from varstore import _core_api, dtypes, errors
+from varstore._version import __version__
 from varstore._core_api import *  # noqa: F401,F403
 from varstore.checkpoint import CheckpointManager, RestoreResult, SaveHandle, restore, save
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo

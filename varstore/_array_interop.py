@@ -13,12 +13,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from varstore import devices, placement
 from varstore.errors import ReshapeError
 
 if TYPE_CHECKING:
-    from varstore.variables import Variable
+    from typing_extensions import Self
 
 __all__ = ["ArrayInterop"]
 
@@ -115,8 +116,9 @@ class ArrayInterop:
         if dtype is not None and np.dtype(dtype) != buf.dtype:
             if copy is False:
                 raise ValueError(f"variable '{self._name}' has dtype {buf.dtype}; dtype {np.dtype(dtype)} needs a copy")
-            return buf.astype(dtype)
-        view = buf.view()
+            converted: npt.NDArray[Any] = buf.astype(dtype)
+            return converted
+        view: npt.NDArray[Any] = buf.view()
         view.flags.writeable = False
         return view
 
@@ -288,15 +290,15 @@ class ArrayInterop:
     def __le__(self, other: Any) -> Any: return np.less_equal(self, other)
     def __gt__(self, other: Any) -> Any: return np.greater(self, other)
     def __ge__(self, other: Any) -> Any: return np.greater_equal(self, other)
-    def __eq__(self, other: Any) -> Any: return np.equal(self, other)  # type: ignore[override]
-    def __ne__(self, other: Any) -> Any: return np.not_equal(self, other)  # type: ignore[override]
+    def __eq__(self, other: Any) -> Any: return np.equal(self, other)
+    def __ne__(self, other: Any) -> Any: return np.not_equal(self, other)
 
     def __hash__(self) -> int:
         """Identity hash, so variables work as dict keys and set members (TF2 raises; see docs)."""
         return id(self)
 
     # In-place operators update the variable in place (NumPy semantics), with assign's checks.
-    def __iadd__(self, other: Any) -> Variable: return self.assign_add(other)  # type: ignore[attr-defined,no-any-return]
-    def __isub__(self, other: Any) -> Variable: return self.assign_sub(other)  # type: ignore[attr-defined,no-any-return]
-    def __imul__(self, other: Any) -> Variable: return self.assign(np.multiply(self, other))  # type: ignore[attr-defined,no-any-return]
-    def __itruediv__(self, other: Any) -> Variable: return self.assign(np.true_divide(self, other))  # type: ignore[attr-defined,no-any-return]
+    def __iadd__(self, other: Any) -> Self: return self.assign_add(other)  # type: ignore[attr-defined,no-any-return]
+    def __isub__(self, other: Any) -> Self: return self.assign_sub(other)  # type: ignore[attr-defined,no-any-return]
+    def __imul__(self, other: Any) -> Self: return self.assign(np.multiply(self, other))  # type: ignore[attr-defined,no-any-return]
+    def __itruediv__(self, other: Any) -> Self: return self.assign(np.true_divide(self, other))  # type: ignore[attr-defined,no-any-return]

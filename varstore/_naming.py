@@ -1,6 +1,8 @@
 """Name rules: validate variable and scope names, join them, and make names unique as a TF1 graph does.
 
-Knows nothing about variables or stores; `scopes.py` applies these rules.
+The one definition of a valid name: `scopes.py` applies it to new variables
+and scopes, `checkpoint/manifest.py` to the names a checkpoint stores.
+Knows nothing about variables, stores or files.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ def validate_name(name: object, what: str = "variable name") -> str:
         raise InvalidNameError(f"a {what} must not be empty")
     if name.startswith("/") or name.endswith("/"):
         raise InvalidNameError(f"{what} {name!r} must not start or end with '/'")
-    for ch in name:
-        if unicodedata.category(ch) == "Cc":
-            raise InvalidNameError(f"{what} {name!r} contains the control character {ch!r}")
+    if not name.isprintable():  # fast path: printable names hold no control character
+        for ch in name:
+            if unicodedata.category(ch) == "Cc":
+                raise InvalidNameError(f"{what} {name!r} contains the control character {ch!r}")
     for part in name.split("/"):
         if part == "":
             raise InvalidNameError(f"{what} {name!r} has an empty part ('//')")

@@ -17,7 +17,7 @@ import os
 import re
 import threading
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -57,6 +57,9 @@ _GPU_KINDS = frozenset("biufc")
 _state_lock = threading.Lock()
 _soft_placement = True
 _log_placement = False
+#: NumPy's casting rules (the `casting=` argument of np.copyto / np.can_cast).
+Casting = Literal["no", "equiv", "safe", "same_kind", "unsafe"]
+
 _cupy_module: ModuleType | None = None
 _cupy_probed = False
 _gpu_count_override: int | None = None
@@ -121,7 +124,7 @@ def _set_gpu_count_override(count: int | None) -> None:
     _gpu_count_override = count
 
 
-def gpu_supports(dtype: Any) -> bool:
+def gpu_supports(dtype: npt.DTypeLike) -> bool:
     """True when CuPy can hold and compute with `dtype` (bool, ints, floats, complex; not bfloat16/float8/strings)."""
     dt = np.dtype(dtype)
     return dt.kind in _GPU_KINDS and dt.type.__module__ == "numpy"
@@ -159,7 +162,7 @@ def log_placement(name: str, label: str) -> None:
         PLACEMENT_LOGGER.info("%s -> %s", name, label)
 
 
-def place(requested: str | None, dtype: Any, *, what: str = "a variable") -> str:
+def place(requested: str | None, dtype: npt.DTypeLike, *, what: str = "a variable") -> str:
     """Chooses the device for a new array.
 
     Args:
@@ -222,7 +225,8 @@ def device_of_array(array: Any) -> str:
 def to_host(array: Any) -> npt.NDArray[Any]:
     """A NumPy array for `array`: CuPy arrays are copied to the host, NumPy arrays returned as they are."""
     if is_device_array(array):
-        return array.get()
+        host: npt.NDArray[Any] = array.get()
+        return host
     return np.asarray(array)
 
 
@@ -246,7 +250,7 @@ def to_device(array: Any, label: str, *, copy: bool = False) -> Any:
     return host
 
 
-def empty(shape: tuple[int, ...], dtype: Any, label: str) -> Any:
+def empty(shape: tuple[int, ...], dtype: npt.DTypeLike, label: str) -> Any:
     """An uninitialized C-contiguous array of `shape` and `dtype` on device `label`."""
     if is_gpu(label):
         cp = array_module(label)
@@ -255,7 +259,7 @@ def empty(shape: tuple[int, ...], dtype: Any, label: str) -> Any:
     return np.empty(shape, dtype=dtype)
 
 
-def copy_into(destination: Any, source: Any, *, casting: str = "same_kind") -> None:
+def copy_into(destination: Any, source: Any, *, casting: Casting = "same_kind") -> None:
     """Copies `source` into `destination` in place (same buffer), moving it to the destination's device.
 
     Raises:

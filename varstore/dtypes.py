@@ -9,10 +9,10 @@ variables or files.
 
 from __future__ import annotations
 
-from typing import Any
 
 import ml_dtypes
 import numpy as np
+import numpy.typing as npt
 
 from varstore.errors import UnsupportedDtypeError
 
@@ -28,11 +28,11 @@ __all__ = [
     "SUPPORTED_NAMES",
 ]
 
-bfloat16 = np.dtype(ml_dtypes.bfloat16)
-float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
-float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
+bfloat16: np.dtype = np.dtype(ml_dtypes.bfloat16)
+float8_e4m3fn: np.dtype = np.dtype(ml_dtypes.float8_e4m3fn)
+float8_e5m2: np.dtype = np.dtype(ml_dtypes.float8_e5m2)
 
-_EXTENSION = {
+_EXTENSION: dict[str, np.dtype] = {
     "bfloat16": bfloat16,
     "float8_e4m3fn": float8_e4m3fn,
     "float8_e5m2": float8_e5m2,
@@ -47,7 +47,7 @@ _NUMERIC = [
 SUPPORTED_NAMES = tuple(_NUMERIC) + tuple(_EXTENSION)
 
 
-def as_dtype(dtype: Any) -> np.dtype:
+def as_dtype(dtype: npt.DTypeLike) -> np.dtype:
     """Returns the NumPy dtype for a logical name, NumPy dtype or scalar type.
 
     Accepts "float32", np.float32, "bfloat16", "float8_e4m3fn", "S5", "U3",
@@ -59,7 +59,7 @@ def as_dtype(dtype: Any) -> np.dtype:
     if isinstance(dtype, str) and dtype in _EXTENSION:
         return _EXTENSION[dtype]
     try:
-        result = np.dtype(dtype)
+        result: np.dtype = np.dtype(dtype)
     except (TypeError, ValueError) as err:
         raise UnsupportedDtypeError(f"unknown dtype {dtype!r}") from err
     if result.kind == "O":
@@ -75,7 +75,7 @@ def as_dtype(dtype: Any) -> np.dtype:
     return result
 
 
-def dtype_name(dtype: Any) -> str:
+def dtype_name(dtype: npt.DTypeLike) -> str:
     """Returns the logical name of a dtype: "float32", "bfloat16", "S5", "U3".
 
     Raises:
@@ -86,21 +86,22 @@ def dtype_name(dtype: Any) -> str:
         return f"S{dt.itemsize}"
     if dt.kind == "U":
         return f"U{dt.itemsize // 4}"
-    return dt.name
+    name: str = dt.name
+    return name
 
 
-def is_extension(dtype: Any) -> bool:
+def is_extension(dtype: npt.DTypeLike) -> bool:
     """True for the ml_dtypes types (bfloat16, float8_*) that HDF5/Zarr cannot store natively."""
     return dtype_name(dtype) in _EXTENSION
 
 
-def is_floating(dtype: Any) -> bool:
+def is_floating(dtype: npt.DTypeLike) -> bool:
     """True for float16/32/64, bfloat16 and float8 dtypes (the ones glorot_uniform applies to)."""
     dt = as_dtype(dtype)
     return dt.kind == "f" or dt.name in _EXTENSION
 
 
-def storage_dtype(dtype: Any) -> np.dtype:
+def storage_dtype(dtype: npt.DTypeLike) -> np.dtype:
     """The plain unsigned dtype of the same itemsize, used to store extension dtypes bit-exactly.
 
     bfloat16 -> uint16, float8_* -> uint8. Other dtypes are returned unchanged.

@@ -34,6 +34,10 @@ __all__ = [
     "CheckpointLockedError",
     "InvalidMetadataError",
     "ScopeError",
+    "ObjectStoreError",
+    "ObjectNotFoundError",
+    "ConditionalWriteError",
+    "InvalidURLError",
 ]
 
 
@@ -151,3 +155,25 @@ class ScopeError(VarstoreError, ValueError):
 class ConversionError(VarstoreError, ValueError):
     """convert() or a foreign-format writer got options it cannot honour: a malformed rename rule,
     a rename that makes two names equal, a non-float --dtype, a duplicate name."""
+
+
+# ---------------------------------------------------------- object storage
+class ObjectStoreError(CheckpointError):
+    """A request to an object store (s3://, gs://, az://) failed after its retries; names the URL.
+
+    Messages never contain credentials: secret keys, session tokens and signatures are redacted.
+    """
+
+
+class ObjectNotFoundError(ObjectStoreError, FileNotFoundError):
+    """The object store has no object at the URL (GET/HEAD answered 404)."""
+
+
+class ConditionalWriteError(ObjectStoreError):
+    """A conditional write (If-None-Match: * or If-Match: etag) lost a race: another writer
+    created or changed the object first. Re-read the object and decide again."""
+
+
+class InvalidURLError(ObjectStoreError, ValueError):
+    """An object-store URL is malformed (no bucket, unknown scheme), storage_options has an unknown key,
+    or a client setting is out of range (part_size below 5 MiB, max_in_flight below 1)."""

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol, Union, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -21,7 +22,7 @@ from varstore import dtypes
 from varstore.errors import InitializerError
 
 __all__ = [
-    "Initializer",
+    "Initializer", "InitializerFunction", "ShapeLike",
     "Zeros", "Ones", "Constant", "RandomNormal", "TruncatedNormal", "RandomUniform",
     "VarianceScaling", "GlorotUniform", "GlorotNormal", "HeNormal", "HeUniform",
     "LecunNormal", "LecunUniform", "Orthogonal", "Identity",
@@ -30,6 +31,21 @@ __all__ = [
     "lecun_normal", "lecun_uniform", "orthogonal", "identity",
     "set_random_seed", "get_random_seed", "compute_fans", "rng_for",
 ]
+
+#: A shape: an int (one dimension) or a sequence of ints.
+ShapeLike = Union[int, Sequence[int]]
+
+
+class InitializerFunction(Protocol):
+    """Any callable `(shape, dtype) -> array` used as an initializer (every `Initializer` is one).
+
+    Called with the variable's shape (tuple of ints) and NumPy dtype; returns
+    an array of that shape whose dtype casts ("same_kind") to `dtype`.
+    """
+
+    def __call__(self, shape: tuple[int, ...], dtype: np.dtype, /) -> npt.ArrayLike:
+        """The initial value for a variable of `shape` and `dtype`."""
+
 
 # TF2: stddev of a standard normal truncated to [-2, 2] is 0.87962566103423978.
 _TRUNCATED_STDDEV_CORRECTION = 0.87962566103423978
@@ -80,17 +96,18 @@ def compute_fans(shape: tuple[int, ...]) -> tuple[float, float]:
     return float(shape[-2] * receptive_field), float(shape[-1] * receptive_field)
 
 
-def _shape(shape: Any) -> tuple[int, ...]:
+def _shape(shape: ShapeLike) -> tuple[int, ...]:
+    result: tuple[int, ...]
     try:
-        result = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else tuple(shape)))
+        result = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else tuple(cast(Any, shape))))
     except TypeError:
-        result = (int(shape),)
+        result = (int(cast(Any, shape)),)
     if any(d < 0 for d in result):
         raise InitializerError(f"shape {result} has a negative dimension")
     return result
 
 
-def _float_dtype(dtype: Any, who: str) -> np.dtype:
+def _float_dtype(dtype: npt.DTypeLike | None, who: str) -> np.dtype:
     dt = dtypes.as_dtype(np.float32 if dtype is None else dtype)
     if not dtypes.is_floating(dt):
         raise InitializerError(f"{who} makes floating-point values; dtype {dt.name} is not floating "
@@ -118,7 +135,7 @@ class Initializer:
 
     seed: int | None = None
 
-    def __call__(self, shape: Any, dtype: Any = None, *, name: str | None = None) -> npt.NDArray[Any]:
+    def __call__(self, shape: ShapeLike, dtype: npt.DTypeLike | None = None, *, name: str | None = None) -> npt.NDArray[Any]:
         raise NotImplementedError
 
     def _rng(self, name: str | None) -> np.random.Generator:
@@ -132,14 +149,14 @@ class Initializer:
 class Zeros(Initializer):
     """All zeros (any dtype), as tf.keras.initializers.Zeros."""
 
-    def __call__(self, shape: Any, dtype: Any = None, *, name: str | None = None) -> npt.NDArray[Any]:
+    def __call__(self, shape: ShapeLike, dtype: npt.DTypeLike | None = None, *, name: str | None = None) -> npt.NDArray[Any]:
         return np.zeros(_shape(shape), dtype=dtypes.as_dtype(np.float32 if dtype is None else dtype))
 
 
 class Ones(Initializer):
     """All ones (any numeric dtype), as tf.keras.initializers.Ones."""
 
-    def __call__(self, shape: Any, dtype: Any = None, *, name: str | None = None) -> npt.NDArray[Any]:
+    def __call__(self, shape: ShapeLike, dtype: npt.DTypeLike | None = None, *, name: str | None = None) -> npt.NDArray[Any]:
         return np.ones(_shape(shape), dtype=dtypes.as_dtype(np.float32 if dtype is None else dtype))
 
 
@@ -151,10 +168,10 @@ class Constant(Initializer):
         prod(shape) elements (reshaped in C order, as TF1's constant_initializer).
     """
 
-    def __init__(self, value: Any = 0.0) -> None:
+    def __init__(self, value: npt.ArrayLike = 0.0) -> None:
         self.value = value
 
-    def __call__(self, shape: Any, dtype: Any = None, *, name: str | None = None) -> npt.NDArray[Any]:
+    def __call__(self, shape: ShapeLike, dtype: npt.DTypeLike | None = None, *, name: str | None = None) -> npt.NDArray[Any]:
         shape = _shape(shape)
         dt = dtypes.as_dtype(np.float32 if dtype is None else dtype)
         value = np.asarray(self.value)
@@ -174,7 +191,7 @@ class RandomNormal(Initializer):
     def __init__(self, mean: float = 0.0, stddev: float = 0.05, seed: int | None = None) -> None:
         self.mean, self.stddev, self.seed = mean, stddev, seed
 
-    def __call__(self, shape: Any, dtype: Any = None, *, name: str | None = None) -> npt.NDArray[Any]:
+    def __call__(self, shape: ShapeLike, dtype: npt.DTypeLike | None = None, *, name: str | None = None) -> npt.NDArray[Any]:
         dt = _float_dtype(dtype, "random_normal")
         return self._rng(name).normal(self.mean, self.stddev, _shape(shape)).astype(dt)
 
@@ -185,7 +202,7 @@ class TruncatedNormal(Initializer):
     def __init__(self, mean: float = 0.0, stddev: float = 0.05, seed: int | None = None) -> None:
         self.mean, self.stddev, self.seed = mean, stddev, seed
 
-    def __call__(self, shape: Any, dtype: Any = None, *, name: str | None = None) -> npt.NDArray[Any]:
+    def __call__(self, shape: ShapeLike, dtype: npt.DTypeLike | None = None, *, name: str | None = None) -> npt.NDArray[Any]:
         dt = _float_dtype(dtype, "truncated_normal")
         return _truncated_normal(self._rng(name), _shape(shape), self.mean, self.stddev).astype(dt)
 
@@ -199,7 +216,7 @@ class RandomUniform(Initializer):
     def __init__(self, minval: float = -0.05, maxval: float = 0.05, seed: int | None = None) -> None:
         self.minval, self.maxval, self.seed = minval, maxval, seed
 
-    def __call__(self, shape: Any, dtype: Any = None, *, name: str | None = None) -> npt.NDArray[Any]:
+    def __call__(self, shape: ShapeLike, dtype: npt.DTypeLike | None = None, *, name: str | None = None) -> npt.NDArray[Any]:
         dt = dtypes.as_dtype(np.float32 if dtype is None else dtype)
         rng = self._rng(name)
         if dt.kind in "iu":
@@ -236,7 +253,7 @@ class VarianceScaling(Initializer):
                 f"'uniform', got {distribution!r}")
         self.scale, self.mode, self.distribution, self.seed = scale, mode, distribution, seed
 
-    def __call__(self, shape: Any, dtype: Any = None, *, name: str | None = None) -> npt.NDArray[Any]:
+    def __call__(self, shape: ShapeLike, dtype: npt.DTypeLike | None = None, *, name: str | None = None) -> npt.NDArray[Any]:
         dt = _float_dtype(dtype, type(self).__name__)
         shape = _shape(shape)
         fan_in, fan_out = compute_fans(shape)
@@ -309,7 +326,7 @@ class Orthogonal(Initializer):
     def __init__(self, gain: float = 1.0, seed: int | None = None) -> None:
         self.gain, self.seed = gain, seed
 
-    def __call__(self, shape: Any, dtype: Any = None, *, name: str | None = None) -> npt.NDArray[Any]:
+    def __call__(self, shape: ShapeLike, dtype: npt.DTypeLike | None = None, *, name: str | None = None) -> npt.NDArray[Any]:
         dt = _float_dtype(dtype, "orthogonal")
         shape = _shape(shape)
         if len(shape) < 2:
@@ -334,7 +351,7 @@ class Identity(Initializer):
     def __init__(self, gain: float = 1.0) -> None:
         self.gain = gain
 
-    def __call__(self, shape: Any, dtype: Any = None, *, name: str | None = None) -> npt.NDArray[Any]:
+    def __call__(self, shape: ShapeLike, dtype: npt.DTypeLike | None = None, *, name: str | None = None) -> npt.NDArray[Any]:
         shape = _shape(shape)
         if len(shape) != 2:
             raise InitializerError(f"identity needs a 2-D shape, got {shape}")

@@ -22,6 +22,7 @@ from varstore.errors import DeviceError
 __all__ = [
     "PlacementRequest",
     "DeviceFunction",
+    "DeviceSpec",
     "device",
     "requested_device",
     "compute_device",
@@ -49,6 +50,9 @@ class PlacementRequest:
 #: A callable mapping a PlacementRequest to a device name, or None to defer to outer contexts.
 DeviceFunction = Callable[[PlacementRequest], Union[str, None]]
 
+#: What a device argument accepts: a device name ("cpu:0", "/device:GPU:0"), a device function, or None.
+DeviceSpec = Union[str, DeviceFunction, None]
+
 _CLEAR = object()  # device(None): ignore every outer context, as tf.device(None)
 
 
@@ -61,7 +65,7 @@ _stack = _Stack()
 
 
 @contextlib.contextmanager
-def device(spec: str | DeviceFunction | None) -> Iterator[None]:
+def device(spec: DeviceSpec) -> Iterator[None]:
     """Places variables created inside on a device, as tf.device.
 
     Contexts nest; the innermost one that gives an answer wins. A string

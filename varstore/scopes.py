@@ -16,9 +16,10 @@ import inspect
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from varstore import _naming, devices, dtypes, variables
 from varstore.collections import GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES, CollectionRegistry
@@ -30,8 +31,9 @@ from varstore.errors import (
     VariableExistsError,
     VariableNotFoundError,
 )
-from varstore.initializers import GlorotUniform, Initializer, Zeros
-from varstore.variables import ValueSource, Variable, convert_value
+from varstore.initializers import GlorotUniform, Initializer, InitializerFunction, Zeros
+from varstore.placement import DeviceSpec
+from varstore.variables import InitialValue, ValueSource, Variable, convert_value, lazy_variable
 
 __all__ = [
     "AUTO_REUSE",
@@ -62,8 +64,15 @@ class _ReuseMode(enum.Enum):
 #: reuse mode: get_variable returns the existing variable or creates it (tf.compat.v1.AUTO_REUSE).
 AUTO_REUSE = _ReuseMode.AUTO_REUSE
 
-Reuse = Any  # None | bool | AUTO_REUSE
-Resolver = Callable[[str], "ValueSource | None"]
+#: A reuse mode: False/None (create only), True (reuse only) or AUTO_REUSE.
+Reuse = Union[bool, _ReuseMode, None]
+#: A pending-restore hook: full variable name -> where to restore it from, or None.
+Resolver = Callable[[str], Union[ValueSource, None]]
+#: A requested shape: ints, None for "any" on reuse, or None when the initializer gives it.
+PartialShape = Union[int, Sequence[Union[int, None]], None]
+#: What get_variable accepts as initializer: an Initializer (or its class), any
+#: callable (shape, dtype) -> array, or the value itself (array, Variable, Python value).
+InitializerSpec = Union[Variable, Initializer, "type[Initializer]", InitializerFunction, npt.ArrayLike, None]
 
 
 class VariableScope:
@@ -78,7 +87,7 @@ class VariableScope:
     """
 
     def __init__(self, store: VariableStore, name: str, reuse: Reuse = False,
-                 initializer: Any = None, dtype: Any = None) -> None:
+                 initializer: InitializerSpec = None, dtype: npt.DTypeLike | None = None) -> None:
         self._store = store
         self._name = name
         self._reuse: Reuse = reuse if reuse else False
@@ -101,11 +110,11 @@ class VariableScope:
         """Makes get_variable in this scope (and scopes opened inside it from now on) reuse, as TF1."""
         self._reuse = True
 
-    def set_initializer(self, initializer: Any) -> None:
+    def set_initializer(self, initializer: InitializerSpec) -> None:
         """Sets the default initializer."""
         self.initializer = initializer
 
-    def set_dtype(self, dtype: Any) -> None:
+    def set_dtype(self, dtype: npt.DTypeLike) -> None:
         """Sets the default dtype."""
         self.dtype = dtypes.as_dtype(dtype)
 
@@ -121,7 +130,7 @@ class _Frames(threading.local):
 _frames = _Frames()
 
 
-def _shape_tuple(shape: Any, what: str) -> tuple[int | None, ...] | None:
+def _shape_tuple(shape: PartialShape, what: str) -> tuple[int | None, ...] | None:
     if shape is None:
         return None
     if isinstance(shape, (int, np.integer)):
@@ -132,7 +141,7 @@ def _shape_tuple(shape: Any, what: str) -> tuple[int | None, ...] | None:
         raise ShapeMismatchError(f"{what}: shape must be a sequence of ints, got {shape!r}") from err
 
 
-def _is_value(initializer: Any) -> bool:
+def _is_value(initializer: InitializerSpec) -> bool:
     """True for initializers that ARE the value (arrays, Variables, Python values), as TF1's initializing_from_value."""
     if initializer is None:
         return False
@@ -172,7 +181,8 @@ class VariableStore:
 
     @contextlib.contextmanager
     def variable_scope(self, name_or_scope: str | VariableScope | None, default_name: str | None = None,
-                       reuse: Reuse = None, initializer: Any = None, dtype: Any = None) -> Iterator[VariableScope]:
+                       reuse: Reuse = None, initializer: InitializerSpec = None,
+                       dtype: npt.DTypeLike | None = None) -> Iterator[VariableScope]:
         """Opens a variable scope, as tf.compat.v1.variable_scope.
 
         Args:
@@ -249,14 +259,26 @@ class VariableStore:
         return f"{prefix}_{index}"
 
     # -------------------------------------------------------- variable hooks
-    def _claim_name(self, name: str | None) -> str:
-        """A unique full name for a Variable(...) in the current scope ("Variable", "Variable_1", ...)."""
+    def claim_name(self, name: str | None) -> str:
+        """A unique full name for a Variable(...) in the current scope ("Variable", "Variable_1", ...).
+
+        Part of the `VariableRegistry` protocol (`Variable.__init__` calls it).
+
+        Raises:
+          InvalidNameError: `name` is malformed.
+        """
         base = "Variable" if name is None else _naming.validate_name(name)
         with self._lock:
             return self._namer.unique(_naming.join(self.current_scope().name, base))
 
-    def _track(self, var: Variable, collections: Sequence[str] | None, trainable: bool, *, weak: bool) -> None:
-        """Registers a new variable (collections as TF1: default [GLOBAL_VARIABLES], plus TRAINABLE when trainable)."""
+    def track_variable(self, var: Variable, collections: Sequence[str] | str | None, trainable: bool, *,
+                       weak: bool) -> None:
+        """Registers a new variable (collections as TF1: default [GLOBAL_VARIABLES], plus TRAINABLE when trainable).
+
+        Part of the `VariableRegistry` protocol. A weakly held variable (made by
+        `Variable(...)`) is freed when nobody references it; a pending restore
+        that knows its name fills it now.
+        """
         names = [GLOBAL_VARIABLES] if collections is None else list(collections)
         if isinstance(collections, str):
             names = [collections]
@@ -287,9 +309,9 @@ class VariableStore:
         return None
 
     # ----------------------------------------------------------- get_variable
-    def get_variable(self, name: str, shape: Any = None, dtype: Any = None, initializer: Any = None,
-                     trainable: bool = True, collections: Sequence[str] | None = None,
-                     device: Any = None) -> Variable:
+    def get_variable(self, name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
+                     initializer: InitializerSpec = None, trainable: bool = True,
+                     collections: Sequence[str] | None = None, device: DeviceSpec = None) -> Variable:
         """Gets an existing variable or creates a new one, as tf.compat.v1.get_variable.
 
         The new variable is lazy: nothing is allocated until it is read,
@@ -347,7 +369,7 @@ class VariableStore:
                                trainable, collections, device)
         return var
 
-    def _check_reuse(self, found: Variable, shape: tuple[int | None, ...] | None, dtype: Any) -> None:
+    def _check_reuse(self, found: Variable, shape: tuple[int | None, ...] | None, dtype: npt.DTypeLike | None) -> None:
         if shape is not None and (len(shape) != len(found.shape) or
                                   any(d is not None and d != f for d, f in zip(shape, found.shape))):
             raise ShapeMismatchError(
@@ -358,11 +380,11 @@ class VariableStore:
                 f"cannot reuse variable '{found.name}': get_variable asked for dtype "
                 f"{dtypes.dtype_name(dtype)}, the existing variable has dtype {dtypes.dtype_name(found.dtype)}")
 
-    def _create(self, full: str, shape: tuple[int | None, ...] | None, dtype: Any, initializer: Any,
-                trainable: bool, collections: Sequence[str] | None, device: Any) -> Variable:
+    def _create(self, full: str, shape: tuple[int | None, ...] | None, dtype: npt.DTypeLike | None,
+                init_spec: InitializerSpec, trainable: bool, collections: Sequence[str] | None,
+                device: DeviceSpec) -> Variable:
         what = f"get_variable('{full}')"
-        if inspect.isclass(initializer):
-            initializer = initializer()
+        initializer: InitialValue = init_spec() if inspect.isclass(init_spec) else init_spec
         dt = None if dtype is None else dtypes.as_dtype(dtype)
         if _is_value(initializer):
             if isinstance(initializer, Variable):
@@ -371,13 +393,14 @@ class VariableStore:
                     raise DtypeMismatchError(f"{what}: initializer variable '{initializer.name}' has dtype "
                                              f"{value_dtype.name}, which does not cast to {dt.name}")
             else:
-                initializer = convert_value(initializer, dt, what=f"variable '{full}'")
-                value_shape, value_dtype = tuple(initializer.shape), np.dtype(initializer.dtype)
+                value = convert_value(initializer, dt, what=f"variable '{full}'")
+                value_shape, value_dtype = tuple(value.shape), np.dtype(value.dtype)
+                initializer = value
             if shape is not None and tuple(shape) != value_shape:
                 raise ShapeMismatchError(
                     f"{what}: shape {tuple(shape)} differs from the shape {value_shape} of the value given "
                     f"as initializer; leave shape out")
-            shape = value_shape
+            shape = tuple(value_shape)
             dt = dt if dt is not None else value_dtype
         dt = dt if dt is not None else np.dtype(np.float32)
         source = self._pending_source(full)
@@ -387,6 +410,7 @@ class VariableStore:
             raise InitializerError(
                 f"{what} needs a fully defined shape to create the variable, got {shape}; pass shape=... "
                 f"or an array as initializer")
+        full_shape = tuple(int(d) for d in shape if d is not None)
         if initializer is None:
             if dtypes.is_floating(dt):
                 initializer = GlorotUniform()
@@ -397,11 +421,11 @@ class VariableStore:
                                        f"pass initializer=...")
         elif not (_is_value(initializer) or isinstance(initializer, Initializer) or callable(initializer)):
             raise InitializerError(f"{what}: initializer {initializer!r} is not callable")
-        var = Variable._create_lazy(self, full, tuple(int(d) for d in shape), dt, initializer, trainable, device)
+        var = lazy_variable(full, full_shape, dt, initializer, trainable, device)
         if source is not None:
             var.restore_from(source)
         self._namer.claim(full)
-        self._track(var, collections, trainable, weak=False)
+        self.track_variable(var, collections, trainable, weak=False)
         return var
 
     # ------------------------------------------------------------ inventory
@@ -430,7 +454,7 @@ class VariableStore:
             return found if found is not None else self._weak.get(full_name)
 
     # ----------------------------------------------------------- collections
-    def add_to_collection(self, name: str, value: Any) -> None:
+    def add_to_collection(self, name: str, value: object) -> None:
         """Adds `value` to collection `name`, as tf.compat.v1.add_to_collection (once; identity).
 
         Variables not made by get_variable are held weakly; other values strongly.
@@ -438,7 +462,7 @@ class VariableStore:
         weak = isinstance(value, Variable) and self._shared.get(value.name) is not value
         self._registry.add(name, value, weak=weak)
 
-    def add_to_collections(self, names: Sequence[str], value: Any) -> None:
+    def add_to_collections(self, names: Sequence[str] | str, value: object) -> None:
         """add_to_collection for each name."""
         for name in [names] if isinstance(names, str) else names:
             self.add_to_collection(name, value)
@@ -516,12 +540,12 @@ def reset_default_store() -> VariableStore:
         return _default_store
 
 
-variables._set_store_provider(get_default_store)
+variables.set_default_registry(get_default_store)
 
 
 def variable_scope(name_or_scope: str | VariableScope | None, default_name: str | None = None,
-                   reuse: Reuse = None, initializer: Any = None,
-                   dtype: Any = None) -> contextlib.AbstractContextManager[VariableScope]:
+                   reuse: Reuse = None, initializer: InitializerSpec = None,
+                   dtype: npt.DTypeLike | None = None) -> contextlib.AbstractContextManager[VariableScope]:
     """`VariableStore.variable_scope` on the default store (a scope object re-enters its own store)."""
     store = name_or_scope._store if isinstance(name_or_scope, VariableScope) else get_default_store()
     return store.variable_scope(name_or_scope, default_name, reuse, initializer, dtype)
@@ -532,9 +556,9 @@ def get_variable_scope() -> VariableScope:
     return get_default_store().current_scope()
 
 
-def get_variable(name: str, shape: Any = None, dtype: Any = None, initializer: Any = None,
-                 trainable: bool = True, collections: Sequence[str] | None = None,
-                 device: Any = None) -> Variable:
+def get_variable(name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
+                 initializer: InitializerSpec = None, trainable: bool = True,
+                 collections: Sequence[str] | None = None, device: DeviceSpec = None) -> Variable:
     """`VariableStore.get_variable` on the default store."""
     return get_default_store().get_variable(name, shape, dtype, initializer, trainable, collections, device)
 
@@ -544,7 +568,7 @@ def get_collection(name: str, scope: str | None = None) -> list[Any]:
     return get_default_store().get_collection(name, scope)
 
 
-def add_to_collection(name: str, value: Any) -> None:
+def add_to_collection(name: str, value: object) -> None:
     """`VariableStore.add_to_collection` on the default store."""
     get_default_store().add_to_collection(name, value)
 

@@ -3,9 +3,10 @@
 Holds the value (NumPy on the host, CuPy on a GPU, through `devices`), runs
 the initializer on first use, checks every assign, and restores from a
 `ValueSource` (the hook the checkpoint layer implements). Naming rules,
-scopes and collections belong to the store (`scopes.py`): a Variable asks
-its store for a name and registers there. Never does file I/O and never
-imports the checkpoint layer.
+scopes and collections belong to the store: a Variable asks the
+`VariableRegistry` it is given (or the default one, which `scopes.py`
+installs with `set_default_registry`) for a name and registers there.
+Never does file I/O, never imports the checkpoint layer or `scopes.py`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import reprlib
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Union, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -25,12 +26,26 @@ from varstore.errors import (
     DtypeMismatchError,
     InitializationCycleError,
     InitializerError,
+    ScopeError,
     ShapeMismatchError,
     UnsupportedDtypeError,
 )
-from varstore.initializers import Initializer
+from varstore.initializers import Initializer, InitializerFunction
+from varstore.placement import DeviceSpec
 
-__all__ = ["Variable", "ValueSource", "check_restorable", "convert_value", "host_views", "restore_many"]
+__all__ = [
+    "Variable",
+    "ValueSource",
+    "VariableRegistry",
+    "InitialValue",
+    "check_restorable",
+    "convert_value",
+    "default_registry",
+    "host_views",
+    "lazy_variable",
+    "restore_many",
+    "set_default_registry",
+]
 
 
 @runtime_checkable
@@ -43,12 +58,47 @@ class ValueSource(Protocol):
       dtype: the stored (logical) NumPy dtype.
     """
 
-    origin: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
+    @property
+    def origin(self) -> str: ...
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> np.dtype: ...
 
     def read_into(self, out: npt.NDArray[Any]) -> None:
         """Fills `out` (host, C-contiguous, the variable's shape and dtype), casting from `dtype`."""
+
+
+class VariableRegistry(Protocol):
+    """The store a Variable joins: it names the variable, then registers it (implemented by `VariableStore`).
+
+    Passed as `Variable(..., store=...)`, or found through
+    `default_registry()`; `VariableStore.get_variable` makes its lazy
+    variables with `lazy_variable` and registers them itself. The protocol is the whole contract between
+    a variable and its store; the variable never sees scopes or collections.
+    """
+
+    def claim_name(self, name: str | None) -> str:
+        """A unique full name for a new variable called `name` ("Variable" when None) in the current scope.
+
+        Raises:
+          InvalidNameError: `name` is malformed.
+        """
+
+    def track_variable(self, variable: Variable, collections: Sequence[str] | str | None, trainable: bool,
+                       *, weak: bool) -> None:
+        """Registers a new variable in `collections` (TF1 defaults), held weakly when `weak`.
+
+        May hand the variable a pending restore (`variable.restore_from`).
+        """
+
+
+#: What a variable's value may be made from: an initializer (an `Initializer`,
+#: or any callable `(shape, dtype) -> array`), another Variable, or the value
+#: itself (array, Python scalar or list); None means "assign or restore first".
+InitialValue = Union["Variable", Initializer, InitializerFunction, npt.ArrayLike, None]
 
 
 # ---------------------------------------------------------------- helpers
@@ -62,22 +112,30 @@ class _InitStack(threading.local):
 
 _init_stack = _InitStack()
 
-#: Set by varstore.scopes: returns the store new Variables register with.
-_store_provider: Callable[[], Any] | None = None
+_registry_provider: Callable[[], VariableRegistry] | None = None
 
 
-def _set_store_provider(provider: Callable[[], Any]) -> None:
-    global _store_provider
-    _store_provider = provider
+def set_default_registry(provider: Callable[[], VariableRegistry]) -> None:
+    """Installs the function that gives the registry a `Variable(...)` without `store=` joins.
+
+    `varstore.scopes` installs `get_default_store` (the store of the active
+    variable_scope, else the process-wide one) when it is imported, which
+    `import varstore` does.
+    """
+    global _registry_provider
+    _registry_provider = provider
 
 
-def _current_store() -> Any:
-    if _store_provider is None:  # scopes installs the provider when imported
-        import importlib
+def default_registry() -> VariableRegistry:
+    """The registry new variables join when no `store=` is given.
 
-        importlib.import_module("varstore.scopes")
-    assert _store_provider is not None
-    return _store_provider()
+    Raises:
+      ScopeError: no provider was installed with `set_default_registry`.
+    """
+    if _registry_provider is None:
+        raise ScopeError("no default VariableStore is installed: import varstore (varstore.scopes installs "
+                         "it), or pass store=... to Variable")
+    return _registry_provider()
 
 
 def _kind(dtype: np.dtype) -> str:
@@ -112,7 +170,7 @@ def _tf_dtype(value: Any, inferred: np.dtype) -> np.dtype:
     return inferred
 
 
-def convert_value(value: Any, dtype: Any = None, *, what: str = "a variable") -> Any:
+def convert_value(value: Any, dtype: npt.DTypeLike | None = None, *, what: str = "a variable") -> Any:
     """Turns a Python value, NumPy/CuPy array or Variable into an array (not copied when already one).
 
     Python scalars and lists follow TF's convention (float -> float32, int ->
@@ -188,7 +246,7 @@ def check_restorable(variable: Variable, source: ValueSource) -> None:
             f"a 'same_kind' cast between them is not possible")
 
 
-def _choose_device(name: str, shape: tuple[int, ...], dtype: np.dtype, device: Any) -> str:
+def _choose_device(name: str, shape: tuple[int, ...], dtype: np.dtype, device: DeviceSpec) -> str:
     """The device label for a new variable: explicit `device` (name or function), else the device(...) contexts, else the default."""
     request = placement.PlacementRequest(name, shape, dtype, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
     if device is None:
@@ -231,42 +289,36 @@ class Variable(ArrayInterop):
     """
 
     _collection_names: list[str]
+    _buffer: Any  # NumPy or CuPy array, None until materialized
+    _view: Any  # cached read-only view of _buffer (host_view), valid while _view_of is _buffer
+    _view_of: Any
 
-    def __init__(self, initial_value: Any, trainable: bool = True, name: str | None = None,
-                 dtype: Any = None, *, collections: list[str] | None = None, device: Any = None,
-                 store: Any = None) -> None:
+    def __init__(self, initial_value: npt.ArrayLike | Variable | Callable[[], npt.ArrayLike | Variable],
+                 trainable: bool = True, name: str | None = None, dtype: npt.DTypeLike | None = None, *,
+                 collections: Sequence[str] | None = None, device: DeviceSpec = None,
+                 store: VariableRegistry | None = None) -> None:
         if callable(initial_value) and not isinstance(initial_value, Variable):
             initial_value = initial_value()
-        store = store if store is not None else _current_store()
-        full_name = store._claim_name(name)
+        registry = store if store is not None else default_registry()
+        full_name = registry.claim_name(name)
         value = convert_value(initial_value, dtype, what=f"variable '{full_name}'")
         shape = tuple(int(d) for d in value.shape)
-        self._setup(store, full_name, shape, np.dtype(value.dtype), trainable, None)
+        self._setup(full_name, shape, np.dtype(value.dtype), trainable, None)
         self._device = _choose_device(full_name, shape, self._dtype, device)
         self._buffer = devices.to_device(value, self._device, copy=True)
-        store._track(self, collections, trainable, weak=True)
+        registry.track_variable(self, collections, trainable, weak=True)
 
-    @classmethod
-    def _create_lazy(cls, store: Any, full_name: str, shape: tuple[int, ...], dtype: np.dtype,
-                     initializer: Any, trainable: bool, device: Any) -> Variable:
-        """A variable that allocates nothing until first use (get_variable's). The caller tracks it."""
-        self = cls.__new__(cls)
-        self._setup(store, full_name, shape, dtype, trainable, initializer)
-        self._device = _choose_device(full_name, shape, dtype, device)
-        return self
-
-    def _setup(self, store: Any, name: str, shape: tuple[int, ...], dtype: np.dtype, trainable: bool,
-               initializer: Any) -> None:
-        self._store = store
+    def _setup(self, name: str, shape: tuple[int, ...], dtype: np.dtype, trainable: bool,
+               initializer: InitialValue) -> None:
         self._name = name
         self._shape = shape
         self._dtype = dtypes.as_dtype(dtype)
         self._trainable = bool(trainable)
         self._initializer = initializer
         self._source: ValueSource | None = None
-        self._buffer: Any = None
-        self._view: Any = None  # cached read-only view of _buffer (host_view), valid while _view_of is _buffer
-        self._view_of: Any = None
+        self._buffer = None
+        self._view = None
+        self._view_of = None
         self._device = "cpu:0"
         self._collection_names = []
 
@@ -344,6 +396,7 @@ class Variable(ArrayInterop):
     def _run_initializer(self) -> None:
         init = self._initializer
         what = f"variable '{self._name}'"
+        value: Any
         if isinstance(init, Variable):
             value = init._materialize()
         elif isinstance(init, Initializer):
@@ -426,7 +479,8 @@ class Variable(ArrayInterop):
         buf = self._materialize()
         if devices.is_device_array(buf):
             return devices.to_host(buf)
-        return buf.copy()
+        copied: npt.NDArray[Any] = buf.copy()
+        return copied
 
     def host_view(self) -> npt.NDArray[Any]:
         """The value on the host without a copy for CPU variables (read-only view of the live buffer); a host copy for GPU ones.
@@ -437,10 +491,11 @@ class Variable(ArrayInterop):
         if buf is None or self._source is not None:
             buf = self._materialize()
         if self._view_of is buf:
-            return self._view
+            cached: npt.NDArray[Any] = self._view
+            return cached
         if type(buf) is not np.ndarray and devices.is_device_array(buf):
             return devices.to_host(buf)
-        view = buf.view()
+        view: npt.NDArray[Any] = buf.view()
         view.flags.writeable = False
         self._view, self._view_of = view, buf  # the same buffer for life: the view stays valid
         return view
@@ -571,6 +626,30 @@ class Variable(ArrayInterop):
         raise TypeError(f"variable '{self._name}' cannot be pickled; save it in a checkpoint instead")
 
 
+def lazy_variable(full_name: str, shape: tuple[int, ...], dtype: np.dtype, initializer: InitialValue,
+                  trainable: bool, device: DeviceSpec) -> Variable:
+    """A variable that allocates nothing until first use, as get_variable makes them.
+
+    The name is used as given (the caller's registry already claimed it) and
+    the variable is NOT tracked: the caller registers it (`track_variable`).
+
+    Args:
+      full_name: the full, already unique name.
+      shape: the fixed shape.
+      dtype: the fixed dtype.
+      initializer: what the first read runs (see `InitialValue`).
+      trainable: whether the variable is meant to be trained.
+      device: device name or device function (default: the device contexts).
+
+    Raises:
+      DeviceError: see `devices.place`.
+    """
+    variable = Variable.__new__(Variable)
+    variable._setup(full_name, shape, dtype, trainable, initializer)
+    variable._device = _choose_device(full_name, shape, variable._dtype, device)
+    return variable
+
+
 # ------------------------------------------------------------------ batches
 def host_views(variables: Sequence[Variable], read_only: bool = True) -> list[npt.NDArray[Any]]:
     """`[v.host_view() for v in variables]`, at a fraction of a microsecond per materialized CPU variable.
@@ -586,7 +665,7 @@ def host_views(variables: Sequence[Variable], read_only: bool = True) -> list[np
         view object is made); only for callers that neither write into them
         nor keep them (the checkpoint writer).
     """
-    out = []
+    out: list[npt.NDArray[Any]] = []
     append = out.append
     for variable in variables:
         buf = variable._buffer
@@ -648,10 +727,14 @@ def restore_many(variables: Sequence[Variable], values: Sequence[Any]) -> None:
 class _ArraySource:
     """A host array seen as a ValueSource, for check_restorable's messages."""
 
-    def __init__(self, value: Any) -> None:
+    def __init__(self, value: npt.NDArray[Any]) -> None:
         self.origin = "a host array"
-        self.shape = tuple(value.shape)
+        self.shape = tuple(int(d) for d in value.shape)
         self.dtype = value.dtype
+        self._value = value
+
+    def read_into(self, out: npt.NDArray[Any]) -> None:
+        np.copyto(out, self._value, casting="same_kind")
 
 
 def _check_value(variable: Variable, value: Any) -> None:

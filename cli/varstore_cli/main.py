@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from varstore import __version__
+from varstore._version import __version__
 from varstore.errors import VarstoreError
 from varstore_cli import commands
 

@@ -87,3 +87,37 @@ def test_get_variable_variables_are_kept_alive_by_the_store(store):
     ref = weakref.ref(store.get_variable("kept", [3]))
     gc.collect()
     assert ref() is not None and store.get_variable_by_name("kept") is ref()
+
+
+# ------------------------------------------------ one name rule for the core and the manifest
+BAD_NAMES = ["", "/a", "a/", "a//b", "a/./b", "../a", "a/..", ".", "a\x00b", "tab\there", "new\nline", 3, None]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES, ids=repr)
+def test_the_store_and_the_manifest_reject_the_same_names(name, store):
+    from varstore.checkpoint import manifest
+
+    with pytest.raises(InvalidNameError):
+        store.get_variable(name, shape=(1,))
+    with pytest.raises(InvalidNameError):
+        manifest.validate_name(name)
+    with pytest.raises(InvalidNameError):
+        manifest.validate_names(["ok", name])
+
+
+@pytest.mark.parametrize("name", ["a", "enc/dense/kernel", "é/日本/x y", "a.b/c-d_1", "...x"])
+def test_the_store_and_the_manifest_accept_the_same_names(name, store):
+    from varstore.checkpoint import manifest
+
+    assert store.get_variable(name, shape=(1,)).name == name
+    assert manifest.validate_name(name) == name
+    manifest.validate_names(["other", name])  # no error
+
+
+def test_the_manifest_uses_the_core_name_rule():
+    from varstore import _naming
+    from varstore.checkpoint import manifest
+
+    assert manifest.validate_name is _naming.validate_name
+    with pytest.raises(InvalidNameError, match="control character '\\\\x07'"):
+        manifest.validate_name("bell\x07")

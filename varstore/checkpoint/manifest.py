@@ -18,11 +18,11 @@ import itertools
 import json
 import math
 import operator
-import unicodedata
 from typing import Any
 
 import numpy as np
 
+from varstore._naming import validate_name as _validate_name
 from varstore import dtypes as _dtypes
 from varstore.errors import CorruptCheckpointError, InvalidNameError, UnsupportedDtypeError
 
@@ -112,30 +112,8 @@ def logical_dtype(name: str) -> np.dtype:
     return _logical(name)
 
 
-def validate_name(name: Any) -> str:
-    """Returns `name` if it is a valid variable name.
-
-    Valid: a non-empty str of "/"-separated parts, none empty, "." or "..",
-    no leading or trailing "/", no control characters (Unicode category Cc,
-    NUL included). Other Unicode is kept as is.
-
-    Raises:
-      InvalidNameError: naming the offending name and the rule.
-    """
-    if not isinstance(name, str) or not name:
-        raise InvalidNameError(f"variable name {name!r} is not a non-empty string")
-    if name.startswith("/") or name.endswith("/"):
-        raise InvalidNameError(f"variable name {name!r} has a leading or trailing '/'")
-    for part in name.split("/"):
-        if part in ("", ".", ".."):
-            raise InvalidNameError(
-                f"variable name {name!r} has an empty, '.' or '..' part; use names like 'scope/var'")
-    if not name.isprintable():
-        for char in name:
-            if unicodedata.category(char) == "Cc":
-                raise InvalidNameError(
-                    f"variable name {name!r} contains the control character {char!r}")
-    return name
+# The name rule is defined once, in varstore/_naming.py; re-exported here for the manifest's callers.
+validate_name = _validate_name
 
 
 def storage_layout(dtype: np.dtype, shape: tuple[int, ...],

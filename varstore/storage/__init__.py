@@ -1,9 +1,10 @@
-"""Storage: where a checkpoint's bytes go (the Storage protocol and its implementations).
+"""Where checkpoint bytes go: the local filesystem or an object store (s3://, gs://, az://).
 
 `Storage` (protocol.py) is the seam the checkpoint engines read and write
-through; `LocalStorage` (local.py) implements it on a local file system. An
-object-store implementation (object_store.py, s3:// gs:// az:// through
-obstore) implements the same protocol. Knows nothing about checkpoint formats.
+through; `LocalStorage` (local.py) implements it on a local file system and
+`ObjectStorage` (object_storage.py) on an object store through obstore.
+`storage_for(location)` is the one place an engine gets its Storage. Knows
+nothing about checkpoint formats.
 """
 
 from __future__ import annotations

@@ -1,0 +1,213 @@
+"""Object-store URLs: recognise them, split them, resolve their settings, redact their secrets.
+
+Knows the URL schemes (s3://, gs://, az://, abfs://), the standard environment variables
+(AWS_*, GOOGLE_*, AZURE_STORAGE_*) and the `storage_options=` vocabulary. It never makes a
+request and never imports the object-store client; object_store.py turns a `ResolvedURL`
+into a client.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from varstore.errors import InvalidURLError
+
+__all__ = ["ObjectURL", "ResolvedURL", "is_url", "parse_url", "resolve", "Redactor"]
+
+# scheme -> provider
+_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "azure": "azure",
+            "abfs": "azure", "abfss": "azure"}
+_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$", re.DOTALL)
+
+# storage_options keys a caller may pass, per provider; our spelling -> obstore config key.
+_OPTION_KEYS: dict[str, dict[str, str]] = {
+    "s3": {"endpoint": "endpoint", "region": "region", "access_key_id": "access_key_id",
+           "secret_access_key": "secret_access_key", "session_token": "session_token",
+           "virtual_hosted_style_request": "virtual_hosted_style_request",
+           "skip_signature": "skip_signature", "request_payer": "request_payer"},
+    "gcs": {"service_account": "service_account", "service_account_key": "service_account_key",
+            "application_credentials": "application_credentials", "endpoint": "base_url",
+            "skip_signature": "skip_signature"},
+    "azure": {"account_name": "account_name", "account_key": "account_key",
+              "sas_token": "sas_key", "bearer_token": "token", "endpoint": "endpoint",
+              "use_emulator": "use_emulator", "client_id": "client_id",
+              "client_secret": "client_secret", "tenant_id": "tenant_id",
+              "skip_signature": "skip_signature"},
+}
+_COMMON_OPTIONS = {"allow_http"}
+
+# environment variable -> obstore config key (read here, so a secret we pass on is one we can redact)
+_ENVIRONMENT: dict[str, tuple[tuple[str, str], ...]] = {
+    "s3": (("AWS_ACCESS_KEY_ID", "access_key_id"), ("AWS_SECRET_ACCESS_KEY", "secret_access_key"),
+           ("AWS_SESSION_TOKEN", "session_token"), ("AWS_DEFAULT_REGION", "region"),
+           ("AWS_REGION", "region"), ("AWS_ENDPOINT_URL_S3", "endpoint"),
+           ("AWS_ENDPOINT_URL", "endpoint")),
+    "gcs": (("GOOGLE_SERVICE_ACCOUNT", "service_account"),
+            ("GOOGLE_APPLICATION_CREDENTIALS", "application_credentials"),
+            ("GOOGLE_SERVICE_ACCOUNT_KEY", "service_account_key")),
+    "azure": (("AZURE_STORAGE_ACCOUNT_NAME", "account_name"), ("AZURE_STORAGE_ACCOUNT_KEY", "account_key"),
+              ("AZURE_STORAGE_SAS_KEY", "sas_key"), ("AZURE_STORAGE_TOKEN", "token"),
+              ("AZURE_STORAGE_CLIENT_SECRET", "client_secret")),
+}
+# obstore config keys whose values are secrets
+_SECRET_KEYS = frozenset({"access_key_id", "secret_access_key", "session_token", "service_account_key", "account_key",
+                          "sas_key", "token", "client_secret"})
+# credentials that travel in URLs or headers even when we never saw their value
+_SIGNATURE_PATTERNS = (
+    re.compile(r"(?i)(X-Amz-(?:Signature|Credential|Security-Token)=)[^&\s\"'<>]+"),
+    re.compile(r"(?i)((?:^|[?&])sig=)[^&\s\"'<>]+"),
+    re.compile(r"(?i)(Authorization:\s*)[^\r\n]+"),
+    re.compile(r"(?i)(Signature=)[0-9a-f]{16,}"),
+)
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def is_url(path: object) -> bool:
+    """True when `path` is an object-store URL this package serves (s3://, gs://, az://, abfs://).
+
+    A local path (str or os.PathLike), a `file://` URL or an unknown scheme is not.
+    """
+    if not isinstance(path, str):
+        return False
+    match = _URL.match(path)
+    return match is not None and match.group("scheme").lower() in _SCHEMES
+
+
+@dataclass(frozen=True)
+class ObjectURL:
+    """One object-store location: `s3://bucket/runs/a7/model.h5` -> ("s3", "bucket", "runs/a7/model.h5").
+
+    `key` has no leading or trailing '/' ("" for the bucket root).
+    """
+
+    scheme: str
+    bucket: str
+    key: str
+
+    @property
+    def provider(self) -> str:
+        """"s3", "gcs" or "azure"."""
+        return _SCHEMES[self.scheme]
+
+    def child(self, name: str) -> ObjectURL:
+        """The URL of `name` under this one (`name` is a '/'-separated relative key)."""
+        name = name.strip("/")
+        return ObjectURL(self.scheme, self.bucket, f"{self.key}/{name}" if self.key else name)
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.bucket}/{self.key}" if self.key else f"{self.scheme}://{self.bucket}"
+
+
+def parse_url(url: str) -> ObjectURL:
+    """Splits an object-store URL into scheme, bucket (container) and key.
+
+    `abfs://container@account.dfs.core.windows.net/key` keeps `container` as the bucket.
+
+    Raises:
+      InvalidURLError: not a URL of a known scheme, no bucket, or a key with '..' or '//' parts.
+    """
+    match = _URL.match(url) if isinstance(url, str) else None
+    if match is None or match.group("scheme").lower() not in _SCHEMES:
+        raise InvalidURLError(f"{url!r} is not an object-store URL; expected one of "
+                              f"{', '.join(s + '://bucket/key' for s in ('s3', 'gs', 'az'))}")
+    scheme = match.group("scheme").lower()
+    bucket, _, key = match.group("rest").partition("/")
+    if "@" in bucket:  # abfs://container@account.dfs.core.windows.net
+        bucket = bucket.split("@", 1)[0]
+    key = key.strip("/")
+    if not bucket or any(c in bucket for c in "?#\\ "):
+        raise InvalidURLError(f"{url!r} names no bucket; expected {scheme}://BUCKET/key")
+    if key and any(part in ("", ".", "..") for part in key.split("/")):
+        raise InvalidURLError(f"{url!r} has an empty, '.' or '..' part in its key {key!r}; "
+                              "object keys here are plain '/'-separated names")
+    return ObjectURL(scheme, bucket, key)
+
+
+class Redactor:
+    """Removes known secret values and request signatures from any text.
+
+    Every message, repr and log line built in varstore/storage passes through `redact`.
+    """
+
+    def __init__(self, secrets: tuple[str, ...] = ()) -> None:
+        # longest first, so a secret that contains another is removed whole
+        self._secrets = tuple(sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True))
+
+    def redact(self, text: str) -> str:
+        """`text` with every known secret replaced by '***' and signatures/Authorization headers cut."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        for pattern in _SIGNATURE_PATTERNS:
+            text = pattern.sub(r"\1***", text)
+        return text
+
+    def __repr__(self) -> str:
+        return f"Redactor({len(self._secrets)} secrets)"
+
+
+@dataclass(frozen=True)
+class ResolvedURL:
+    """A URL with its provider settings, ready for a client.
+
+    `config` holds obstore config keys (secrets included: never print it; `repr` hides it);
+    `allow_http` is True for an http:// endpoint; `redactor` knows every secret in `config`.
+    """
+
+    url: ObjectURL
+    config: Mapping[str, object] = field(repr=False)
+    allow_http: bool
+    redactor: Redactor = field(repr=False)
+
+    @property
+    def endpoint(self) -> str | None:
+        """The custom endpoint (S3-compatible server, emulator), or None for the provider's own."""
+        value = self.config.get("endpoint") or self.config.get("base_url")
+        return str(value) if value else None
+
+
+def resolve(url: str | ObjectURL, storage_options: Mapping[str, object] | None = None,
+            environ: Mapping[str, str] | None = None) -> ResolvedURL:
+    """Settings for `url`: the standard environment first, then `storage_options` on top.
+
+    Args:
+      url: an object-store URL.
+      storage_options: our keys per provider, e.g. for s3 {"endpoint": "http://127.0.0.1:9000",
+        "region": "us-east-1", "access_key_id": ..., "secret_access_key": ..., "session_token": ...};
+        gs: service_account / service_account_key / application_credentials; az: account_name,
+        account_key, sas_token, endpoint, use_emulator. "allow_http" for any of them.
+      environ: the environment to read (os.environ by default).
+
+    Raises:
+      InvalidURLError: a malformed URL, or a storage_options key this provider does not know
+        (named, with the keys it does know).
+    """
+    parsed = url if isinstance(url, ObjectURL) else parse_url(url)
+    env = os.environ if environ is None else environ
+    provider = parsed.provider
+    config: dict[str, object] = {}
+    for variable, key in _ENVIRONMENT[provider]:
+        if env.get(variable):
+            config[key] = env[variable]
+    allow_http = env.get("AWS_ALLOW_HTTP" if provider == "s3" else
+                         "AZURE_ALLOW_HTTP" if provider == "azure" else "GOOGLE_ALLOW_HTTP",
+                         "").strip().lower() in _TRUE
+    known = _OPTION_KEYS[provider]
+    for key, value in (storage_options or {}).items():
+        if key in _COMMON_OPTIONS:
+            allow_http = bool(value)
+        elif key in known:
+            config[known[key]] = value
+        else:
+            raise InvalidURLError(f"storage_options key {key!r} is not known for {parsed}; "
+                                  f"known keys: {', '.join(sorted(set(known) | _COMMON_OPTIONS))}")
+    endpoint = config.get("endpoint") or config.get("base_url")
+    if isinstance(endpoint, str) and endpoint.lower().startswith("http://"):
+        allow_http = True  # an explicit http endpoint (a local server) is the caller's choice
+    secrets = tuple(str(v) for k, v in config.items() if k in _SECRET_KEYS and v)
+    # the client library may read the process environment itself: know those secrets too
+    secrets += tuple(os.environ[variable] for pairs in _ENVIRONMENT.values() for variable, key in pairs
+                     if key in _SECRET_KEYS and os.environ.get(variable))
+    return ResolvedURL(parsed, config, allow_http, Redactor(secrets))
