@@ -15,7 +15,7 @@ initializers, never writes.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,9 @@ from varstore.errors import (
     UnknownVariableError,
     VarstoreError,
 )
-from varstore.storage import ReadAhead, Storage, storage_for
+from varstore.checkpoint.remote import container_of, remove_staged, stage_for_reading
+from varstore.storage import ReadAhead, Storage, is_remote, storage_for
+from varstore.storage.object_storage import ObjectStorage
 
 __all__ = ["VarstoreReader", "CheckpointValue", "ReadSession", "open_varstore", "is_varstore_checkpoint"]
 
@@ -125,8 +127,9 @@ class VarstoreReader(CheckpointReader):
         self.format = FORMAT_NAMES[fmt]
         self._backend = get_backend(fmt)
         self._backend_reader: BackendReader | None = None
-        located, self._key = storage_for(path)
-        self.storage: Storage = located if storage is None else storage
+        located, self._key = storage_for(path) if storage is None else (storage, os.fspath(path))
+        self.storage: Storage = located
+        self.staged: Path | None = None  # a local copy of an object-store checkpoint, deleted on close
         self.session: ReadSession | None = None
         self._closed = False
         self._direct = False  # offsets in the manifest are trusted (the index header matched)
@@ -286,6 +289,8 @@ class VarstoreReader(CheckpointReader):
             self._closed = True
             if self._backend_reader is not None:
                 self._backend_reader.close()
+            if getattr(self, "staged", None) is not None:
+                remove_staged(self.staged)
 
     def __del__(self) -> None:
         try:
@@ -386,18 +391,26 @@ class VarstoreReader(CheckpointReader):
         return False
 
 
-def open_varstore(path: os.PathLike[str] | str, format: str | None = None) -> VarstoreReader:
+def open_varstore(path: os.PathLike[str] | str, format: str | None = None, *,
+                  storage_options: Mapping[str, object] | None = None) -> VarstoreReader:
     """Opens a varstore HDF5 file or Zarr v3 directory read-only; reads metadata only.
 
     Args:
-      path: the checkpoint.
-      format: "h5" or "zarr"; None detects it from the contents.
+      path: the checkpoint, or an object-store URL ("s3://bucket/runs/a7/model.h5", gs://, az://).
+        On an object store, HDF5 is read in place with ranged GETs (the index header, then only
+        the bytes of the variables read); a Zarr checkpoint is copied into a local temporary
+        directory first (deleted when the reader is closed).
+      format: "h5" or "zarr"; None detects it from the contents (the suffix for URLs).
+      storage_options: for URLs: endpoint, region, credentials (see docs/guide/object-storage.md).
 
     Raises:
-      CheckpointNotFoundError: nothing at `path`.
+      CheckpointNotFoundError: nothing at `path` (on an object store: no commit object).
       NotACheckpointError: not HDF5/Zarr, or not written by varstore.
       CorruptCheckpointError: truncated or damaged metadata.
+      ObjectStoreError: the object store failed after retries (naming the URL).
     """
+    if is_remote(path):
+        return _open_remote(path, format, storage_options)
     path = Path(path)
     fmt = detect_container(path) if format is None else get_backend(format).name
     try:
@@ -406,3 +419,25 @@ def open_varstore(path: os.PathLike[str] | str, format: str | None = None) -> Va
         raise
     except OSError as err:
         raise CorruptCheckpointError(f"cannot read checkpoint '{path}': {err}") from err
+
+
+def _open_remote(url: os.PathLike[str] | str, format: str | None,
+                 storage_options: Mapping[str, object] | None) -> VarstoreReader:
+    """open_varstore for an object-store URL: commit object checked, HDF5 in place, Zarr staged locally."""
+    storage, key = storage_for(url, storage_options)
+    if not isinstance(storage, ObjectStorage):  # storage_for gives one for every URL
+        raise CheckpointError(f"no object storage for {key}")
+    name = storage.name_of(key)
+    fmt = container_of(storage, name, format)
+    local = stage_for_reading(storage, name, fmt)
+    try:
+        if local is None:
+            reader = VarstoreReader(Path(key), fmt, storage=storage)
+        else:
+            reader = VarstoreReader(local, fmt)
+            reader.staged = local
+    except BaseException:
+        if local is not None:
+            remove_staged(local)
+        raise
+    return reader

@@ -127,11 +127,12 @@ def _check_array(name: str, array: Any, source: CheckpointValue) -> None:
 
 def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
             assignment_map: Mapping[str, str] | None = None, strict: bool = False, lazy: bool = False,
-            verify: bool = True, format: str | None = None) -> RestoreResult:
+            verify: bool = True, format: str | None = None,
+            storage_options: Mapping[str, object] | None = None) -> RestoreResult:
     """Restores variables from a varstore checkpoint, never running their initializers.
 
     Args:
-      path: the checkpoint (or an open VarstoreReader).
+      path: the checkpoint, an object-store URL ("s3://bucket/runs/a7/model.zarr"), or an open VarstoreReader.
       target: a VariableStore (its variables now, and, for names left over,
         variables created in it later: deferred restore), a list of Variables,
         or a mapping of names to Variables or writeable NumPy arrays (filled in place).
@@ -142,6 +143,7 @@ def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
       lazy: leave values on disk until each variable's first use.
       verify: check each variable's crc32c as it is read.
       format: "h5"/"zarr", or None to detect.
+      storage_options: for URLs: endpoint, region, credentials (see open_varstore).
 
     Returns:
       RestoreResult with restored, missing, unexpected and deferred names.
@@ -154,13 +156,14 @@ def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
       CheckpointNotFoundError, NotACheckpointError, CorruptCheckpointError: see open_varstore.
     """
     with paused_gc():
-        return _restore(path, target, assignment_map, strict, lazy, verify, format)
+        return _restore(path, target, assignment_map, strict, lazy, verify, format, storage_options)
 
 
 def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
              assignment_map: Mapping[str, str] | None, strict: bool, lazy: bool, verify: bool,
-             format: str | None) -> RestoreResult:
-    reader = path if isinstance(path, VarstoreReader) else open_varstore(path, format)
+             format: str | None, storage_options: Mapping[str, object] | None = None) -> RestoreResult:
+    reader = (path if isinstance(path, VarstoreReader)
+              else open_varstore(path, format, storage_options=storage_options))
     names = reader.keys()
     mapped = map_names(names, assignment_map)
     targets, store = targets_of(target)

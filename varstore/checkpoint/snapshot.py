@@ -24,6 +24,7 @@ from varstore.checkpoint.commit import publish
 from varstore.checkpoint.entry import SnapshotEntry
 from varstore.checkpoint.manifest import DEFAULT_PACK_THRESHOLD_BYTES, assign_paths
 from varstore.checkpoint.plan import header as _header, plan_records
+from varstore.storage import Storage
 
 __all__ = ["SaveHandle", "save_async"]
 
@@ -114,7 +115,7 @@ def save_async(final: Path, entries: list[Any], *, step: int | None = None,
                metadata: Mapping[str, Any] | None = None, format: str | None = None,
                checksum: bool = True, pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
                max_snapshot_bytes: int | None = None,
-               after: Callable[[Path], object] | None = None) -> SaveHandle:
+               after: Callable[[Path], object] | None = None, storage: Storage | None = None) -> SaveHandle:
     """Snapshots `entries` into host memory and writes them in a background thread.
 
     Returns once every value has been copied (so the caller may mutate its
@@ -139,7 +140,7 @@ def save_async(final: Path, entries: list[Any], *, step: int | None = None,
     def run() -> Path:
         try:
             path = publish(final, fmt, list(snapshots), records, packed_nbytes, header, checksum,
-                           budget.release)
+                           budget.release, storage=storage)
             if after is not None:
                 after(path)
             return path

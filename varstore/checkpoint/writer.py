@@ -22,6 +22,7 @@ from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.manifest import DEFAULT_PACK_THRESHOLD_BYTES, assign_paths
 from varstore.checkpoint.plan import PlannedEntry, entries_from, header, plan_records
 from varstore.checkpoint.snapshot import SaveHandle, save_async
+from varstore.storage import is_remote, storage_for
 
 __all__ = ["save", "save_entries", "save_async", "entries_from", "SaveHandle"]
 
@@ -29,12 +30,16 @@ __all__ = ["save", "save_entries", "save_async", "entries_from", "SaveHandle"]
 def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry | PlannedEntry], *, step: int | None = None,
                  metadata: Mapping[str, Any] | None = None, format: str | None = None,
                  checksum: bool = True,
-                 pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES) -> Path:
+                 pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
+                 storage_options: Mapping[str, object] | None = None) -> Path | str:
     """Writes a checkpoint from SaveEntries, fetching each value only when it is written.
 
     Args:
-      path: final path: "x.h5"/"x.hdf5" (HDF5 file) or "x.zarr" (Zarr v3 directory).
-        An existing checkpoint there is replaced atomically.
+      path: final path: "x.h5"/"x.hdf5" (HDF5 file) or "x.zarr" (Zarr v3 directory),
+        or an object-store URL ("s3://bucket/runs/a7/x.zarr", gs://, az://; committed
+        without rename, see docs/guide/object-storage.md). An existing checkpoint
+        there is replaced atomically (on an object store: HDF5 atomically; a Zarr
+        prefix stops being a checkpoint until the new one commits).
       entries: the variables, in the order to store them; names must be unique.
       step: global step to record (int), or None.
       metadata: JSON-compatible dict to record.
@@ -42,37 +47,45 @@ def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry | Pla
       checksum: record crc32c of every variable (on by default).
       pack_threshold_bytes: variables smaller than this many bytes are packed into
         one blob (see docs/checkpoint-format.md); 0 gives every variable its own array.
+      storage_options: for URLs: endpoint, region, credentials (see docs/guide/object-storage.md);
+        None takes them from the standard environment (AWS_*, GOOGLE_*, AZURE_STORAGE_*).
 
     Returns:
-      The final path.
+      The final path (a str for a URL).
 
     Raises:
       InvalidNameError, UnsupportedDtypeError, ShapeMismatchError, DtypeMismatchError,
       InvalidMetadataError: before anything is written.
       UnsupportedFormatError: unknown format or suffix.
       CheckpointError: the file system refused (the final path is left as it was).
+      ObjectStoreError: the object store refused or failed after retries (nothing new is listed).
     """
     final = Path(path)
+    storage, where = storage_for(path, storage_options)
     fmt = format_for_path(final, format)
     with paused_gc():
         entries = list(entries)
         records = plan_records(entries)
         planned_header = header(fmt, step, metadata, final)
         packed_nbytes = assign_paths(records, max(0, int(pack_threshold_bytes)))
-        return publish(final, fmt, entries, records, packed_nbytes, planned_header, checksum)
+        published = publish(final, fmt, entries, records, packed_nbytes, planned_header, checksum,
+                            storage=storage)
+        return where if is_remote(where) else published
 
 
 def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
          metadata: Mapping[str, Any] | None = None, format: str | None = None, checksum: bool = True,
          pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
-         blocking: bool = True, max_snapshot_bytes: int | None = None) -> Path | SaveHandle:
+         blocking: bool = True, max_snapshot_bytes: int | None = None,
+         storage_options: Mapping[str, object] | None = None) -> Path | str | SaveHandle:
     """Saves variables to an HDF5 file or Zarr v3 directory, atomically and checksummed.
 
     Args:
-      path: "model.h5"/"model.hdf5" or "model.zarr" (or pass `format`).
+      path: "model.h5"/"model.hdf5" or "model.zarr" (or pass `format`), or an
+        object-store URL such as "s3://bucket/runs/a7/model.zarr" (as `save_entries`).
       target: a VariableStore (all its variables), a mapping of names to
         Variables or arrays, or a list of Variables.
-      step, metadata, format, checksum, pack_threshold_bytes: as `save_entries`.
+      step, metadata, format, checksum, pack_threshold_bytes, storage_options: as `save_entries`.
       blocking: False copies every value into host memory (a snapshot, so the
         caller may change its variables as soon as the call returns) and
         writes in a background thread; returns a SaveHandle (wait(), done(),
@@ -83,7 +96,7 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
         writing the copies already taken, until the last value is copied.
 
     Returns:
-      The final path, or a SaveHandle when `blocking` is False.
+      The final path (a str for a URL), or a SaveHandle when `blocking` is False.
 
     Raises:
       As `save_entries`; object arrays raise UnsupportedDtypeError naming the variable.
@@ -93,6 +106,7 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
         entries = entries_from(target)
         if blocking:
             return save_entries(path, entries, step=step, metadata=metadata, format=format, checksum=checksum,
-                                pack_threshold_bytes=pack_threshold_bytes)
+                                pack_threshold_bytes=pack_threshold_bytes, storage_options=storage_options)
         return save_async(Path(path), entries, step=step, metadata=metadata, format=format, checksum=checksum,
-                          pack_threshold_bytes=pack_threshold_bytes, max_snapshot_bytes=max_snapshot_bytes)
+                          pack_threshold_bytes=pack_threshold_bytes, max_snapshot_bytes=max_snapshot_bytes,
+                          storage=storage_for(path, storage_options)[0])

@@ -13,8 +13,11 @@ through the `progress` callback.
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
-from collections.abc import Callable, Iterable, Sequence
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,7 @@ from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry
 from varstore.convert.detect import detect_format, sniff
 from varstore.errors import ConversionError, UnsupportedFormatError
+from varstore.storage import is_remote, storage_for
 
 __all__ = ["open_checkpoint", "convert", "ConvertReport", "detect_format", "READ_FORMATS", "WRITE_FORMATS"]
 
@@ -77,7 +81,36 @@ def _open_own_hdf5(path: Path) -> CheckpointReader | None:
         return None
 
 
-def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None,
+def _open_remote(url: os.PathLike[str] | str, format: str | None,
+                 storage_options: Mapping[str, object] | None, options: dict[str, Any]) -> CheckpointReader:
+    """open_checkpoint for an object-store URL: varstore's formats, and safetensors through ranged GETs."""
+    from varstore.checkpoint.reader import open_varstore
+    from varstore.storage.object_storage import ObjectStorage
+
+    storage, key = storage_for(url, storage_options)
+    kind = READ_FORMATS.get(str(format).lower()) if format is not None else None
+    suffix = Path(key).suffix.lower()
+    if format is None and suffix in (".h5", ".hdf5", ".zarr", ""):
+        kind = "varstore"
+    elif format is None and suffix == ".safetensors":
+        kind = "safetensors"
+    if kind in ("varstore", "zarr", "hdf5") and not options:
+        return open_varstore(key, None if format in (None, "varstore") else ("zarr" if kind == "zarr" else "h5"),
+                             storage_options=storage_options)
+    if kind == "safetensors" and isinstance(storage, ObjectStorage) and not options:
+        from varstore.convert.safetensors import SafetensorsReader
+
+        name = storage.name_of(key)
+        size = storage.size(name)
+        return SafetensorsReader(key, opener=lambda: io.BufferedReader(storage.open_reader(name), 1 << 16),
+                                 size=size)
+    raise UnsupportedFormatError(
+        f"cannot open {key}: on an object store varstore reads its own checkpoints (.h5, .zarr) and "
+        f".safetensors; copy the file to a local disk to open it as {format or suffix or 'this format'}")
+
+
+def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
+                    storage_options: Mapping[str, object] | None = None,
                     **options: Any) -> CheckpointReader:
     """Opens a checkpoint of any supported format, read-only and lazily.
 
@@ -88,6 +121,9 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None,
         any HDF5 file or Zarr v2/v3 group.
       format: skip detection: one of READ_FORMATS ("tf", "keras", "keras3",
         "keras2", "safetensors", "npz", "hdf5", "zarr", "varstore").
+      storage_options: for object-store URLs (s3://, gs://, az://): endpoint, region,
+        credentials; see docs/guide/object-storage.md. On a URL varstore opens its own
+        .h5 (ranged GETs) and .zarr checkpoints and .safetensors (ranged GETs).
       **options: passed to the reader: `strip_attributes=True` (TF2 names
         without "/.ATTRIBUTES/VARIABLE_VALUE"), `skip_object_arrays=True` (npz).
 
@@ -99,8 +135,12 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None,
       NotACheckpointError: empty, or no format varstore reads.
       UnsafeFormatError: a pickle-based file (PyTorch, npz object arrays); nothing is unpickled.
       CorruptCheckpointError / ChecksumError: damaged metadata.
-      UnsupportedFormatError: an unknown `format` name, or an unsupported feature.
+      UnsupportedFormatError: an unknown `format` name, or an unsupported feature (a
+        foreign format other than safetensors on an object store).
+      ObjectStoreError: the object store failed after retries (naming the URL).
     """
+    if is_remote(path):
+        return _open_remote(path, format, storage_options, options)
     path = Path(path)
     if format is None and not options:
         own = _open_own_hdf5(path)
@@ -173,8 +213,8 @@ class ConvertReport:
       notes: remarks about how values were stored (e.g. bfloat16 kept as bits in npz).
     """
 
-    source: Path
-    destination: Path
+    source: Path | str
+    destination: Path | str
     source_format: str
     destination_format: str
     variables: int
@@ -226,7 +266,8 @@ ProgressCallback = Callable[[int, int, str], None]
 def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_format: str | None = None,
             to_format: str | None = None, filter: str | None = None,
             rename: Iterable[tuple[str, str] | str] = (), dtype: Any = None,
-            progress: ProgressCallback | None = None, **options: Any) -> ConvertReport:
+            progress: ProgressCallback | None = None, storage_options: Mapping[str, object] | None = None,
+            **options: Any) -> ConvertReport:
     """Copies the variables of one checkpoint into a new one, one variable in memory at a time.
 
     Values are copied bit-exactly unless `dtype` casts floating variables.
@@ -248,10 +289,16 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       progress: called as progress(done_bytes, total_bytes, source_name) after
         each variable is read for writing (bytes after any cast), and once
         with (0, total_bytes, "") before the first; the CLI drives its bar with it.
+      storage_options: for object-store URLs on either side (endpoint, region, credentials).
       **options: passed to open_checkpoint (strip_attributes, skip_object_arrays).
 
+    Either side may be an object-store URL (s3://, gs://, az://): the source as
+    open_checkpoint reads URLs; a .h5/.zarr destination is committed as vs.save
+    does; a .safetensors/.npz destination is written to a local temporary file
+    and uploaded (deleted afterwards).
+
     Returns:
-      A ConvertReport.
+      A ConvertReport (source and destination as given: str for URLs).
 
     Raises:
       Everything open_checkpoint raises; UnsupportedFormatError for an
@@ -260,13 +307,15 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       destination cannot hold a dtype (safetensors has no strings);
       the checkpoint layer's errors for invalid names.
     """
+    src_label = str(src) if is_remote(src) else Path(src)
+    dst_label = str(dst) if is_remote(dst) else Path(dst)
     src, dst = Path(src), Path(dst)
     dest_format = _destination_format(dst, to_format)
     pairs = _rename_pairs(rename)
     cast = _dtypes.as_dtype(dtype) if dtype is not None else None
     if cast is not None and not _dtypes.is_floating(cast):
         raise ConversionError(f"dtype={dtype!r} is not a floating-point dtype; convert casts floats only")
-    with open_checkpoint(src, from_format, **options) as reader:
+    with open_checkpoint(src, from_format, storage_options=storage_options, **options) as reader:
         names = reader.filter(filter) if filter is not None else reader.keys()
         plan: list[tuple[str, str, np.dtype, np.dtype, Any]] = []
         seen: dict[str, str] = {}
@@ -315,19 +364,31 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
                     metadata["source_metadata"] = reader.metadata
                 except (TypeError, ValueError):
                     pass
-            save_entries(dst, entries, step=reader.step, metadata=metadata, format=dest_format)
-        elif dest_format == "safetensors":
-            from varstore.convert.safetensors import write_safetensors
-
-            meta = {"format": "np", "converted_from": src.name, "source_format": reader.format}
-            if reader.step is not None:
-                meta["step"] = str(reader.step)
-            write_safetensors(dst, entries, metadata=meta)
+            metadata["converted_from"] = str(src_label)
+            save_entries(dst, entries, step=reader.step, metadata=metadata, format=dest_format,
+                         storage_options=storage_options)
         else:
-            from varstore.convert.npz import write_npz
+            staging = Path(tempfile.mkdtemp(prefix="varstore-convert-")) if is_remote(dst) else None
+            local = dst if staging is None else staging / dst.name
+            try:
+                if dest_format == "safetensors":
+                    from varstore.convert.safetensors import write_safetensors
 
-            _, notes = write_npz(dst, entries)
+                    meta = {"format": "np", "converted_from": src.name, "source_format": reader.format}
+                    if reader.step is not None:
+                        meta["step"] = str(reader.step)
+                    write_safetensors(local, entries, metadata=meta)
+                else:
+                    from varstore.convert.npz import write_npz
+
+                    _, notes = write_npz(local, entries)
+                if staging is not None:
+                    storage, key = storage_for(dst, storage_options)
+                    storage.upload_file(key, local)  # type: ignore[attr-defined]  # an ObjectStorage
+            finally:
+                if staging is not None:
+                    shutil.rmtree(staging, ignore_errors=True)
         return ConvertReport(
-            source=src, destination=dst, source_format=reader.format, destination_format=dest_format,
+            source=src_label, destination=dst_label, source_format=reader.format, destination_format=dest_format,
             variables=len(entries), bytes=done[0], skipped=tuple(reader.skipped),
             renamed={name: new for name, new, *_ in plan if new != name}, notes=tuple(notes))
