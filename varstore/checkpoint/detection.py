@@ -17,7 +17,8 @@ from varstore.backends import get_backend
 from varstore.checkpoint.checksum import crc32c_raw
 from varstore.checkpoint.manifest import FORMAT_NAMES, INDEX_HEADER_BYTES, MANIFEST_PATH, decode_index_header
 from varstore.errors import CheckpointNotFoundError, NotACheckpointError, VarstoreError
-from varstore.storage import Storage, storage_for
+from varstore.checkpoint.remote import is_checkpoint as remote_is_checkpoint
+from varstore.storage import Storage, is_remote, storage_for
 
 __all__ = ["detect_container", "index_header", "manifest_via_index_header", "is_varstore_checkpoint"]
 
@@ -80,7 +81,10 @@ def is_varstore_checkpoint(path: os.PathLike[str] | str) -> bool:
     Checks the magic bytes, then the HDF5 index header or the root attribute
     varstore_format; a file whose attribute is damaged but which holds
     `_varstore/manifest` counts too (open_varstore then raises CorruptCheckpointError).
+    On an object store (a URL), only a committed checkpoint counts (see remote.py).
     """
+    if is_remote(path):
+        return remote_is_checkpoint(path)
     path = Path(path)
     try:
         fmt = detect_container(path)

@@ -32,18 +32,19 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from varstore.backends import get_backend
 from varstore.checkpoint.manifest import INDEX_HEADER_BYTES, Record, decode_index_header
 from varstore.checkpoint.write_engine import write_container
-from varstore.errors import CheckpointError, CheckpointNotFoundError, NotACheckpointError
+from varstore.errors import CheckpointError, CheckpointNotFoundError, NotACheckpointError, VarstoreError
+from varstore.storage import storage_for
 from varstore.storage.local import LocalStorage
 from varstore.storage.object_storage import ObjectStorage
 
-__all__ = ["publish_remote", "committed", "container_of", "stage_for_reading", "remove_staged", "sweep",
+__all__ = ["publish_remote", "committed", "is_checkpoint", "container_of", "stage_for_reading", "remove_staged", "sweep",
            "PENDING_MARKER", "COMMIT_OBJECT", "SWEEP_GRACE_SECONDS"]
 
 _log = logging.getLogger("varstore.checkpoint")
@@ -85,6 +86,23 @@ def container_of(storage: ObjectStorage, name: str, format: str | None = None) -
 def committed(storage: ObjectStorage, name: str, fmt: str) -> bool:
     """True when a finished checkpoint is at `name`: the HDF5 object, or the Zarr prefix's commit object."""
     return storage.exists(f"{name}/{COMMIT_OBJECT}" if get_backend(fmt).is_directory else name)
+
+
+def is_checkpoint(url: os.PathLike[str] | str, storage_options: Mapping[str, object] | None = None) -> bool:
+    """True when a committed varstore checkpoint is at `url` (index header, or the commit object's attributes)."""
+    try:
+        storage, key = storage_for(url, storage_options)
+        if not isinstance(storage, ObjectStorage):
+            return False
+        name = storage.name_of(key)
+        fmt = container_of(storage, name)
+        if get_backend(fmt).is_directory:
+            attrs = json.loads(storage.read_all(f"{name}/{COMMIT_OBJECT}")).get("attributes") or {}
+            return attrs.get("varstore_format") is not None
+        head = bytes(storage.read_range(name, 0, min(INDEX_HEADER_BYTES, storage.size(name))))
+        return decode_index_header(head) is not None
+    except (VarstoreError, OSError, ValueError):
+        return False
 
 
 def sweep(storage: ObjectStorage, parent: str, *, grace_seconds: float | None = None,
