@@ -33,11 +33,53 @@ FORMAT_HELP = ("Read PATH as this format instead of detecting it: varstore-hdf5,
                "keras3, keras2, safetensors, npz, hdf5, zarr.")
 
 
+STORAGE_OPTION_HELP = ("For s3://, gs://, az:// paths: a client setting KEY=VALUE (endpoint, region, "
+                       "access_key_id, ...; repeatable). Settings also come from AWS_*, GOOGLE_*, AZURE_STORAGE_*.")
+
+
 # ------------------------------------------------------------------ helpers
+def parse_storage_options(values: tuple[str, ...]) -> dict[str, str]:
+    """KEY=VALUE pairs of --storage-option; a value is never echoed (it may be a secret)."""
+    options: dict[str, str] = {}
+    for number, item in enumerate(values, start=1):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"storage option #{number} is not of the form KEY=VALUE "
+                                     f"(its text is not shown: it may hold a secret)",
+                                     param_hint="'--storage-option'")
+        options[key.strip()] = value
+    return options
+
+
+def _remember_storage_options(ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> None:
+    if values:
+        ctx.ensure_object(dict)
+        root = ctx.find_root()
+        root.ensure_object(dict)
+        merged = dict(root.obj.get("storage_options") or {})
+        merged.update(parse_storage_options(values))
+        root.obj["storage_options"] = merged
+
+
+def storage_option(command: Any) -> Any:
+    """Adds --storage-option KEY=VALUE (repeatable) to a command; the settings reach every URL it opens."""
+    return click.option("--storage-option", "storage_options", metavar="KEY=VALUE", multiple=True,
+                        expose_value=False, callback=_remember_storage_options,
+                        help=STORAGE_OPTION_HELP)(command)
+
+
+def _storage_options() -> dict[str, str] | None:
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return None
+    root = ctx.find_root()
+    return (root.obj or {}).get("storage_options") or None
+
+
 def _open(path: str, format: str | None = None) -> CheckpointReader:
     from varstore.convert import open_checkpoint  # the converters are imported only when needed
 
-    return open_checkpoint(path, format=format)
+    return open_checkpoint(path, format=format, storage_options=_storage_options())
 
 
 def _compact(value: Any) -> str:
@@ -80,7 +122,7 @@ def _plural(count: int, word: str, plural: str | None = None) -> str:
 
 def _checkpoint_json(reader: CheckpointReader) -> dict[str, Any]:
     return {
-        "path": str(reader.path),
+        "path": reader.location,
         "format": reader.format,
         "format_version": reader.format_version,
         "step": reader.step,
@@ -94,7 +136,7 @@ def _describe(reader: CheckpointReader) -> str:
         parts.append(f"version {reader.format_version}")
     if reader.step is not None:
         parts.append(f"step {reader.step}")
-    return f"{reader.path}  ({', '.join(parts)})"
+    return f"{reader.location}  ({', '.join(parts)})"
 
 
 def _resolve_name(reader: CheckpointReader, name: str) -> str:
@@ -107,8 +149,8 @@ def _resolve_name(reader: CheckpointReader, name: str) -> str:
     close = difflib.get_close_matches(name, keys, n=3)
     hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
     raise UnknownVariableError(
-        f"no variable '{name}' in '{reader.path}' ({reader.format}, {_plural(len(keys), 'variable')}); "
-        f"{hint}`varstore ls {reader.path}` lists them")
+        f"no variable '{name}' in '{reader.location}' ({reader.format}, {_plural(len(keys), 'variable')}); "
+        f"{hint}`varstore ls {reader.location}` lists them")
 
 
 # ----------------------------------------------------------------------- ls
@@ -120,6 +162,7 @@ def _resolve_name(reader: CheckpointReader, name: str) -> str:
 @click.option("--strip-attributes", is_flag=True,
               help=f"Show TF2 object-checkpoint keys without '{ATTRIBUTES_SUFFIX}'.")
 @click.option("--format", "format_", metavar="F", help=FORMAT_HELP)
+@storage_option
 def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_attributes: bool,
                format_: str | None) -> None:
     """List the variables of a checkpoint.
@@ -178,6 +221,7 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
               help="Print the first N values (in C order); 0 prints none.")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.show/1 JSON document.")
 @click.option("--format", "format_", metavar="F", help=FORMAT_HELP)
+@storage_option
 def show_command(path: str, name: str, count: int, as_json: bool, format_: str | None) -> None:
     """Show one variable: metadata, statistics, first values.
 
@@ -228,6 +272,7 @@ def show_command(path: str, name: str, count: int, as_json: bool, format_: str |
 @click.option("--atol", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Absolute tolerance.")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.diff/1 JSON document.")
+@storage_option
 @click.pass_context
 def diff_command(ctx: click.Context, a: str, b: str, rtol: float, atol: float, as_json: bool) -> None:
     """Compare two checkpoints name by name.
@@ -276,6 +321,7 @@ def _brief(info: VariableInfo) -> str:
 @click.argument("path", type=click.Path())
 @click.option("--format", "format_", metavar="F", help=FORMAT_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.verify/1 JSON document.")
+@storage_option
 def verify_command(path: str, format_: str | None, as_json: bool) -> None:
     """Check a checkpoint's structure and checksums.
 
@@ -378,6 +424,7 @@ def _report_json(report: Any) -> dict[str, Any]:
               help="Replace the name prefix OLD by NEW (repeatable; applied in order).")
 @click.option("--dtype", metavar="D", help="Cast every floating variable to this dtype (e.g. float16, bfloat16).")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.convert/1 JSON document; no progress bar.")
+@storage_option
 def convert_command(src: str, dst: str, from_format: str | None, to_format: str | None, pattern: str | None,
                     renames: tuple[str, ...], dtype: str | None, as_json: bool) -> None:
     """Convert a checkpoint to another format.
@@ -391,7 +438,7 @@ def convert_command(src: str, dst: str, from_format: str | None, to_format: str 
     progress, close = make_progress(enabled=not as_json and _stderr_is_terminal())
     try:
         report = convert(src, dst, from_format=from_format, to_format=to_format, filter=pattern,
-                         rename=rename, dtype=dtype, progress=progress)
+                         rename=rename, dtype=dtype, progress=progress, storage_options=_storage_options())
     finally:
         close()
     document = _report_json(report)

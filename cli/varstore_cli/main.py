@@ -89,10 +89,14 @@ def _maybe_traceback(ctx: click.Context) -> None:
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="varstore")
 @click.option("--debug", is_flag=True, help="Show the Python traceback of an error.")
+@commands.storage_option
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """List, show, diff, verify and convert checkpoints: varstore HDF5/Zarr,
     TensorFlow, Keras, safetensors, npz, plain HDF5 and Zarr.
+
+    Every PATH may also be an object-store URL (s3://bucket/key, gs://, az://);
+    client settings come from AWS_*, GOOGLE_*, AZURE_STORAGE_* or --storage-option.
 
     Exit status: 0 success, 1 `diff` found differences, 2 error.
     """

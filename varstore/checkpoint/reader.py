@@ -436,6 +436,7 @@ def _open_remote(url: os.PathLike[str] | str, format: str | None,
         else:
             reader = VarstoreReader(local, fmt)
             reader.staged = local
+        reader.location = key
     except BaseException:
         if local is not None:
             remove_staged(local)
