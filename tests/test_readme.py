@@ -35,7 +35,8 @@ def test_readme_tour_runs_and_prints_what_it_promises(tmp_path: Path) -> None:
     assert lines[3].startswith("VariableInfo(name='conv1/biases', shape=(32,), dtype='float32', nbytes=128, "
                                "trainable=True, collections=('variables', 'trainable_variables'), "
                                "checksum='crc32c:")
-    assert lines[4] == "ckpt-400.h5 ['ckpt-200.h5', 'ckpt-300.h5', 'ckpt-400.h5']"
+    assert lines[4] == "CheckpointExistsError not a checkpoint"
+    assert lines[5] == "ckpt-400.h5 ['ckpt-200.h5', 'ckpt-300.h5', 'ckpt-400.h5']"
 
     expected_exit = {"ls": 0, "show": 0, "diff": 1, "verify": 0}
     shell = next(b for b in _blocks("bash") if b.startswith("varstore ls"))

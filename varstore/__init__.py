@@ -2,7 +2,7 @@
 
 The whole public API is re-exported here: the variable store (Variable,
 VariableStore, variable scopes, collections, initializers, devices),
-checkpoints (save, restore, open_checkpoint, CheckpointManager), converters
+checkpoints (save, restore, load, open_checkpoint, CheckpointManager), converters
 (convert, open_checkpoint for foreign formats), inspection (variable_stats,
 diff_checkpoints) and every error class.
 """
@@ -15,6 +15,8 @@ from varstore._core_api import *  # noqa: F401,F403
 from varstore.checkpoint import CheckpointManager, RestoreResult, SaveHandle, restore, save
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo
 from varstore.convert import ConvertReport, convert, detect_format, open_checkpoint
+from varstore.convert.registry import FormatEntry, register_format, unregister_format
+from varstore.convert.load import load
 from varstore.errors import *  # noqa: F401,F403
 from varstore.inspect import CheckpointDiff, VariableStats, diff_checkpoints, scope_tree, variable_stats
 
@@ -24,6 +26,7 @@ __all__ = list(_core_api.__all__) + list(errors.__all__) + [
     "errors",
     "save",
     "restore",
+    "load",
     "RestoreResult",
     "SaveHandle",
     "CheckpointManager",
@@ -34,6 +37,9 @@ __all__ = list(_core_api.__all__) + list(errors.__all__) + [
     "convert",
     "ConvertReport",
     "detect_format",
+    "FormatEntry",
+    "register_format",
+    "unregister_format",
     "variable_stats",
     "VariableStats",
     "diff_checkpoints",

@@ -32,6 +32,7 @@ __all__ = [
     "UnknownVariableError",
     "ConversionError",
     "CheckpointLockedError",
+    "CheckpointExistsError",
     "InvalidMetadataError",
     "ScopeError",
     "ObjectStoreError",
@@ -135,6 +136,21 @@ class RestoreError(VarstoreError, KeyError):
 
 class CheckpointLockedError(CheckpointError):
     """Another process holds the CheckpointManager directory's lock."""
+
+
+class CheckpointExistsError(VarstoreError, FileExistsError):
+    """A save, convert or CheckpointManager save would replace something that is not a varstore
+    checkpoint of the same format (a plain file, a directory with other content, another tool's file,
+    a symlink); the message names the path and what is there. Pass overwrite=True (CLI: --force)."""
+
+    def __init__(self, message: str, path: str | None = None, found: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.found = found
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class UnknownVariableError(VarstoreError, KeyError):

@@ -363,6 +363,11 @@ class Variable(ArrayInterop):
         return self._buffer is not None and self._source is None
 
     @property
+    def is_allocated(self) -> bool:
+        """True once the variable has memory for its value (it may still wait for a pending restore)."""
+        return self._buffer is not None
+
+    @property
     def is_restore_pending(self) -> bool:
         """True while a ValueSource waits to fill this variable on first use."""
         return self._source is not None
@@ -680,7 +685,7 @@ def host_views(variables: Sequence[Variable], read_only: bool = True) -> list[np
     return out
 
 
-def restore_many(variables: Sequence[Variable], values: Sequence[Any]) -> None:
+def restore_many(variables: Sequence[Variable], values: Sequence[Any], adopt: bool = False) -> None:
     """Fills many variables from host arrays in one validated pass, as `restore_from` each.
 
     Every shape and dtype is checked before any variable changes, so a
@@ -696,6 +701,9 @@ def restore_many(variables: Sequence[Variable], values: Sequence[Any]) -> None:
       variables: the targets.
       values: host NumPy arrays, `values[i]` of `variables[i].shape` and a
         dtype that casts to `variables[i].dtype` by NumPy's "same_kind" rule.
+      adopt: the caller hands over fresh arrays it keeps no reference to (a
+        restore's reads): a CPU variable without memory takes a C-contiguous
+        array of its dtype that owns its data as its buffer, without a copy.
 
     Raises:
       ValueError: the two sequences differ in length.
@@ -709,7 +717,11 @@ def restore_many(variables: Sequence[Variable], values: Sequence[Any]) -> None:
     with _materialize_lock:
         for variable, value in zip(variables, values):
             buf = variable._buffer
-            if type(buf) is np.ndarray:
+            if (adopt and buf is None and type(value) is np.ndarray and value.dtype == variable._dtype
+                    and value.flags.owndata and value.flags.c_contiguous and value.flags.writeable
+                    and not devices.is_gpu(variable._device)):
+                variable._buffer = value
+            elif type(buf) is np.ndarray:
                 if value.dtype == buf.dtype:
                     buf[...] = value
                 else:

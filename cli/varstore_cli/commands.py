@@ -20,44 +20,85 @@ from typing import Any, TextIO
 import click
 
 from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo
-from varstore.errors import UnknownVariableError
+from varstore.errors import CheckpointNotFoundError, UnknownVariableError
 from varstore.inspect import diff_checkpoints, scope_tree, variable_stats
 from varstore_cli import formatting as fmt
 
-__all__ = ["COMMANDS", "ATTRIBUTES_SUFFIX", "make_progress", "parse_rename"]
+__all__ = ["COMMANDS", "ATTRIBUTES_SUFFIX", "make_progress", "parse_rename", "resolve_path"]
 
 #: Suffix of TF2 object-based checkpoint keys, hidden by `ls --strip-attributes`.
 ATTRIBUTES_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 
-FORMAT_HELP = ("Read PATH as this format instead of detecting it: varstore-hdf5, varstore-zarr, tf, "
-               "keras3, keras2, safetensors, npz, hdf5, zarr.")
+def _read_format_help() -> str:
+    from varstore.convert.registry import read_names
+
+    return f"Read PATH as this format instead of detecting it: {', '.join(read_names())}."
+
+
+def _write_format_help() -> str:
+    from varstore.convert.registry import write_names
+
+    return f"Destination format (default: from DST's suffix): {', '.join(write_names())}."
+
+
+class _FormatOption(click.Option):
+    """An option whose help lists the formats registered when help is shown (varstore.convert.registry)."""
+
+    def __init__(self, *args: Any, help_text: Callable[[], str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._help_text = help_text
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        self.help = self._help_text()
+        return super().get_help_record(ctx)
+
+
+def _format_option() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option("--format", "format_", metavar="F", cls=_FormatOption, help_text=_read_format_help)
+
+
+# ------------------------------------------------------------------ helpers
+def resolve_path(path: str) -> str:
+    """PATH as given, or for a CheckpointManager directory its latest checkpoint (tf.train.latest_checkpoint).
+
+    Raises:
+      CheckpointNotFoundError: a manager directory without checkpoints.
+    """
+    from varstore.checkpoint.managed import is_manager_directory, latest_checkpoint
+
+    if not is_manager_directory(path):
+        return path
+    latest = latest_checkpoint(path)
+    if latest is None:
+        raise CheckpointNotFoundError(f"'{path}' is a CheckpointManager directory without checkpoints")
+    return str(latest)
+
+
+def _reader_options(path: str, format: str | None, skip_object_arrays: bool) -> dict[str, Any]:
+    """open_checkpoint options: skip_object_arrays only where the file is an npz (other readers take none)."""
+    if not skip_object_arrays:
+        return {}
+    from varstore.convert import detect_format
+
+    kind = (format or "").lower() or detect_format(path)
+    return {"skip_object_arrays": True} if kind == "npz" else {}
 
 
 STORAGE_OPTION_HELP = ("For s3://, gs://, az:// paths: a client setting KEY=VALUE (endpoint, region, "
                        "access_key_id, ...; repeatable). Settings also come from AWS_*, GOOGLE_*, AZURE_STORAGE_*.")
 
 
-# ------------------------------------------------------------------ helpers
-def parse_storage_options(values: tuple[str, ...]) -> dict[str, str]:
-    """KEY=VALUE pairs of --storage-option; a value is never echoed (it may be a secret)."""
-    options: dict[str, str] = {}
-    for number, item in enumerate(values, start=1):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"storage option #{number} is not of the form KEY=VALUE "
-                                     f"(its text is not shown: it may hold a secret)",
-                                     param_hint="'--storage-option'")
-        options[key.strip()] = value
-    return options
-
-
 def _remember_storage_options(ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> None:
     if values:
-        ctx.ensure_object(dict)
         root = ctx.find_root()
         root.ensure_object(dict)
         merged = dict(root.obj.get("storage_options") or {})
-        merged.update(parse_storage_options(values))
+        from varstore.storage._urls import parse_storage_options
+
+        try:
+            merged.update(parse_storage_options(values))
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="'--storage-option'") from err
         root.obj["storage_options"] = merged
 
 
@@ -72,14 +113,23 @@ def _storage_options() -> dict[str, str] | None:
     ctx = click.get_current_context(silent=True)
     if ctx is None:
         return None
-    root = ctx.find_root()
-    return (root.obj or {}).get("storage_options") or None
+    return (ctx.find_root().obj or {}).get("storage_options") or None
 
 
-def _open(path: str, format: str | None = None) -> CheckpointReader:
+def _open(path: str, format: str | None = None, skip_object_arrays: bool = False) -> CheckpointReader:
     from varstore.convert import open_checkpoint  # the converters are imported only when needed
+    from varstore.storage import is_remote
 
-    return open_checkpoint(path, format=format, storage_options=_storage_options())
+    if is_remote(path):
+        return open_checkpoint(path, format=format, storage_options=_storage_options())
+    path = resolve_path(path)
+    return open_checkpoint(path, format=format, **_reader_options(path, format, skip_object_arrays))
+
+
+def _skip_object_arrays_option(function: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--skip-object-arrays", is_flag=True,
+                        help="npz: skip members holding object arrays (never unpickled) instead of refusing "
+                             "the file.")(function)
 
 
 def _compact(value: Any) -> str:
@@ -161,16 +211,23 @@ def _resolve_name(reader: CheckpointReader, name: str) -> str:
 @click.option("--tree", is_flag=True, help="Show the scope tree with per-scope totals.")
 @click.option("--strip-attributes", is_flag=True,
               help=f"Show TF2 object-checkpoint keys without '{ATTRIBUTES_SUFFIX}'.")
-@click.option("--format", "format_", metavar="F", help=FORMAT_HELP)
+@_format_option()
+@click.option("--checkpoints", "list_checkpoints", is_flag=True,
+              help="PATH is a CheckpointManager directory: list its checkpoints (step, time, size; latest marked).")
+@_skip_object_arrays_option
 @storage_option
 def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_attributes: bool,
-               format_: str | None) -> None:
+               format_: str | None, list_checkpoints: bool, skip_object_arrays: bool) -> None:
     """List the variables of a checkpoint.
 
     One line per variable of PATH: name, shape, dtype, size, trainable flag and
     collections; then totals, and the entries that are not variables with the
-    reason they were skipped."""
-    with _open(path, format_) as reader:
+    reason they were skipped. PATH may be a CheckpointManager directory (its
+    latest checkpoint); with --checkpoints, its checkpoints are listed instead."""
+    if list_checkpoints:
+        _list_checkpoints(path, as_json)
+        return
+    with _open(path, format_, skip_object_arrays) as reader:
         infos = reader.infos()
         if pattern is not None:
             infos = [i for i in infos if fnmatch.fnmatchcase(i.name, pattern)
@@ -213,6 +270,27 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
                 click.echo("  " + line)
 
 
+def _list_checkpoints(path: str, as_json: bool) -> None:
+    from varstore.checkpoint.managed import is_manager_directory, list_checkpoints
+
+    if not is_manager_directory(path):
+        raise CheckpointNotFoundError(
+            f"'{path}' is not a CheckpointManager directory (no 'latest' pointer and no "
+            f"'<name>-<step>.h5' or '.zarr' entries); --checkpoints lists a manager directory")
+    found = list_checkpoints(path)
+    if as_json:
+        _echo_json({"schema": "varstore.checkpoints/1", "directory": path,
+                    "checkpoints": [{"path": str(c.path), "step": c.step, "created_utc": c.created_utc,
+                                     "nbytes": c.nbytes, "latest": c.latest} for c in found]})
+        return
+    rows = [[c.path.name, f"{c.step:,}", c.created_utc[:19].replace("T", " "), fmt.human_size(c.nbytes),
+             "latest" if c.latest else ""] for c in found]
+    for line in fmt.table(rows, ["checkpoint", "step", "created (UTC)", "size", ""], right=(1, 3)):
+        click.echo(line.rstrip())
+    click.echo(f"total: {_plural(len(found), 'checkpoint')}, "
+               f"{fmt.human_size(sum(c.nbytes for c in found))}")
+
+
 # --------------------------------------------------------------------- show
 @click.command("show")
 @click.argument("path", type=click.Path())
@@ -220,14 +298,16 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
 @click.option("--values", "count", type=click.IntRange(min=0), default=10, show_default=True, metavar="N",
               help="Print the first N values (in C order); 0 prints none.")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.show/1 JSON document.")
-@click.option("--format", "format_", metavar="F", help=FORMAT_HELP)
+@_format_option()
+@_skip_object_arrays_option
 @storage_option
-def show_command(path: str, name: str, count: int, as_json: bool, format_: str | None) -> None:
+def show_command(path: str, name: str, count: int, as_json: bool, format_: str | None,
+                 skip_object_arrays: bool) -> None:
     """Show one variable: metadata, statistics, first values.
 
     Statistics are min, max, mean, std (over the finite elements) and the
     counts of NaN, inf and zero elements."""
-    with _open(path, format_) as reader:
+    with _open(path, format_, skip_object_arrays) as reader:
         key = _resolve_name(reader, name)
         info = reader.info(key)
         value = reader.read(key)
@@ -319,15 +399,16 @@ def _brief(info: VariableInfo) -> str:
 # ------------------------------------------------------------------- verify
 @click.command("verify")
 @click.argument("path", type=click.Path())
-@click.option("--format", "format_", metavar="F", help=FORMAT_HELP)
+@_format_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.verify/1 JSON document.")
+@_skip_object_arrays_option
 @storage_option
-def verify_command(path: str, format_: str | None, as_json: bool) -> None:
+def verify_command(path: str, format_: str | None, as_json: bool, skip_object_arrays: bool) -> None:
     """Check a checkpoint's structure and checksums.
 
     Reads every variable of PATH and checks every checksum the format records.
     Exit status 0 when all is well; 2 with the first bad variable named."""
-    with _open(path, format_) as reader:
+    with _open(path, format_, skip_object_arrays) as reader:
         infos = reader.infos()
         reader.verify()
         checked = sum(1 for i in infos if i.checksum is not None)
@@ -344,14 +425,20 @@ def verify_command(path: str, format_: str | None, as_json: bool) -> None:
 
 # ------------------------------------------------------------------ convert
 def parse_rename(values: tuple[str, ...]) -> list[tuple[str, str]]:
-    """`--rename OLD=NEW` options as (old, new) prefix pairs, in the order given."""
+    """`--rename OLD=NEW` options as (old, new) prefix pairs, in the order given.
+
+    Parsed by varstore.convert.rename.parse_rename_rule (the library's one
+    parser); a malformed rule is a usage error of `--rename`.
+    """
+    from varstore.convert.rename import parse_rename_rule
+    from varstore.errors import ConversionError
+
     pairs = []
     for value in values:
-        old, sep, new = value.partition("=")
-        if not sep or not old:
-            raise click.BadParameter(f"expected OLD=NEW (a name prefix and its replacement), got {value!r}",
-                                     param_hint="'--rename'")
-        pairs.append((old, new))
+        try:
+            pairs.append(parse_rename_rule(value))
+        except ConversionError as err:
+            raise click.BadParameter(str(err), param_hint="'--rename'") from err
     return pairs
 
 
@@ -416,29 +503,45 @@ def _report_json(report: Any) -> dict[str, Any]:
 @click.command("convert")
 @click.argument("src", type=click.Path())
 @click.argument("dst", type=click.Path())
-@click.option("--from", "from_format", metavar="F", help=f"Source format (default: detected). {FORMAT_HELP}")
-@click.option("--to", "to_format", metavar="F",
-              help="Destination format (default: from DST's suffix): h5, zarr, safetensors, npz.")
+@click.option("--from", "from_format", metavar="F", cls=_FormatOption,
+              help_text=lambda: f"Source format (default: detected). {_read_format_help()}")
+@click.option("--to", "to_format", metavar="F", cls=_FormatOption, help_text=_write_format_help)
 @click.option("--filter", "pattern", metavar="GLOB", help="Convert only names matching this shell glob.")
 @click.option("--rename", "renames", metavar="OLD=NEW", multiple=True,
-              help="Replace the name prefix OLD by NEW (repeatable; applied in order).")
+              help="Replace the name prefix OLD by NEW (repeatable; the first matching rule wins; "
+                   "applied after --separator).")
+@click.option("--separator", metavar="SEP",
+              help="Turn every SEP in a source name into '/' (before --rename): --separator . maps "
+                   "'encoder.layer.0.weight' to 'encoder/layer/0/weight'.")
+@click.option("--force", is_flag=True, help="Replace DST if it exists (never allowed when DST is SRC).")
+@_skip_object_arrays_option
 @click.option("--dtype", metavar="D", help="Cast every floating variable to this dtype (e.g. float16, bfloat16).")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.convert/1 JSON document; no progress bar.")
 @storage_option
 def convert_command(src: str, dst: str, from_format: str | None, to_format: str | None, pattern: str | None,
-                    renames: tuple[str, ...], dtype: str | None, as_json: bool) -> None:
+                    renames: tuple[str, ...], separator: str | None, force: bool, skip_object_arrays: bool,
+                    dtype: str | None, as_json: bool) -> None:
     """Convert a checkpoint to another format.
 
     Streams SRC to DST variable by variable, so memory stays near the largest
-    variable. A progress bar is drawn when stderr is a terminal (never with
-    --json or when piped)."""
+    variable. An existing DST is replaced only with --force. SRC may be a
+    CheckpointManager directory (its latest checkpoint). A progress bar is
+    drawn when stderr is a terminal (never with --json or when piped)."""
     rename = parse_rename(renames)
+    if separator == "":
+        raise click.BadParameter("must not be empty", param_hint="'--separator'")
     from varstore.convert import convert
+    from varstore.storage import is_remote
+
+    remote_source = is_remote(src)
+    src = src if remote_source else resolve_path(src)
 
     progress, close = make_progress(enabled=not as_json and _stderr_is_terminal())
     try:
         report = convert(src, dst, from_format=from_format, to_format=to_format, filter=pattern,
-                         rename=rename, dtype=dtype, progress=progress, storage_options=_storage_options())
+                         rename=rename, dtype=dtype, progress=progress, separator=separator, force=force,
+                         storage_options=_storage_options(),
+                         **({} if remote_source else _reader_options(src, from_format, skip_object_arrays)))
     finally:
         close()
     document = _report_json(report)

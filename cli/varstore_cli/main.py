@@ -3,7 +3,8 @@
 Every library error (VarstoreError), every OSError (a missing path, a
 permission problem) and every ValueError (an argument the library rejects)
 leaving a command becomes ONE line
-"varstore: error: <message>" on stderr and exit status 2, here and nowhere
+"varstore: error: <message>" on stderr, in command-line words (words.py:
+`--force` where the library says `overwrite=True`) and exit status 2, here and nowhere
 else; `--debug` (or VARSTORE_DEBUG=1) prints the traceback first. Commands
 themselves live in commands.py and never catch library errors.
 
@@ -24,6 +25,7 @@ import click
 from varstore._version import __version__
 from varstore.errors import VarstoreError
 from varstore_cli import commands
+from varstore_cli.words import cli_words
 
 __all__ = ["cli", "error_message", "EXIT_OK", "EXIT_DIFFER", "EXIT_ERROR"]
 
@@ -69,7 +71,7 @@ class _Group(click.Group):
             ctx.exit(EXIT_BROKEN_PIPE)
         except (VarstoreError, OSError, ValueError) as err:  # ValueError: a bad argument value
             _maybe_traceback(ctx)
-            raise _CommandError(error_message(err)) from err
+            raise _CommandError(cli_words(error_message(err))) from err
         except KeyboardInterrupt:
             click.echo("varstore: interrupted", err=True)
             ctx.exit(130)

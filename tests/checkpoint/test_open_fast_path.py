@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,17 +9,20 @@ import pytest
 
 from varstore.checkpoint import save
 from varstore.checkpoint.reader import VarstoreReader
-from varstore.convert import open_checkpoint
-from varstore.convert import detect
+from varstore.convert import detect_format, open_checkpoint
 
 
 def test_own_hdf5_file_skips_format_sniffing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = save(tmp_path / "model.h5", {"enc/w": np.arange(6, dtype=np.float32).reshape(2, 3)})
 
-    def no_sniff(_path: object) -> None:
-        raise AssertionError("sniff should not run for a varstore file with an index header")
+    def no_walk(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("no HDF5 walk or varstore check should run for a file with an index header")
 
-    monkeypatch.setattr(sys.modules["varstore.convert"], "sniff", no_sniff)
+    import varstore.backends.hdf5.walker as walker
+    import varstore.checkpoint as checkpoint
+
+    monkeypatch.setattr(walker, "HDF5Walker", no_walk)
+    monkeypatch.setattr(checkpoint, "is_varstore_checkpoint", no_walk)
     with open_checkpoint(path) as reader:
         assert isinstance(reader, VarstoreReader) and reader.format == "varstore-hdf5"
         assert reader["enc/w"].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
@@ -33,4 +35,4 @@ def test_damaged_index_header_falls_back_to_full_detection(tmp_path: Path) -> No
     path.write_bytes(bytes(data))
     with open_checkpoint(path) as reader:
         assert reader.format == "varstore-hdf5" and reader["w"].tolist() == [1.0, 1.0, 1.0]
-    assert detect.sniff(path).kind == "varstore"
+    assert detect_format(path) == "varstore-hdf5"

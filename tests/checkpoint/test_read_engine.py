@@ -31,7 +31,7 @@ def _small_store(values: np.ndarray, extra_dtypes: bool = True) -> VariableStore
 @pytest.mark.parametrize("suffix", [".h5", ".zarr"])
 def test_batch_round_trip_of_many_small_variables(tmp_path: Path, suffix: str) -> None:
     values = np.random.default_rng(1).standard_normal((300, 7)).astype(np.float32)
-    path = save(tmp_path / f"m{suffix}", _small_store(values))
+    path = save(tmp_path / f"m{suffix}", _small_store(values), layout="packed")
     target = _small_store(np.zeros_like(values))
     pointer = target.get_variable_by_name("small/v123").host_view().ctypes.data
     result = restore(path, target)
@@ -47,7 +47,7 @@ def test_batch_round_trip_of_many_small_variables(tmp_path: Path, suffix: str) -
 
 def test_batch_restore_shape_mismatch_names_variable_and_changes_nothing(tmp_path: Path) -> None:
     values = np.ones((20, 4), np.float32)
-    path = save(tmp_path / "m.h5", _small_store(values, extra_dtypes=False))
+    path = save(tmp_path / "m.h5", _small_store(values, extra_dtypes=False), layout="packed")
     target = VariableStore()
     for i in range(20):
         shape = (5,) if i == 13 else (4,)
@@ -60,7 +60,7 @@ def test_batch_restore_shape_mismatch_names_variable_and_changes_nothing(tmp_pat
 
 def test_batch_restore_checksum_error_names_variable_and_changes_nothing(tmp_path: Path) -> None:
     values = np.arange(40, dtype=np.float32).reshape(10, 4)
-    path = save(tmp_path / "m.h5", _small_store(values, extra_dtypes=False))
+    path = save(tmp_path / "m.h5", _small_store(values, extra_dtypes=False), layout="packed")
     with open_checkpoint(path) as reader:
         packed_offset = reader._packed["file_offset"]
         offset = packed_offset + reader.record("small/v006").offset
@@ -75,7 +75,7 @@ def test_batch_restore_checksum_error_names_variable_and_changes_nothing(tmp_pat
 
 def test_batch_restore_casts_float32_into_float64_variables(tmp_path: Path) -> None:
     values = np.full((6, 3), 0.5, np.float32)
-    path = save(tmp_path / "m.h5", _small_store(values, extra_dtypes=False))
+    path = save(tmp_path / "m.h5", _small_store(values, extra_dtypes=False), layout="packed")
     target = _small_store(np.zeros((6, 3), np.float64), extra_dtypes=False)
     restore(path, target)
     assert target.get_variable_by_name("small/v004").numpy().tolist() == [0.5, 0.5, 0.5]

@@ -13,7 +13,7 @@ import pytest
 import varstore as vs
 from tests._s3server import S3TestServer
 from varstore.checkpoint import is_varstore_checkpoint, open_varstore, remote
-from varstore.errors import CheckpointError, CheckpointNotFoundError
+from varstore.errors import CheckpointExistsError, CheckpointNotFoundError
 from varstore.storage.object_store import ObjectStoreClient
 
 KiB = 1024
@@ -167,14 +167,19 @@ def test_saving_over_a_checkpoint_replaces_it_and_never_over_foreign_data(
     with vs.open_checkpoint(f"{s3_prefix}/m.h5") as reader:
         assert reader.read("a").tolist() == [0.0, 1.0, 2.0, 3.0]
     client.put("foreign.h5", b"not hdf5 at all" * 40)
-    with pytest.raises(CheckpointError, match=r"foreign.h5: the object there is not a varstore HDF5 checkpoint"):
+    with pytest.raises(CheckpointExistsError, match=r"foreign.h5: an object that is not a varstore checkpoint "
+                                                    r"\(600 bytes\) is there; .* pass overwrite=True"):
         vs.save(f"{s3_prefix}/foreign.h5", {"a": np.arange(3.0)})
     assert client.get("foreign.h5") == b"not hdf5 at all" * 40
+    vs.save(f"{s3_prefix}/foreign.h5", {"a": np.arange(3.0)}, overwrite=True)  # asked explicitly
+    assert is_varstore_checkpoint(f"{s3_prefix}/foreign.h5")
+    with pytest.raises(CheckpointExistsError, match=r"m.h5: a varstore HDF5 checkpoint \(not Zarr\) is there"):
+        vs.save(f"{s3_prefix}/m.h5", {"a": np.arange(3.0)}, format="zarr")
     client.put("data.zarr/zarr.json", json.dumps({"zarr_format": 3, "node_type": "group"}).encode())
-    with pytest.raises(CheckpointError, match="data.zarr: a Zarr hierarchy varstore did not write"):
+    with pytest.raises(CheckpointExistsError, match="data.zarr: a Zarr hierarchy varstore did not write"):
         vs.save(f"{s3_prefix}/data.zarr", {"a": np.arange(3.0)})
     client.put("loose.zarr/x", b"1")
-    with pytest.raises(CheckpointError, match="loose.zarr: objects are there that are not a varstore checkpoint"):
+    with pytest.raises(CheckpointExistsError, match="loose.zarr: 1 objects that are not a varstore checkpoint"):
         vs.save(f"{s3_prefix}/loose.zarr", {"a": np.arange(3.0)})
 
 

@@ -83,7 +83,7 @@ def test_a_storage_without_rename_is_refused_before_anything_is_written(tmp_path
 
 def test_save_still_writes_a_checkpoint_the_reader_verifies(tmp_path: Path) -> None:
     values = {f"layer_{i}/w": np.full((32, 32), i, np.float32) for i in range(4)}
-    path = save(tmp_path / "m.h5", values, pack_threshold_bytes=8192)
+    path = save(tmp_path / "m.h5", values, pack_threshold_bytes=8192, layout="packed")
     with open_checkpoint(path) as reader:
         reader.verify()
         assert [reader.info(name).attributes["storage"] for name in sorted(values)] == ["packed"] * 4

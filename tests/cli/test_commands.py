@@ -320,7 +320,7 @@ def test_convert_text_lists_renames(run, tf_checkpoint, tmp_path):
 def test_convert_bad_rename_is_a_usage_error(run, tf_checkpoint, tmp_path):
     result = run("convert", "--rename", "noequals", tf_checkpoint, tmp_path / "x.h5")
     assert result.exit_code == 2
-    assert "Invalid value for '--rename': expected OLD=NEW" in result.stderr
+    assert "Invalid value for '--rename': rename rule 'noequals' needs the form OLD=NEW" in result.stderr
     assert not (tmp_path / "x.h5").exists()
 
 

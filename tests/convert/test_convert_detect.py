@@ -13,7 +13,6 @@ import pytest
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.writer import save_entries
 from varstore.convert import detect_format, open_checkpoint
-from varstore.convert.detect import sniff
 from varstore.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -39,7 +38,7 @@ def test_hdf5_found_behind_a_user_block_and_despite_a_wrong_suffix(tmp_path: Pat
         f.create_dataset("w", data=np.ones(3, np.int16))
     with open(path, "r+b") as f:
         f.write(b"user block text")
-    assert sniff(path).kind == "hdf5"
+    assert detect_format(path) == "hdf5"
     with open_checkpoint(path) as reader:
         assert reader.format == "hdf5" and reader["w"].tolist() == [1, 1, 1]
 

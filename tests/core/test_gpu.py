@@ -81,3 +81,13 @@ def test_mixed_device_ops_follow_the_context(store, cp):
         result = np.add(cpu, gpu)
     assert isinstance(result, cp.ndarray) and result.get().tolist() == [11.0, 22.0]
     assert devices.device_of_array(result) == "gpu:0"
+
+
+def test_eager_restore_into_uninitialized_gpu_variables_lands_on_the_device(store, cp, tmp_path):
+    """Issue 9: restore(lazy=False) reads, checks and places values of uninitialized GPU variables."""
+    path = vs.save(tmp_path / "g.h5", {"w": np.arange(6, dtype=np.float32).reshape(2, 3)})
+    w = store.get_variable("w", [2, 3])
+    assert w.device == "gpu:0" and not w.is_allocated
+    vs.restore(path, store)
+    assert w.is_initialized and isinstance(w._buffer, cp.ndarray)
+    assert cp.asnumpy(w._buffer).tolist() == [[0, 1, 2], [3, 4, 5]]

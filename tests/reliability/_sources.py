@@ -64,7 +64,8 @@ def write_own(directory: Path, fmt: str) -> Path:
 
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / ("model.h5" if fmt == "h5" else "model.zarr")
-    save(path, own_values(), step=1234, metadata={"run": "reliability"}, pack_threshold_bytes=100)
+    save(path, own_values(), step=1234, metadata={"run": "reliability"}, pack_threshold_bytes=100,
+         layout="packed")
     return path
 
 

@@ -1,26 +1,16 @@
-"""Storage backends: the Protocol every backend implements, and the registry by name and suffix.
+"""Storage backends: the registry by name and suffix (get_backend, format_for_path).
 
-A backend stores named arrays (dtype, shape, C-order little-endian bytes)
-and JSON-compatible attributes in one HDF5 file or one Zarr v3 directory.
-It knows nothing about variables, manifests, checksums or atomic renames:
-the checkpoint layer decides what to write and where the bytes go.
-
-For speed a backend hands out a `RawExtent` (file, byte offset, byte count)
-where an array's bytes live uncompressed and contiguous, so the checkpoint
-layer can write and read them with single pwrite/preadv calls straight from
-and into the variables' buffers. Arrays without such an extent are written
-and read through the backend's library.
+Maps "h5"/"hdf5" and "zarr"/"zarr3" (and file suffixes) to the HDF5 and
+Zarr v3 backends, importing a backend only when asked for. The contract the
+backends implement (RawExtent, BackendWriter, BackendReader, Backend) is in
+varstore/backends/base.py and re-exported here; this module knows no layout.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
-from typing import Any, Protocol
 
-import numpy as np
-import numpy.typing as npt
-
+from varstore.backends.base import Backend, BackendReader, BackendWriter, RawExtent
 from varstore.errors import UnsupportedFormatError
 
 __all__ = [
@@ -32,92 +22,6 @@ __all__ = [
     "get_backend",
     "format_for_path",
 ]
-
-
-@dataclasses.dataclass(frozen=True)
-class RawExtent:
-    """Where an array's raw bytes live: `nbytes` bytes at byte `offset` of `file`.
-
-    The bytes are the array's C-order, little-endian values, uncompressed.
-    """
-
-    file: Path
-    offset: int
-    nbytes: int
-
-
-class BackendWriter(Protocol):
-    """Writes one new checkpoint container (a file or directory that does not exist yet)."""
-
-    #: True when the backend stores fixed-length bytes ("S<n>") natively.
-    native_bytes_strings: bool
-
-    def create_array(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
-                     attrs: dict[str, Any]) -> RawExtent | None:
-        """Creates an array at `path` ("a/b/c"; parent groups are created).
-
-        Returns the extent where the caller must write its bytes, or None when
-        the caller must call `write_array` instead (scalars, zero-size arrays).
-        """
-
-    def write_array(self, path: str, value: npt.NDArray[Any]) -> None:
-        """Writes a whole array created with `create_array` through the library."""
-
-    def set_root_attrs(self, attrs: dict[str, Any]) -> None:
-        """Sets attributes of the root group."""
-
-    def close(self) -> list[Path]:
-        """Finishes the container; returns every file and directory to fsync."""
-
-
-class BackendReader(Protocol):
-    """Reads one existing checkpoint container, read-only."""
-
-    def root_attrs(self) -> dict[str, Any]:
-        """Attributes of the root group."""
-
-    def raw_extent(self, path: str, dtype: np.dtype, shape: tuple[int, ...]) -> RawExtent | None:
-        """The extent holding the array's bytes, or None when it is stored otherwise."""
-
-    def read_bytes(self, path: str) -> bytes:
-        """All bytes of a 1-D uint8 array (used for the manifest)."""
-
-    def read_array(self, path: str, out: npt.NDArray[Any]) -> None:
-        """Reads the array at `path` through the library into `out` (its storage dtype and shape)."""
-
-    def array_attrs(self, path: str) -> dict[str, Any]:
-        """Attributes of the array at `path`."""
-
-    def close(self) -> None:
-        """Releases handles."""
-
-
-class Backend(Protocol):
-    """A storage format: how to sniff, open for writing, open for reading."""
-
-    #: Short name ("h5", "zarr").
-    name: str
-    #: What a container is, for messages ("HDF5 file", "Zarr v3 directory").
-    description: str
-    suffixes: tuple[str, ...]
-    #: True when a container is a directory of files, False for one file.
-    is_directory: bool
-    #: True when fixed-length bytes ("S<n>") are stored natively (as BackendWriter.native_bytes_strings).
-    native_bytes_strings: bool
-
-    def sniff(self, path: Path) -> bool:
-        """True when `path` looks like this backend's container (magic bytes / zarr.json)."""
-
-    def open_writer(self, path: Path, header_bytes: int = 0) -> BackendWriter:
-        """Creates a new container at `path`.
-
-        `header_bytes` (bytes) reserves room at the start of a single-file
-        container that the format ignores (HDF5's user block), for the caller
-        to fill; directory backends ignore it.
-        """
-
-    def open_reader(self, path: Path) -> BackendReader:
-        """Opens an existing container read-only."""
 
 
 #: format name -> suffixes; "h5" is HDF5, "zarr" is a Zarr v3 directory.

@@ -146,19 +146,21 @@ def fsync_directory(directory: Path) -> None:
 
 
 _RENAME_EXCHANGE = 2
-_libc = None
+_libc: ctypes.CDLL | None = None
+_libc_missing = False  # renameat2 is not in this C library
 
 
 def _exchange(a: Path, b: Path) -> bool:
     """Atomically swaps two paths with renameat2(RENAME_EXCHANGE); False where unsupported."""
-    global _libc
-    if _libc is None:
+    global _libc, _libc_missing
+    if _libc is None and not _libc_missing:
         try:
-            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            _libc.renameat2  # noqa: B018 - raises AttributeError on old C libraries
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            libc.renameat2  # noqa: B018 - raises AttributeError on old C libraries
+            _libc = libc
         except (OSError, AttributeError):
-            _libc = False
-    if not _libc:
+            _libc_missing = True
+    if _libc is None:
         return False
     at_fdcwd = -100
     result = _libc.renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE)

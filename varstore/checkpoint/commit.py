@@ -45,8 +45,8 @@ def publish(final: Path, fmt: str, entries: list[Any], records: list[Record], pa
     storage = storage_for(final)[0] if storage is None else storage
     if not storage.renames:
         if not isinstance(storage, ObjectStorage):
-            raise CheckpointError(f"cannot write checkpoint '{final}' to {storage.url}: this storage neither "
-                                  f"renames nor is an object store varstore knows how to commit to")
+            raise CheckpointError(f"cannot write checkpoint '{final}' to {storage.url}: it commits without rename "
+                                  f"but is not an object store varstore knows how to commit to")
         publish_remote(str(final), storage, fmt, entries, records, packed_nbytes, header, checksum, release)
         return final
     try:

@@ -11,6 +11,7 @@ backends; never decodes the manifest, never reads a variable.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from varstore.backends import get_backend
@@ -75,7 +76,8 @@ def manifest_via_index_header(storage: Storage, key: str) -> bytes | None:
     return data
 
 
-def is_varstore_checkpoint(path: os.PathLike[str] | str) -> bool:
+def is_varstore_checkpoint(path: os.PathLike[str] | str,
+                           storage_options: Mapping[str, object] | None = None) -> bool:
     """True when `path` is a varstore HDF5 file or Zarr v3 directory.
 
     Checks the magic bytes, then the HDF5 index header or the root attribute
@@ -84,7 +86,7 @@ def is_varstore_checkpoint(path: os.PathLike[str] | str) -> bool:
     On an object store (a URL), only a committed checkpoint counts (see remote.py).
     """
     if is_remote(path):
-        return remote_is_checkpoint(path)
+        return remote_is_checkpoint(path, storage_options)
     path = Path(path)
     try:
         fmt = detect_container(path)

@@ -27,10 +27,11 @@ from typing import Any
 
 from varstore.backends import FORMATS, format_for_path
 from varstore.checkpoint import atomic
-from varstore.checkpoint.reader import open_varstore
+from varstore.checkpoint.detection import is_varstore_checkpoint
 from varstore.checkpoint.remote_manager import remote_directory
-from varstore.checkpoint.restore import RestoreResult, targets_of, restore
 from varstore.checkpoint.plan import entries_from
+from varstore.checkpoint.reader import open_varstore
+from varstore.checkpoint.restore import RestoreResult, restore, targets_of
 from varstore.checkpoint.snapshot import SaveHandle, save_async
 from varstore.checkpoint.writer import save
 from varstore.errors import CheckpointError, CheckpointLockedError, CorruptCheckpointError, NotACheckpointError
@@ -228,10 +229,13 @@ class CheckpointManager:
         if self._remote is not None:
             self._remote.update_state(_POINTER, change)
             for doomed_name in doomed:
-                self._remote.delete(doomed_name)
+                if is_varstore_checkpoint(self._remote.location(doomed_name), self._storage_options):
+                    self._remote.delete(doomed_name)  # never what else took the name
             return
         self._write_state(change(self._state()))
         for name in doomed:
+            if not is_varstore_checkpoint(self.directory / name):
+                continue  # something else took the name since this manager wrote it: never delete that
             # Rename before deleting: a writer killed mid-delete leaves a temporary, never a partial checkpoint.
             aside = atomic.temporary_name(self.directory / name)
             try:

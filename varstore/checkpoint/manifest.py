@@ -18,6 +18,7 @@ import itertools
 import json
 import math
 import operator
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -270,7 +271,7 @@ class ManifestColumns:
         """
         c = self.columns
 
-        def types(column: list[Any]) -> set[type]:
+        def types(column: Iterable[Any]) -> set[type]:
             return set(map(type, column))
 
         if not types(c["shape"]) <= {list} or not types(itertools.chain.from_iterable(c["shape"])) <= {int}:

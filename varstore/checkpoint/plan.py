@@ -21,13 +21,15 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import devices
-from varstore._version import __version__
 from varstore import dtypes as _dtypes
+from varstore._version import __version__
 from varstore.checkpoint.entry import SaveEntry
+from varstore.checkpoint.layout import choose_layout, pack_threshold
 from varstore.checkpoint.manifest import (
     FORMAT_NAMES,
     FORMAT_VERSION,
     Record,
+    assign_paths,
     check_dtype_name,
     format_checksum,
     validate_names,
@@ -42,7 +44,7 @@ from varstore.errors import (
 from varstore.variables import Variable
 
 __all__ = ["PlannedEntry", "entries_from", "plan_records", "checked_value", "host_value", "header",
-           "array_attrs"]
+           "planned_layout", "array_attrs"]
 
 
 class PlannedEntry:
@@ -208,6 +210,19 @@ def header(fmt: str, step: int | None, metadata: Mapping[str, Any] | None, where
         "step": step,
         "metadata": metadata,
     }
+
+
+def planned_layout(header: dict[str, Any], records: list[Record], layout: str | None,
+                   pack_threshold_bytes: int) -> int:
+    """Chooses the layout (layout.py), records it in `header`, assigns every record its path; returns the
+    packed blob's bytes.
+
+    Raises:
+      InvalidMetadataError: an unknown `layout`.
+    """
+    chosen = choose_layout(layout, len(records))
+    header["layout"] = chosen
+    return assign_paths(records, pack_threshold(chosen, pack_threshold_bytes))
 
 
 def array_attrs(record: Record) -> dict[str, Any]:

@@ -4,7 +4,8 @@ Owns the threads of a bulk read: a helper thread checksums large values
 while the next one is read, and the storage's read-ahead fetches the planned
 extents ahead of the reader. Small packed variables that already hold a value
 take the batch path: one read of the packed blob, every checksum on it, then
-one validated copy into every buffer (variables.restore_many). The engine
+one validated copy into every buffer (variables.restore_many); Variables
+without memory are read into new arrays, checked, and adopted last. The engine
 lends the reader a ReadSession for the duration and takes it back, threads
 stopped, whatever happens. Decides nothing about names or which targets
 (restore.py does); never writes files.
@@ -16,6 +17,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 
 from varstore.checkpoint.checksum import crc32c_of
@@ -47,6 +49,9 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
         Variable (anything with `restore_from`) or a writeable NumPy array.
       verify: check crc32c checksums.
       lazy: hand Variables a source to read at first use instead of reading now.
+        Without it every value is read and checked before this returns;
+        Variables without memory get new arrays, read and checked first and
+        assigned last, so a failure leaves them as they were.
       validate: called for every item (with the variable's CheckpointValue)
         before any target changes; raises to refuse the whole restore.
 
@@ -54,8 +59,9 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
       Whatever `validate` raises, before any target changed.
       ChecksumError / CorruptCheckpointError: damaged bytes, naming the variable and the file.
         Packed variables are all checked before any is written; large values
-        are checked in a helper thread after they were read into place, and
-        the first failure (in read order) is raised once all were read.
+        are checked in a helper thread after they were read into place (in
+        allocated targets), and the first failure (in read order) is raised
+        once all were read.
     """
     from varstore.variables import Variable, restore_many
 
@@ -77,8 +83,7 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
             else:
                 batch_variables.append(obj)
                 batch_indices.append(index)
-    pool: ThreadPoolExecutor | None = None
-    checks: list[tuple[Record, Future[int]]] = []
+    checks = _Checks(reader, session)
     reader.session = session
     try:
         sources = [(obj, name, reader.source(ckpt, verify=verify)) for ckpt, name, obj in rest]
@@ -90,24 +95,25 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
                 validate(variable.name, variable, reader.source(names[index], verify=verify))
         for obj, name, source in sources:
             validate(name, obj, source)
+        fresh: list[tuple[Any, CheckpointValue]] = []  # Variables without memory: read into new arrays
+        if not lazy:
+            fresh = [(obj, source) for obj, _, source in sources
+                     if isinstance(obj, Variable) and not obj.is_allocated]
+            fresh_ids = {id(obj) for obj, _ in fresh}
+            sources = [item for item in sources if id(item[0]) not in fresh_ids]
         if not lazy and verify and blob is not None:
             _check_packed(reader, blob, batch_indices + _packed_indices(reader, [ckpt for ckpt, _, _ in rest]))
             session.packed_checked = True
-        if not lazy and verify:
-            pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="varstore-crc")
-
-            def defer(record: Record, out: npt.NDArray[Any]) -> bool:
-                if record.nbytes < THREADED_CHECK_BYTES:
-                    return False
-                assert pool is not None
-                checks.append((record, pool.submit(crc32c_of, out)))
-                return True
-
-            session.defer = defer
+        fresh_values = []
+        if fresh:  # read and check into new memory before any variable changes: all-or-nothing for them
+            checks.start(verify, [source.name for _, source in fresh])
+            for obj, source in fresh:
+                value = np.empty(obj.shape, dtype=obj.dtype)
+                source.read_into(value)
+                fresh_values.append(value)
+            checks.finish()
         if not lazy:
-            planned = reader.direct_extents([ckpt for ckpt, _, _ in rest])
-            if planned is not None:
-                session.read_ahead = reader.storage.read_ahead(planned[0], planned[1], READ_AHEAD_BYTES)
+            checks.start(verify, [source.name for _, _, source in sources])
         restore_many(batch_variables, batch_values)
         del batch_values
         for obj, name, source in sources:
@@ -115,23 +121,67 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
                 obj.restore_from(source, lazy=lazy)
             else:
                 source.read_into(obj)
-        _stop(session)
-        for record, future in checks:
+        checks.finish()
+        # last: a failure of the in-place targets above leaves the variables without memory as they were
+        restore_many([obj for obj, _ in fresh], fresh_values, adopt=True)
+        del fresh_values
+    finally:
+        checks.close()
+        reader.session = None
+
+
+class _Checks:
+    """The engine's helper threads for one phase of reads: deferred crc32c checks and the storage's read-ahead."""
+
+    def __init__(self, reader: VarstoreReader, session: ReadSession) -> None:
+        self._reader = reader
+        self._session = session
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: list[tuple[Record, Future[int]]] = []
+
+    def start(self, verify: bool, names: list[str]) -> None:
+        """Begins a phase reading `names` in this order: large values checked off-thread, extents read ahead."""
+        session = self._session
+        if verify:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="varstore-crc")
+            session.defer = self._defer
+        planned = self._reader.direct_extents(names)
+        if planned is not None:
+            session.read_ahead = self._reader.storage.read_ahead(planned[0], planned[1], READ_AHEAD_BYTES)
+
+    def _defer(self, record: Record, out: npt.NDArray[Any]) -> bool:
+        if record.nbytes < THREADED_CHECK_BYTES or self._pool is None:
+            return False
+        self._pending.append((record, self._pool.submit(crc32c_of, out)))
+        return True
+
+    def finish(self) -> None:
+        """Ends the phase: stops the read-ahead, waits for the deferred checks.
+
+        Raises:
+          ChecksumError: naming the first damaged variable (in read order) and the file.
+        """
+        self._stop()
+        pending, self._pending = self._pending, []
+        for record, future in pending:
             found = future.result()
             if found != record.checksum:
-                reader.checksum_error(record, found)
-    finally:
-        _stop(session)
-        reader.session = None
-        if pool is not None:
-            pool.shutdown(wait=True)
+                self._reader.checksum_error(record, found)
 
+    def _stop(self) -> None:
+        session = self._session
+        if session.read_ahead is not None:
+            session.read_ahead.stop()
+            session.read_ahead = None
+        session.defer = None
 
-def _stop(session: ReadSession) -> None:
-    if session.read_ahead is not None:
-        session.read_ahead.stop()
-        session.read_ahead = None
-    session.defer = None
+    def close(self) -> None:
+        """Stops everything and ends the helper thread (the reader may be closed afterwards)."""
+        self._stop()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
 
 def _packed_indices(reader: VarstoreReader, names: list[str]) -> list[int]:

@@ -14,10 +14,11 @@ initializers, never writes.
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -130,6 +131,7 @@ class VarstoreReader(CheckpointReader):
         located, self._key = storage_for(path) if storage is None else (storage, os.fspath(path))
         self.storage: Storage = located
         self.staged: Path | None = None  # a local copy of an object-store checkpoint, deleted on close
+        self.backend_source: Callable[[], BinaryIO] | None = None  # a file object over a remote single file
         self.session: ReadSession | None = None
         self._closed = False
         self._direct = False  # offsets in the manifest are trusted (the index header matched)
@@ -158,6 +160,8 @@ class VarstoreReader(CheckpointReader):
         self.library_version = header.get("library_version")
         self.created_utc = header.get("created_utc")
         self._packed: dict[str, Any] = header.get("packed") or {}
+        #: "per-variable" or "packed" (root attribute varstore_layout; older files: from the packed blob).
+        self.layout = header.get("layout") or ("packed" if self._packed.get("nbytes") else "per-variable")
         self._bytes = VariableBytes(self.path, self._key, self._backend, lambda: self._store, self.storage,
                                     self._direct, self._packed)
         self._columns: ManifestColumns = columns
@@ -170,7 +174,8 @@ class VarstoreReader(CheckpointReader):
         if self._backend_reader is None:
             if self._closed:
                 raise CheckpointError(f"checkpoint '{self.path}' is closed")
-            self._backend_reader = self._backend.open_reader(self.path)
+            source = None if self.backend_source is None else self.backend_source()
+            self._backend_reader = self._backend.open_reader(self.path, source)
         return self._backend_reader
 
     def _refuse_format(self, found: Any) -> None:
@@ -433,6 +438,7 @@ def _open_remote(url: os.PathLike[str] | str, format: str | None,
     try:
         if local is None:
             reader = VarstoreReader(Path(key), fmt, storage=storage)
+            reader.backend_source = lambda: io.BufferedReader(storage.open_reader(name), 1 << 16)
         else:
             reader = VarstoreReader(local, fmt)
             reader.staged = local

@@ -39,12 +39,13 @@ from typing import Any
 from varstore.backends import get_backend
 from varstore.checkpoint.manifest import INDEX_HEADER_BYTES, Record, decode_index_header
 from varstore.checkpoint.write_engine import write_container
-from varstore.errors import CheckpointError, CheckpointNotFoundError, NotACheckpointError, VarstoreError
+from varstore.errors import (CheckpointError, CheckpointExistsError, CheckpointNotFoundError, NotACheckpointError,
+                             VarstoreError)
 from varstore.storage import storage_for
 from varstore.storage.local import LocalStorage
 from varstore.storage.object_storage import ObjectStorage
 
-__all__ = ["publish_remote", "committed", "is_checkpoint", "container_of", "stage_for_reading", "remove_staged", "sweep",
+__all__ = ["publish_remote", "check_replaceable_remote", "describe_remote", "committed", "is_checkpoint", "container_of", "stage_for_reading", "remove_staged", "sweep",
            "PENDING_MARKER", "COMMIT_OBJECT", "SWEEP_GRACE_SECONDS"]
 
 _log = logging.getLogger("varstore.checkpoint")
@@ -167,33 +168,51 @@ def _upload_tree(storage: ObjectStorage, name: str, local: Path) -> None:
         storage.client.delete(stale)
 
 
-def _refuse_foreign(storage: ObjectStorage, name: str, fmt: str) -> None:
-    """Never replaces what is not a varstore checkpoint of the same format (the rule local saves keep)."""
-    url = storage.url_of(name)
-    if get_backend(fmt).is_directory:
-        if storage.exists(name):
-            raise CheckpointError(f"cannot save a Zarr checkpoint to {url}: a single object (not a varstore Zarr "
-                                  f"checkpoint) is there; delete it or choose another URL")
-        under = storage.list(name)
-        commit = f"{name}/{COMMIT_OBJECT}"
-        if commit in under:
-            attrs = json.loads(storage.read_all(commit) or b"{}").get("attributes") or {}
-            if attrs.get("varstore_format") is None:
-                raise CheckpointError(f"cannot save to {url}: a Zarr hierarchy varstore did not write is there; "
-                                      f"delete it or choose another URL")
-        elif under and f"{name}/{PENDING_MARKER}" not in under:
-            raise CheckpointError(f"cannot save to {url}: objects are there that are not a varstore checkpoint "
-                                  f"(no commit object {COMMIT_OBJECT}, no pending marker); delete them or choose "
-                                  f"another URL")
-        return
-    if storage.list(name):
-        raise CheckpointError(f"cannot save an HDF5 checkpoint to {url}: objects are under {url}/ (a Zarr "
-                              f"checkpoint or other data); delete them or choose another URL")
+def describe_remote(storage: ObjectStorage, name: str) -> str | None:
+    """What is at `name` in words ("a varstore Zarr checkpoint", "an object that is not ...", ...); None: nothing."""
+    under = storage.list(name)
+    commit = f"{name}/{COMMIT_OBJECT}"
     if storage.exists(name):
-        head = bytes(storage.read_range(name, 0, min(INDEX_HEADER_BYTES, storage.size(name))))
-        if decode_index_header(head) is None:
-            raise CheckpointError(f"cannot save to {url}: the object there is not a varstore HDF5 checkpoint; "
-                                  f"delete it or choose another URL")
+        size = storage.size(name)
+        head = bytes(storage.read_range(name, 0, min(INDEX_HEADER_BYTES, size)))
+        if decode_index_header(head) is not None:
+            return "a varstore HDF5 checkpoint"
+        return f"an object that is not a varstore checkpoint ({size} bytes)"
+    if commit in under:
+        attrs = json.loads(storage.read_all(commit) or b"{}").get("attributes") or {}
+        if attrs.get("varstore_format") is not None:
+            return "a varstore Zarr checkpoint"
+        return "a Zarr hierarchy varstore did not write"
+    if not under:
+        return None
+    if f"{name}/{PENDING_MARKER}" in under:
+        return "an unfinished varstore save"
+    return f"{len(under)} objects that are not a varstore checkpoint (no commit object {COMMIT_OBJECT})"
+
+
+def check_replaceable_remote(url: str, fmt: str, storage: ObjectStorage | None = None,
+                             advice: str = "pass overwrite=True to replace it") -> None:
+    """The overwrite rule (checkpoint/overwrite.py) on an object store: only nothing, an unfinished
+    varstore save or a varstore checkpoint of format `fmt` may be replaced.
+
+    Raises:
+      CheckpointExistsError: naming the URL and what is there.
+    """
+    if storage is None:
+        located, _ = storage_for(url)
+        if not isinstance(located, ObjectStorage):
+            return
+        storage = located
+    name = storage.name_of(url)
+    found = describe_remote(storage, name)
+    words = "Zarr" if get_backend(fmt).is_directory else "HDF5"
+    if found in (None, "an unfinished varstore save", f"a varstore {words} checkpoint"):
+        return
+    if found.startswith("a varstore "):
+        found = f"{found} (not {words})"
+    raise CheckpointExistsError(f"cannot save a varstore {words} checkpoint to {storage.url_of(name)}: "
+                                f"{found} is there; delete it, choose another URL, or {advice}",
+                                path=storage.url_of(name), found=found)
 
 
 def publish_remote(final: str, storage: ObjectStorage, fmt: str, entries: list[Any], records: list[Record],
@@ -210,11 +229,9 @@ def publish_remote(final: str, storage: ObjectStorage, fmt: str, entries: list[A
 
     Raises:
       ObjectStoreError: the store refused or failed after retries (naming the URL).
-      CheckpointError: something that is not a varstore checkpoint of this format is at `final`.
       Any error of writing (as save_entries).
     """
     name = storage.name_of(final)
-    _refuse_foreign(storage, name, fmt)
     swept = sweep(storage, _parent(name))
     if swept:
         _log.info("swept %d abandoned uploads under %s", len(swept), storage.url_of(_parent(name)))

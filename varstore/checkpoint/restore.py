@@ -6,15 +6,17 @@ under "old_scope/" to the same suffix under "new_scope/" ("" or "/" is the
 root), {"old/w": "new/w"} maps one name; exact names win over prefixes and
 longer prefixes over shorter ones; with a map, names it does not cover are
 left alone. Every shape and dtype is validated before any value is written,
-so a failing restore changes nothing (a ChecksumError is the exception:
-small, packed variables are all checked before any is written, but large
-values are checked, in a helper thread, after they were read into place,
-so a ChecksumError raised at the end of a restore leaves the variables
-read so far with their new values; run reader.verify() first for
-all-or-nothing). Existing buffers are filled in
-place; variables not yet materialized, and lazy=True, keep a ValueSource so
-their initializers never run. The reading itself is read_engine's one call;
-this module decides names, targets and what is valid, and never reads bytes.
+so a failing restore changes nothing. With lazy=False (the default) every
+value is read and its checksum checked before restore returns: variables
+without memory get new buffers, filled and checked before any of them is
+assigned (all-or-nothing); allocated variables and arrays are filled in
+place, and a ChecksumError of a large value (checked in a helper thread
+after it was read into place) leaves those read so far with their new
+values (docs/errors.md; run reader.verify() first for all-or-nothing).
+lazy=True, and variables created later in the store (deferred restore),
+keep a ValueSource so their initializers never run and reading waits for
+first use. The reading itself is read_engine's one call; this module decides
+names, targets and what is valid, and never reads bytes.
 """
 
 from __future__ import annotations
@@ -140,7 +142,9 @@ def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
         init_from_checkpoint rules; only the names it covers are restored.
       strict: raise RestoreError listing every missing and unexpected name
         (nothing is restored or deferred then).
-      lazy: leave values on disk until each variable's first use.
+      lazy: leave values on disk until each variable's first use (as before
+        issue 9). False (default): every value is read and checked now, and every
+        restored Variable is initialized when restore returns.
       verify: check each variable's crc32c as it is read.
       format: "h5"/"zarr", or None to detect.
       storage_options: for URLs: endpoint, region, credentials (see open_varstore).
@@ -152,7 +156,9 @@ def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
       RestoreError: strict and names differ (lists them all).
       ShapeMismatchError, DtypeMismatchError: naming the variable, the file and
         both shapes or dtypes; raised before anything is written.
-      ChecksumError: a variable's bytes are damaged (names it and the file).
+      ChecksumError: a variable's bytes are damaged (names it and the file);
+        raised by restore itself with lazy=False. Variables that had no memory
+        are then left as they were; see docs/errors.md for allocated ones.
       CheckpointNotFoundError, NotACheckpointError, CorruptCheckpointError: see open_varstore.
     """
     with paused_gc():

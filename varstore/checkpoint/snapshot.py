@@ -22,8 +22,9 @@ from varstore import devices
 from varstore.backends import format_for_path
 from varstore.checkpoint.commit import publish
 from varstore.checkpoint.entry import SnapshotEntry
-from varstore.checkpoint.manifest import DEFAULT_PACK_THRESHOLD_BYTES, assign_paths
-from varstore.checkpoint.plan import header as _header, plan_records
+from varstore.checkpoint.manifest import DEFAULT_PACK_THRESHOLD_BYTES
+from varstore.checkpoint.overwrite import check_replaceable
+from varstore.checkpoint.plan import header as _header, plan_records, planned_layout
 from varstore.storage import Storage
 
 __all__ = ["SaveHandle", "save_async"]
@@ -115,7 +116,8 @@ def save_async(final: Path, entries: list[Any], *, step: int | None = None,
                metadata: Mapping[str, Any] | None = None, format: str | None = None,
                checksum: bool = True, pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
                max_snapshot_bytes: int | None = None,
-               after: Callable[[Path], object] | None = None, storage: Storage | None = None) -> SaveHandle:
+               after: Callable[[Path], object] | None = None,
+               overwrite: bool = False, layout: str | None = None, storage: Storage | None = None) -> SaveHandle:
     """Snapshots `entries` into host memory and writes them in a background thread.
 
     Returns once every value has been copied (so the caller may mutate its
@@ -131,9 +133,10 @@ def save_async(final: Path, entries: list[Any], *, step: int | None = None,
       As `save_entries`, for names, dtypes and metadata (before anything is copied).
     """
     fmt = format_for_path(final, format)
+    check_replaceable(final, fmt, overwrite, storage=storage)
     records = plan_records(entries)
     header = _header(fmt, step, metadata, final)
-    packed_nbytes = assign_paths(records, max(0, int(pack_threshold_bytes)))
+    packed_nbytes = planned_layout(header, records, layout, pack_threshold_bytes)
     budget = _SnapshotBudget(None if max_snapshot_bytes is None else max(0, int(max_snapshot_bytes)))
     snapshots = [SnapshotEntry(entry) for entry in entries]
 

@@ -236,7 +236,7 @@ def write_container(tmp: Path, fmt: str, entries: list[Any], records: list[Recor
                                      {"description": "JSON index of every variable; see docs"})
         if extent is not None:
             writes.submit(extent, manifest, single_file)
-        root = {f"varstore_{key}" if key in ("format", "format_version", "library_version") else key: value
+        root = {f"varstore_{key}" if key in ("format", "format_version", "library_version", "layout") else key: value
                 for key, value in header.items()}
         root["varstore_manifest_crc32c"] = crc32c_raw(manifest)  # readers check the manifest with it
         writer.set_root_attrs(root)

@@ -19,8 +19,9 @@ from varstore.backends import format_for_path
 from varstore.checkpoint._batch import paused_gc
 from varstore.checkpoint.commit import publish
 from varstore.checkpoint.entry import SaveEntry
-from varstore.checkpoint.manifest import DEFAULT_PACK_THRESHOLD_BYTES, assign_paths
-from varstore.checkpoint.plan import PlannedEntry, entries_from, header, plan_records
+from varstore.checkpoint.manifest import DEFAULT_PACK_THRESHOLD_BYTES
+from varstore.checkpoint.overwrite import check_replaceable
+from varstore.checkpoint.plan import PlannedEntry, entries_from, header, plan_records, planned_layout
 from varstore.checkpoint.snapshot import SaveHandle, save_async
 from varstore.storage import is_remote, storage_for
 
@@ -31,22 +32,31 @@ def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry | Pla
                  metadata: Mapping[str, Any] | None = None, format: str | None = None,
                  checksum: bool = True,
                  pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
+                 overwrite: bool = False, layout: str | None = None,
                  storage_options: Mapping[str, object] | None = None) -> Path | str:
     """Writes a checkpoint from SaveEntries, fetching each value only when it is written.
 
     Args:
       path: final path: "x.h5"/"x.hdf5" (HDF5 file) or "x.zarr" (Zarr v3 directory),
         or an object-store URL ("s3://bucket/runs/a7/x.zarr", gs://, az://; committed
-        without rename, see docs/guide/object-storage.md). An existing checkpoint
-        there is replaced atomically (on an object store: HDF5 atomically; a Zarr
-        prefix stops being a checkpoint until the new one commits).
+        without rename, see docs/guide/object-storage.md). An existing varstore
+        checkpoint of the same format there is replaced (atomically, except a Zarr
+        prefix on an object store, which stops being a checkpoint until the new one
+        commits); anything else there raises CheckpointExistsError unless `overwrite`.
       entries: the variables, in the order to store them; names must be unique.
       step: global step to record (int), or None.
       metadata: JSON-compatible dict to record.
       format: "h5" or "zarr"; None picks by suffix.
       checksum: record crc32c of every variable (on by default).
-      pack_threshold_bytes: variables smaller than this many bytes are packed into
-        one blob (see docs/checkpoint-format.md); 0 gives every variable its own array.
+      pack_threshold_bytes: in the packed layout, variables smaller than this many
+        bytes are packed into one blob (see docs/checkpoint-format.md); 0 gives every
+        variable its own array.
+      overwrite: replace whatever is at `path` (a plain file, another tool's
+        file, a directory, a symlink); default False refuses all but a varstore
+        checkpoint of the same format.
+      layout: "per-variable" (every variable its own dataset/array at its name),
+        "packed" (small variables in one blob), or None: "packed" above
+        layout.PER_VARIABLE_MAX_VARIABLES (4,096) variables, else "per-variable".
       storage_options: for URLs: endpoint, region, credentials (see docs/guide/object-storage.md);
         None takes them from the standard environment (AWS_*, GOOGLE_*, AZURE_STORAGE_*).
 
@@ -57,17 +67,19 @@ def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry | Pla
       InvalidNameError, UnsupportedDtypeError, ShapeMismatchError, DtypeMismatchError,
       InvalidMetadataError: before anything is written.
       UnsupportedFormatError: unknown format or suffix.
+      CheckpointExistsError: `path` holds something else (see `overwrite`); it is left untouched.
       CheckpointError: the file system refused (the final path is left as it was).
       ObjectStoreError: the object store refused or failed after retries (nothing new is listed).
     """
     final = Path(path)
     storage, where = storage_for(path, storage_options)
     fmt = format_for_path(final, format)
+    check_replaceable(final, fmt, overwrite, storage=storage)
     with paused_gc():
         entries = list(entries)
         records = plan_records(entries)
         planned_header = header(fmt, step, metadata, final)
-        packed_nbytes = assign_paths(records, max(0, int(pack_threshold_bytes)))
+        packed_nbytes = planned_layout(planned_header, records, layout, pack_threshold_bytes)
         published = publish(final, fmt, entries, records, packed_nbytes, planned_header, checksum,
                             storage=storage)
         return where if is_remote(where) else published
@@ -77,6 +89,7 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
          metadata: Mapping[str, Any] | None = None, format: str | None = None, checksum: bool = True,
          pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
          blocking: bool = True, max_snapshot_bytes: int | None = None,
+         overwrite: bool = False, layout: str | None = None,
          storage_options: Mapping[str, object] | None = None) -> Path | str | SaveHandle:
     """Saves variables to an HDF5 file or Zarr v3 directory, atomically and checksummed.
 
@@ -85,7 +98,9 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
         object-store URL such as "s3://bucket/runs/a7/model.zarr" (as `save_entries`).
       target: a VariableStore (all its variables), a mapping of names to
         Variables or arrays, or a list of Variables.
-      step, metadata, format, checksum, pack_threshold_bytes, storage_options: as `save_entries`.
+      step, metadata, format, checksum, pack_threshold_bytes, overwrite, layout, storage_options: as
+        `save_entries` (overwrite=False never replaces what is not a varstore
+        checkpoint of the same format; layout="packed" opts in to the packed layout).
       blocking: False copies every value into host memory (a snapshot, so the
         caller may change its variables as soon as the call returns) and
         writes in a background thread; returns a SaveHandle (wait(), done(),
@@ -106,7 +121,8 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
         entries = entries_from(target)
         if blocking:
             return save_entries(path, entries, step=step, metadata=metadata, format=format, checksum=checksum,
-                                pack_threshold_bytes=pack_threshold_bytes, storage_options=storage_options)
+                                pack_threshold_bytes=pack_threshold_bytes, overwrite=overwrite, layout=layout,
+                                storage_options=storage_options)
         return save_async(Path(path), entries, step=step, metadata=metadata, format=format, checksum=checksum,
                           pack_threshold_bytes=pack_threshold_bytes, max_snapshot_bytes=max_snapshot_bytes,
-                          storage=storage_for(path, storage_options)[0])
+                          overwrite=overwrite, layout=layout, storage=storage_for(path, storage_options)[0])

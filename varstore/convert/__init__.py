@@ -1,13 +1,14 @@
-"""Open any supported checkpoint read-only, and convert between formats, streaming.
+"""Open any registered checkpoint format read-only, and convert between formats, streaming.
 
-`open_checkpoint(path)` detects the format (varstore HDF5/Zarr, TensorFlow
-bundle, Keras 3/2, safetensors, npz, plain HDF5/Zarr) and returns a lazy
+`open_checkpoint(path)` detects the format through varstore.convert.registry
+(varstore HDF5/Zarr, TensorFlow bundle, Keras 3/2, safetensors, npz, plain
+HDF5/Zarr, and any format registered at run time) and returns a lazy
 CheckpointReader with the same keys()/info()/[name] interface for all.
-`convert(src, dst)` copies variables from any of them into a varstore
-.h5/.zarr checkpoint (through varstore.checkpoint.save_entries), a
-.safetensors or an .npz file, one variable in memory at a time. Pickle-based
-files are refused, never unpickled. No printing here: the CLI shows progress
-through the `progress` callback.
+`convert(src, dst)` copies variables from any of them into any format whose
+registry entry writes (varstore .h5/.zarr, .safetensors, .npz), one variable
+in memory at a time. Knows no format itself: the registry's entries do.
+Pickle-based files are refused, never unpickled. No printing here: the CLI
+shows progress through the `progress` callback.
 """
 
 from __future__ import annotations
@@ -27,58 +28,47 @@ import numpy.typing as npt
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry
-from varstore.convert.detect import detect_format, sniff
+from varstore.convert import registry as _registry
+from varstore.convert.registry import FormatEntry, WriteRequest, register_format, unregister_format
+from varstore.convert.rename import rename_pairs, rewrite
 from varstore.errors import ConversionError, UnsupportedFormatError
 from varstore.storage import is_remote, storage_for
+from varstore.storage._urls import url_from_path
 
-__all__ = ["open_checkpoint", "convert", "ConvertReport", "detect_format", "READ_FORMATS", "WRITE_FORMATS"]
-
-#: Names accepted by open_checkpoint(format=...) / convert(from_format=...), with aliases.
-READ_FORMATS = {
-    "varstore": "varstore", "varstore-hdf5": "varstore", "varstore-zarr": "varstore",
-    "tf": "tf", "tensorflow": "tf", "keras": "keras", "keras3": "keras3", "keras2": "keras2",
-    "safetensors": "safetensors", "npz": "npz", "hdf5": "hdf5", "h5": "hdf5", "zarr": "zarr",
-}
-#: Names accepted by convert(to_format=...), and the destination suffixes that imply them.
-WRITE_FORMATS = {"h5": "h5", "hdf5": "h5", "varstore-hdf5": "h5", "zarr": "zarr", "varstore-zarr": "zarr",
-                 "safetensors": "safetensors", "npz": "npz"}
-_SUFFIXES = {".h5": "h5", ".hdf5": "h5", ".zarr": "zarr", ".safetensors": "safetensors", ".npz": "npz"}
+__all__ = ["open_checkpoint", "convert", "ConvertReport", "detect_format", "READ_FORMATS", "WRITE_FORMATS",
+           "FormatEntry", "WriteRequest", "register_format", "unregister_format", "formats"]
 
 
-def _open_hdf5_family(path: Path) -> CheckpointReader:
-    from varstore.backends.hdf5.walker import HDF5Walker
-    from varstore.convert.generic import GenericHDF5Reader
-    from varstore.convert.keras import reader_for_layout
-
-    walker = HDF5Walker(path)
-    reader = reader_for_layout(path, walker)
-    if reader is not None:
-        return reader
-    walker.close()
-    return GenericHDF5Reader(path)
+def __getattr__(name: str) -> Any:
+    """READ_FORMATS / WRITE_FORMATS: {accepted name: canonical name}, computed from the registry."""
+    if name == "READ_FORMATS":
+        return {alias: e.name for e in _registry.formats() if e.reads and not e.refuses
+                for alias in (e.name, *e.aliases)}
+    if name == "WRITE_FORMATS":
+        return {alias: e.names_for_writing()[0] for e in _registry.formats() for alias in e.names_for_writing()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _open_own_hdf5(path: Path) -> CheckpointReader | None:
-    """varstore's own HDF5 file, recognised by its index header before any other sniffing, or None.
+def formats() -> tuple[FormatEntry, ...]:
+    """Every registered checkpoint format, in detection order (see varstore.convert.registry)."""
+    return _registry.formats()
 
-    One 512-byte read tells it apart (time to first array matters: opening
-    and reading one variable then costs three small reads). Anything else,
-    or a header that does not check out, goes through the full detection.
+
+def detect_format(path: os.PathLike[str] | str) -> str:
+    """The name of the format at `path`, without opening a reader.
+
+    One of the registry's names: "varstore-hdf5", "varstore-zarr", "tf",
+    "keras3", "keras2", "safetensors", "npz", "hdf5", "zarr", or a registered
+    format's. HDF5 files are walked once (metadata only) to tell Keras 3,
+    Keras 2 and plain HDF5 apart.
+
+    Raises:
+      CheckpointNotFoundError: nothing at `path` (and it is no TF prefix).
+      UnsafeFormatError: a pickle-based file (PyTorch .pt/.bin zip or raw pickle).
+      NotACheckpointError: an empty file or one in no format varstore reads.
+      CorruptCheckpointError: an HDF5 file h5py cannot walk.
     """
-    from varstore.checkpoint.manifest import INDEX_HEADER_BYTES, decode_index_header
-    from varstore.checkpoint.reader import open_varstore
-    from varstore.errors import VarstoreError
-
-    try:
-        with open(path, "rb") as handle:
-            if decode_index_header(handle.read(INDEX_HEADER_BYTES)) is None:
-                return None
-    except OSError:  # a directory, a TF prefix, nothing there: the full detection says what
-        return None
-    try:
-        return open_varstore(path, format="h5")
-    except VarstoreError:
-        return None
+    return _registry.detected_name(path)
 
 
 def _open_remote(url: os.PathLike[str] | str, format: str | None,
@@ -88,42 +78,46 @@ def _open_remote(url: os.PathLike[str] | str, format: str | None,
     from varstore.storage.object_storage import ObjectStorage
 
     storage, key = storage_for(url, storage_options)
-    kind = READ_FORMATS.get(str(format).lower()) if format is not None else None
     suffix = Path(key).suffix.lower()
-    if format is None and suffix in (".h5", ".hdf5", ".zarr", ""):
-        kind = "varstore"
-    elif format is None and suffix == ".safetensors":
-        kind = "safetensors"
-    if kind in ("varstore", "zarr", "hdf5") and not options:
-        return open_varstore(key, None if format in (None, "varstore") else ("zarr" if kind == "zarr" else "h5"),
-                             storage_options=storage_options)
-    if kind == "safetensors" and isinstance(storage, ObjectStorage) and not options:
+    if format is not None:
+        name = _registry.reader_format(format).name
+    else:
+        name = {".h5": "varstore", ".hdf5": "varstore", ".zarr": "varstore", "": "varstore",
+                ".safetensors": "safetensors"}.get(suffix, suffix)
+    if name in ("varstore", "varstore-hdf5", "varstore-zarr") and not options:
+        fmt = {"varstore-hdf5": "h5", "varstore-zarr": "zarr"}.get(name)
+        return open_varstore(key, fmt, storage_options=storage_options)
+    if name == "safetensors" and isinstance(storage, ObjectStorage) and not options:
         from varstore.convert.safetensors import SafetensorsReader
 
-        name = storage.name_of(key)
-        size = storage.size(name)
-        return SafetensorsReader(key, opener=lambda: io.BufferedReader(storage.open_reader(name), 1 << 16),
-                                 size=size)
+        object_name = storage.name_of(key)
+        size = storage.size(object_name)
+        return SafetensorsReader(key, size=size,
+                                 opener=lambda: io.BufferedReader(storage.open_reader(object_name), 1 << 16))
     raise UnsupportedFormatError(
-        f"cannot open {key}: on an object store varstore reads its own checkpoints (.h5, .zarr) and "
-        f".safetensors; copy the file to a local disk to open it as {format or suffix or 'this format'}")
+        f"cannot open {key} as {name or 'this format'}: on an object store varstore reads its own checkpoints "
+        f"(.h5, .zarr) and .safetensors; copy the file to a local disk to open it")
 
 
 def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
                     storage_options: Mapping[str, object] | None = None,
                     **options: Any) -> CheckpointReader:
-    """Opens a checkpoint of any supported format, read-only and lazily.
+    """Opens a checkpoint of any registered format, read-only and lazily.
+
+    Detection looks at the path once (varstore.convert.probe.Probe): a
+    varstore HDF5 file is told by its index header alone; any other HDF5 file
+    is walked once and that walk is handed to the Keras or plain-HDF5 reader.
 
     Args:
       path: a varstore .h5/.zarr; a TF prefix, .index, .data shard or
         directory with a `checkpoint` state file (its latest); a Keras
         `.weights.h5`, `.keras` or Keras 2 `.h5`; a `.safetensors`; an `.npz`;
-        any HDF5 file or Zarr v2/v3 group.
-      format: skip detection: one of READ_FORMATS ("tf", "keras", "keras3",
-        "keras2", "safetensors", "npz", "hdf5", "zarr", "varstore").
+        any HDF5 file or Zarr v2/v3 group; or a registered format's file.
+      format: skip detection: a registered name or alias ("tf", "keras",
+        "keras3", "keras2", "safetensors", "npz", "hdf5", "zarr", "varstore", ...).
       storage_options: for object-store URLs (s3://, gs://, az://): endpoint, region,
         credentials; see docs/guide/object-storage.md. On a URL varstore opens its own
-        .h5 (ranged GETs) and .zarr checkpoints and .safetensors (ranged GETs).
+        .h5 (ranged GETs) and .zarr checkpoints, and .safetensors (ranged GETs).
       **options: passed to the reader: `strip_attributes=True` (TF2 names
         without "/.ATTRIBUTES/VARIABLE_VALUE"), `skip_object_arrays=True` (npz).
 
@@ -135,67 +129,17 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
       NotACheckpointError: empty, or no format varstore reads.
       UnsafeFormatError: a pickle-based file (PyTorch, npz object arrays); nothing is unpickled.
       CorruptCheckpointError / ChecksumError: damaged metadata.
-      UnsupportedFormatError: an unknown `format` name, or an unsupported feature (a
-        foreign format other than safetensors on an object store).
+      UnsupportedFormatError: an unknown `format` name, or an unsupported feature (on an
+        object store: a format other than varstore's and safetensors, naming the URL).
       ObjectStoreError: the object store failed after retries (naming the URL).
     """
     if is_remote(path):
         return _open_remote(path, format, storage_options, options)
-    path = Path(path)
-    if format is None and not options:
-        own = _open_own_hdf5(path)
-        if own is not None:
-            return own
     if format is None:
-        found = sniff(path)
-        kind, target = found.kind, found.path
-    else:
-        kind = READ_FORMATS.get(str(format).lower())
-        if kind is None:
-            raise UnsupportedFormatError(
-                f"unknown checkpoint format {format!r}: use one of {', '.join(sorted(READ_FORMATS))}")
-        target = path
-    if kind == "varstore":
-        from varstore.checkpoint.reader import open_varstore
-
-        return open_varstore(target, **options)
-    if kind == "tf":
-        from varstore.convert.tf_checkpoint import TFCheckpointReader
-
-        return TFCheckpointReader(target, **options)
-    if kind in ("keras", "keras-archive"):
-        from varstore.convert.keras import open_keras
-
-        return open_keras(target)
-    if kind == "keras3":
-        from varstore.convert.keras import Keras3Reader, open_keras
-
-        reader = open_keras(target)
-        if not isinstance(reader, Keras3Reader):
-            reader.close()
-            return Keras3Reader(target)  # raises NotACheckpointError naming the file
-        return reader
-    if kind == "keras2":
-        from varstore.convert.keras import Keras2Reader
-
-        return Keras2Reader(target)
-    if kind == "safetensors":
-        from varstore.convert.safetensors import SafetensorsReader
-
-        return SafetensorsReader(target)
-    if kind == "npz":
-        from varstore.convert.npz import NpzReader
-
-        return NpzReader(target, **options)
-    if kind == "zarr":
-        from varstore.convert.generic import GenericZarrReader
-
-        return GenericZarrReader(target)
-    if format is None:
-        return _open_hdf5_family(target)
-    from varstore.convert.generic import GenericHDF5Reader
-
-    return GenericHDF5Reader(target)
+        return _registry.open_detected(path, **options)
+    entry = _registry.reader_format(format)
+    assert entry.open is not None  # reader_format returns readable entries only
+    return entry.open(Path(path), probe=None, **options)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,40 +168,43 @@ class ConvertReport:
     notes: tuple[str, ...] = ()
 
 
-def _rename_pairs(rename: Iterable[tuple[str, str] | str]) -> list[tuple[str, str]]:
-    pairs = []
-    for item in rename:
-        if isinstance(item, str):
-            if "=" not in item:
-                raise ConversionError(f"rename rule {item!r} needs the form OLD=NEW")
-            old, new = item.split("=", 1)
-        else:
-            old, new = item
-        pairs.append((str(old), str(new)))
-    return pairs
+def _check_destination(src: Path, dst: Path, force: bool,
+                       storage_options: Mapping[str, object] | None = None) -> None:
+    """convert never writes over its source, and replaces an existing destination only with force."""
+    from varstore.checkpoint.overwrite import describe, same_file
+    from varstore.errors import CheckpointExistsError
+
+    if is_remote(dst):
+        from varstore.checkpoint.remote import describe_remote
+        from varstore.storage.object_storage import ObjectStorage
+
+        if is_remote(src) and str(src) == str(dst):
+            raise CheckpointExistsError(f"{url_from_path(dst)} is the source itself; convert never writes over its "
+                                        f"source, even with force: choose another destination")
+        storage, key = storage_for(dst, storage_options)
+        found = describe_remote(storage, storage.name_of(key)) if isinstance(storage, ObjectStorage) else None
+        if found is not None and not force:
+            raise CheckpointExistsError(
+                f"{key} exists and is {found}; convert does not replace an existing destination: "
+                f"choose another URL or pass force=True to replace it", path=key, found=found)
+        return
+
+    if same_file(src, dst):
+        raise CheckpointExistsError(
+            f"'{dst}' is the source '{src}' itself (the same file{' through a symlink' if dst.is_symlink() or src.is_symlink() else ''}); "
+            f"convert never writes over its source, even with force: choose another destination",
+            path=str(dst), found="the source")
+    found = describe(dst)
+    if found is not None and not force:
+        raise CheckpointExistsError(
+            f"'{dst}' exists and is {found}; convert does not replace an existing destination: "
+            f"choose another path or pass force=True to replace it", path=str(dst), found=found)
 
 
-def _renamed(name: str, pairs: Sequence[tuple[str, str]]) -> str:
-    """The first matching prefix rule wins (as TF's assignment_map): "old/x" -> "new/x"."""
-    for old, new in pairs:
-        if name.startswith(old):
-            return new + name[len(old):]
-    return name
-
-
-def _destination_format(dst: Path, to_format: str | None) -> str:
+def _destination_format(dst: Path, to_format: str | None) -> FormatEntry:
     if to_format is not None:
-        key = WRITE_FORMATS.get(str(to_format).lower())
-        if key is None:
-            raise UnsupportedFormatError(
-                f"cannot convert to format {to_format!r}: use one of {', '.join(sorted(WRITE_FORMATS))}")
-        return key
-    key = _SUFFIXES.get(dst.suffix.lower())
-    if key is None:
-        raise UnsupportedFormatError(
-            f"cannot tell the destination format of '{dst}' from its suffix {dst.suffix!r}: name it "
-            f".h5, .zarr, .safetensors or .npz, or pass to_format")
-    return key
+        return _registry.writer_format(to_format)
+    return _registry.writer_for_path(dst)
 
 
 ProgressCallback = Callable[[int, int, str], None]
@@ -266,8 +213,8 @@ ProgressCallback = Callable[[int, int, str], None]
 def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_format: str | None = None,
             to_format: str | None = None, filter: str | None = None,
             rename: Iterable[tuple[str, str] | str] = (), dtype: Any = None,
-            progress: ProgressCallback | None = None, storage_options: Mapping[str, object] | None = None,
-            **options: Any) -> ConvertReport:
+            progress: ProgressCallback | None = None, separator: str | None = None, force: bool = False,
+            storage_options: Mapping[str, object] | None = None, **options: Any) -> ConvertReport:
     """Copies the variables of one checkpoint into a new one, one variable in memory at a time.
 
     Values are copied bit-exactly unless `dtype` casts floating variables.
@@ -283,7 +230,12 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       to_format: "h5", "zarr", "safetensors" or "npz"; None picks by dst suffix.
       filter: shell glob on source names ("encoder/*"); None keeps all.
       rename: prefix rules (OLD, NEW) or "OLD=NEW" strings; the first rule
-        whose OLD starts a name replaces that prefix with NEW.
+        whose OLD starts a name replaces that prefix with NEW (after `separator`).
+      separator: every occurrence of this string in a source name becomes "/"
+        before `rename` ("." turns "encoder.layer.0.weight" into "encoder/layer/0/weight").
+      force: replace an existing `dst` (whatever it is). Without it any existing
+        destination raises CheckpointExistsError and is left untouched. `src`
+        and `dst` being the same file (also through a symlink) is refused always.
       dtype: cast floating-point variables (float16/32/64, bfloat16, float8)
         to this dtype ("float16", "bfloat16", ...); others are kept.
       progress: called as progress(done_bytes, total_bytes, source_name) after
@@ -294,24 +246,26 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
 
     Either side may be an object-store URL (s3://, gs://, az://): the source as
     open_checkpoint reads URLs; a .h5/.zarr destination is committed as vs.save
-    does; a .safetensors/.npz destination is written to a local temporary file
-    and uploaded (deleted afterwards).
+    does; any other destination format is written to a local temporary file
+    and uploaded as one object (the file is deleted afterwards).
 
     Returns:
-      A ConvertReport (source and destination as given: str for URLs).
+      A ConvertReport (source and destination as given: a str for a URL).
 
     Raises:
       Everything open_checkpoint raises; UnsupportedFormatError for an
       unknown destination format; ConversionError when renaming makes two names
-      equal or a rename rule is malformed; UnsupportedDtypeError when the
+      equal or a rename rule is malformed; CheckpointExistsError when `dst`
+      exists (without force) or is `src`; UnsupportedDtypeError when the
       destination cannot hold a dtype (safetensors has no strings);
       the checkpoint layer's errors for invalid names.
     """
-    src_label = str(src) if is_remote(src) else Path(src)
-    dst_label = str(dst) if is_remote(dst) else Path(dst)
+    src_label = url_from_path(src) or Path(src)
+    dst_label = url_from_path(dst) or Path(dst)
     src, dst = Path(src), Path(dst)
-    dest_format = _destination_format(dst, to_format)
-    pairs = _rename_pairs(rename)
+    dest = _destination_format(dst, to_format)
+    pairs = rename_pairs(rename)
+    _check_destination(src, dst, force, storage_options)
     cast = _dtypes.as_dtype(dtype) if dtype is not None else None
     if cast is not None and not _dtypes.is_floating(cast):
         raise ConversionError(f"dtype={dtype!r} is not a floating-point dtype; convert casts floats only")
@@ -321,7 +275,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
         seen: dict[str, str] = {}
         for name in names:
             info = reader.info(name)
-            new = _renamed(name, pairs)
+            new = rewrite(name, pairs, separator)
             if new in seen:
                 raise ConversionError(f"renaming makes '{seen[new]}' and '{name}' both '{new}' in '{dst}'")
             seen[new] = name
@@ -351,44 +305,35 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
                              trainable=info.trainable if info.trainable is not None else True,
                              collections=tuple(info.collections), device=info.device)
                    for name, new, stored, target, info in plan]
-        notes: list[str] = []
-        if dest_format in ("h5", "zarr"):
-            from varstore.checkpoint.writer import save_entries
-
-            metadata = {"converted_from": str(src), "source_format": reader.format}
-            if isinstance(reader.metadata, dict):
-                try:
-                    import json
-
-                    json.dumps(reader.metadata)
-                    metadata["source_metadata"] = reader.metadata
-                except (TypeError, ValueError):
-                    pass
-            metadata["converted_from"] = str(src_label)
-            save_entries(dst, entries, step=reader.step, metadata=metadata, format=dest_format,
-                         storage_options=storage_options)
+        assert dest.write is not None  # writer_format / writer_for_path return writable entries only
+        request = WriteRequest(source=Path(src_label) if isinstance(src_label, Path) else src_label,  # type: ignore[arg-type]
+                               source_format=reader.format, step=reader.step,
+                               metadata=reader.metadata if isinstance(reader.metadata, dict) else {},
+                               overwrite=force, storage_options=storage_options)
+        if is_remote(dst) and dest.name not in ("varstore-hdf5", "varstore-zarr"):
+            notes = _write_and_upload(dest, dst, entries, request, storage_options)
         else:
-            staging = Path(tempfile.mkdtemp(prefix="varstore-convert-")) if is_remote(dst) else None
-            local = dst if staging is None else staging / dst.name
-            try:
-                if dest_format == "safetensors":
-                    from varstore.convert.safetensors import write_safetensors
-
-                    meta = {"format": "np", "converted_from": src.name, "source_format": reader.format}
-                    if reader.step is not None:
-                        meta["step"] = str(reader.step)
-                    write_safetensors(local, entries, metadata=meta)
-                else:
-                    from varstore.convert.npz import write_npz
-
-                    _, notes = write_npz(local, entries)
-                if staging is not None:
-                    storage, key = storage_for(dst, storage_options)
-                    storage.upload_file(key, local)  # type: ignore[attr-defined]  # an ObjectStorage
-            finally:
-                if staging is not None:
-                    shutil.rmtree(staging, ignore_errors=True)
+            notes = dest.write(dst, entries, request)
         return ConvertReport(
-            source=src_label, destination=dst_label, source_format=reader.format, destination_format=dest_format,
+            source=src_label, destination=dst_label, source_format=reader.format, destination_format=dest.names_for_writing()[0],
             variables=len(entries), bytes=done[0], skipped=tuple(reader.skipped),
             renamed={name: new for name, new, *_ in plan if new != name}, notes=tuple(notes))
+
+
+def _write_and_upload(dest: FormatEntry, dst: Path, entries: list[SaveEntry], request: WriteRequest,
+                      storage_options: Mapping[str, object] | None) -> Sequence[str]:
+    """A foreign format to a URL: written to a local temporary file, uploaded as one object, the file deleted."""
+    from varstore.storage.object_storage import ObjectStorage
+
+    assert dest.write is not None
+    storage, key = storage_for(dst, storage_options)
+    if not isinstance(storage, ObjectStorage):  # storage_for gives one for every URL
+        raise UnsupportedFormatError(f"no object storage for {key}")
+    staging = Path(tempfile.mkdtemp(prefix="varstore-convert-"))
+    try:
+        local = staging / dst.name
+        notes = dest.write(local, entries, request)
+        storage.upload_file(key, local)
+        return notes
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -1,36 +1,46 @@
-"""Tells which checkpoint format a path holds: magic bytes first, file suffix second.
+"""The built-in formats' sniff functions: does a Probe hold this format, from its magic bytes?
 
-Recognises varstore's own HDF5/Zarr checkpoints (asked of
-varstore.checkpoint.reader), TF tensor bundles (prefix, .index, .data shard,
-or a directory with a `checkpoint` state file), HDF5 files (Keras 3, Keras 2
-or plain), `.keras` zips, safetensors, npz, Zarr v2/v3 hierarchies, and
-refuses pickle-based files (PyTorch zips and raw pickles) with
-UnsafeFormatError without unpickling anything. Opens nothing but a few
-header bytes and zip directories; the readers do the parsing.
+One function per built-in format of varstore.convert.registry, each
+`sniff(probe) -> Path | None`: the path to open (a TF bundle's prefix, else
+the probed path) or None. Varstore's own HDF5 files are told by their index
+header (one read, the probe's head), foreign HDF5 files by one walk shared by
+the Keras 3, Keras 2 and plain-HDF5 checks. Pickle-based files (PyTorch zips
+and raw pickles) are refused with UnsafeFormatError without unpickling
+anything. Reads only what the probe holds; opens no reader; the registry
+decides the order and the suffix fallback.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import struct
-import zipfile
 from pathlib import Path
 
-from varstore.errors import (
-    CheckpointNotFoundError,
-    NotACheckpointError,
-    UnsafeFormatError,
-    VarstoreError,
-)
+from varstore.convert.probe import HDF5_SIGNATURE, Probe
+from varstore.errors import CorruptCheckpointError, NotACheckpointError, UnsafeFormatError
 
-__all__ = ["Sniffed", "sniff", "detect_format", "HDF5_SIGNATURE", "TORCH_ADVICE"]
+__all__ = [
+    "HDF5_SIGNATURE",
+    "TORCH_ADVICE",
+    "PICKLE_SUFFIXES",
+    "sniff_varstore_hdf5",
+    "sniff_varstore_zarr",
+    "sniff_keras3",
+    "sniff_keras2",
+    "sniff_hdf5",
+    "sniff_zarr",
+    "sniff_tf",
+    "sniff_safetensors",
+    "sniff_npz",
+    "sniff_pickle",
+]
 
-#: HDF5 superblock signature; found at byte 0, 512, 1024, 2048, ... (a user block precedes it).
-HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 _TABLE_MAGIC = struct.pack("<Q", 0xDB4775248B80FB57)
-_ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08")
-_PICKLE_SUFFIXES = {".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt"}
+#: Suffixes of pickle-based checkpoints (PyTorch and plain Python pickles).
+PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt")
+#: Root attribute and manifest dataset every varstore HDF5 file has (docs/checkpoint-format.md).
+_VARSTORE_HDF5_FORMAT = "varstore-hdf5"
+_VARSTORE_MANIFEST = "_varstore/manifest"
+_ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray", ".zmetadata")
 
 #: How to turn a PyTorch checkpoint into something varstore reads (part of UnsafeFormatError messages).
 TORCH_ADVICE = (
@@ -41,167 +51,147 @@ TORCH_ADVICE = (
     "and open the .safetensors file")
 
 
-@dataclasses.dataclass(frozen=True)
-class Sniffed:
-    """What `sniff` found.
+def sniff_varstore_hdf5(probe: Probe) -> Path | None:
+    """A varstore HDF5 file: its 512-byte index header (no HDF5 parsing), else the root attributes.
 
-    Attributes:
-      kind: "varstore", "tf", "hdf5" (any HDF5 file: Keras or plain),
-        "keras-archive", "safetensors", "npz" or "zarr".
-      path: the path to open (for "tf", the bundle prefix).
+    The header alone decides for files varstore wrote (time to first array
+    matters); a file whose header is damaged is recognised from the shared
+    HDF5 walk (root attribute varstore_format, or the manifest dataset).
     """
-
-    kind: str
-    path: Path
-
-
-def _is_varstore(path: Path) -> bool:
-    try:
-        from varstore.checkpoint.reader import is_varstore_checkpoint
-    except ImportError:
-        return False
-    try:
-        return bool(is_varstore_checkpoint(path))
-    except (VarstoreError, OSError):
-        return False
-
-
-def _has_hdf5_signature(f: "os.PathLike[str] | object", size: int) -> bool:
-    offset = 0
-    while offset + len(HDF5_SIGNATURE) <= size:
-        f.seek(offset)  # type: ignore[attr-defined]
-        if f.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE:  # type: ignore[attr-defined]
-            return True
-        offset = 512 if offset == 0 else offset * 2
-    return False
-
-
-def _sniff_zip(path: Path) -> Sniffed | None:
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError,
-            RuntimeError):  # NotImplementedError: a damaged "version needed" field
+    if not probe.is_file:
         return None
-    if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
-        raise UnsafeFormatError(f"refusing '{path}': it is a PyTorch zip checkpoint (holds data.pkl). "
-                                f"{TORCH_ADVICE}")
-    if "model.weights.h5" in names:
-        return Sniffed("keras-archive", path)
-    if any(n.endswith(".npy") for n in names) or not names and path.suffix == ".npz":
-        return Sniffed("npz", path)
-    if any(n.endswith(".pkl") for n in names):
-        raise UnsafeFormatError(f"refusing '{path}': the zip holds pickle members "
-                                f"({', '.join(n for n in names if n.endswith('.pkl'))}). {TORCH_ADVICE}")
-    raise NotACheckpointError(
-        f"'{path}' is a zip archive but neither a Keras .keras archive (model.weights.h5), "
-        f"an .npz (.npy members) nor a PyTorch file")
+    from varstore.checkpoint.manifest import INDEX_HEADER_BYTES, decode_index_header
+
+    if decode_index_header(probe.head[:INDEX_HEADER_BYTES]) is not None:
+        return probe.path
+    if not probe.is_hdf5:
+        return None
+    try:
+        walker = probe.hdf5()
+    except CorruptCheckpointError:
+        # h5py cannot walk it: ask the checkpoint layer, whose reader then says what is damaged
+        from varstore.checkpoint import is_varstore_checkpoint
+
+        return probe.path if is_varstore_checkpoint(probe.path) else None
+    if walker.root_attrs.get("varstore_format") == _VARSTORE_HDF5_FORMAT or any(
+            d.path == _VARSTORE_MANIFEST for d in walker.datasets):
+        return probe.path
+    return None
 
 
-def _sniff_directory(path: Path) -> Sniffed:
-    if _is_varstore(path):
-        return Sniffed("varstore", path)
-    if any((path / marker).is_file() for marker in ("zarr.json", ".zgroup", ".zarray", ".zmetadata")):
-        return Sniffed("zarr", path)
-    from varstore.convert.tf_checkpoint import resolve_prefix
+def sniff_varstore_zarr(probe: Probe) -> Path | None:
+    """A varstore Zarr v3 directory (asked of varstore.checkpoint.is_varstore_checkpoint)."""
+    if not probe.is_dir or not (probe.path / "zarr.json").is_file():
+        return None
+    from varstore.checkpoint import is_varstore_checkpoint
 
-    prefix = resolve_prefix(path)
-    if prefix is not None:
-        return Sniffed("tf", Path(prefix))
-    raise NotACheckpointError(
-        f"directory '{path}' holds no checkpoint: not a varstore or Zarr checkpoint "
-        f"(no zarr.json / .zgroup) and no TensorFlow 'checkpoint' state file")
+    return probe.path if is_varstore_checkpoint(probe.path) else None
 
 
-def sniff(path: os.PathLike[str] | str) -> Sniffed:
-    """Finds the format family of `path` from magic bytes, then from its suffix.
+def _keras_layout(probe: Probe) -> str | None:
+    if not probe.is_file or not probe.is_hdf5:
+        return None
+    from varstore.convert.keras import keras_layout
+
+    return keras_layout(probe.hdf5())
+
+
+def sniff_keras3(probe: Probe) -> Path | None:
+    """A Keras 3 `.weights.h5` (layers/.../vars/<i> layout) or a `.keras` zip (holds model.weights.h5).
 
     Raises:
-      CheckpointNotFoundError: nothing at `path` (and it is no TF prefix).
-      UnsafeFormatError: a pickle-based file (PyTorch .pt/.bin zip or raw pickle).
-      NotACheckpointError: an empty file or one in no format varstore reads.
+      CorruptCheckpointError: an HDF5 signature, but h5py cannot walk the file.
+    """
+    names = probe.zip_names
+    if names is not None:
+        from varstore.convert.keras import KERAS_WEIGHTS_MEMBER
+
+        return probe.path if KERAS_WEIGHTS_MEMBER in names else None
+    return probe.path if _keras_layout(probe) == "keras3" else None
+
+
+def sniff_keras2(probe: Probe) -> Path | None:
+    """A legacy Keras 2 `.h5` (a layer_names attribute on the root or on "model_weights")."""
+    return probe.path if _keras_layout(probe) == "keras2" else None
+
+
+def sniff_hdf5(probe: Probe) -> Path | None:
+    """Any other HDF5 file (signature at byte 0, 512, 1024, ...)."""
+    return probe.path if probe.is_file and probe.is_hdf5 else None
+
+
+def sniff_zarr(probe: Probe) -> Path | None:
+    """A Zarr v2 or v3 hierarchy: a directory with zarr.json, .zgroup, .zarray or .zmetadata."""
+    if probe.is_dir and any((probe.path / marker).is_file() for marker in _ZARR_MARKERS):
+        return probe.path
+    return None
+
+
+def sniff_tf(probe: Probe) -> Path | None:
+    """A TF tensor bundle: its prefix (need not exist), .index, a .data shard, or a directory with a
+    `checkpoint` state file (its latest). Returns the bundle prefix.
+
+    Raises:
+      CheckpointNotFoundError / CorruptCheckpointError: a state file names a missing bundle / none.
     """
     from varstore.convert.tf_checkpoint import resolve_prefix
 
-    path = Path(path)
-    if not path.exists():
-        prefix = resolve_prefix(path)
-        if prefix is not None:
-            return Sniffed("tf", Path(prefix))
-        raise CheckpointNotFoundError(f"no checkpoint at '{path}': no such file or directory")
-    if path.is_dir():
-        return _sniff_directory(path)
-    size = path.stat().st_size
-    if size == 0:
-        raise NotACheckpointError(f"'{path}' is an empty file, not a checkpoint")
-    if _is_varstore(path):
-        return Sniffed("varstore", path)
-    with open(path, "rb") as f:
-        head = f.read(16)
-        f.seek(max(0, size - 8))
-        tail = f.read(8)
-        is_hdf5 = _has_hdf5_signature(f, size)
-    if is_hdf5:
-        return Sniffed("hdf5", path)
-    if head[:4] in _ZIP_MAGICS:
-        found = _sniff_zip(path)
-        if found is not None:
-            return found
-    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
-        raise UnsafeFormatError(f"refusing '{path}': it is a Python pickle (a legacy PyTorch "
+    if probe.is_file and not (probe.tail[-8:] == _TABLE_MAGIC or probe.suffix == ".index"
+                              or ".data-" in probe.name):
+        return None
+    prefix = resolve_prefix(probe.path)
+    return Path(prefix) if prefix is not None else None
+
+
+def sniff_safetensors(probe: Probe) -> Path | None:
+    """A safetensors file: an 8-byte little-endian header length, then a JSON object."""
+    if probe.is_file and probe.size >= 9:
+        (length,) = struct.unpack("<Q", probe.head[:8])
+        if 2 <= length <= probe.size - 8 and probe.head[8:9] == b"{":
+            return probe.path
+    return None
+
+
+def sniff_npz(probe: Probe) -> Path | None:
+    """An .npz: a zip with .npy members (or an empty zip named .npz)."""
+    names = probe.zip_names
+    if names is None:
+        return None
+    if any(n.endswith(".npy") for n in names) or not names and probe.suffix == ".npz":
+        return probe.path
+    return None
+
+
+def sniff_pickle(probe: Probe) -> Path | None:
+    """Refuses pickle-based files; runs after every other format's magic bytes were tried.
+
+    Raises:
+      UnsafeFormatError: a PyTorch zip (holds data.pkl), a zip of pickles, or a raw pickle.
+      NotACheckpointError: a zip archive no format claimed.
+    """
+    names = probe.zip_names
+    if names is not None:
+        if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+            raise UnsafeFormatError(f"refusing '{probe.path}': it is a PyTorch zip checkpoint (holds data.pkl). "
+                                    f"{TORCH_ADVICE}")
+        if any(n.endswith(".pkl") for n in names):
+            raise UnsafeFormatError(f"refusing '{probe.path}': the zip holds pickle members "
+                                    f"({', '.join(n for n in names if n.endswith('.pkl'))}). {TORCH_ADVICE}")
+        raise NotACheckpointError(
+            f"'{probe.path}' is a zip archive but neither a Keras .keras archive (model.weights.h5), "
+            f"an .npz (.npy members) nor a PyTorch file")
+    if probe.head[:1] == b"\x80" and probe.head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        raise UnsafeFormatError(f"refusing '{probe.path}': it is a Python pickle (a legacy PyTorch "
                                 f"checkpoint or similar). {TORCH_ADVICE}")
-    if tail == _TABLE_MAGIC or path.suffix == ".index" or ".data-" in path.name:
-        prefix = resolve_prefix(path)
-        if prefix is not None:
-            return Sniffed("tf", Path(prefix))
-    if size >= 9:
-        (length,) = struct.unpack("<Q", head[:8])
-        if 2 <= length <= size - 8 and head[8:9] == b"{":
-            return Sniffed("safetensors", path)
-    return _sniff_suffix(path)
+    return None
 
 
-def _sniff_suffix(path: Path) -> Sniffed:
-    name = path.name.lower()
-    if name.endswith(".safetensors"):
-        return Sniffed("safetensors", path)
-    if name.endswith(".npz"):
-        return Sniffed("npz", path)
-    if name.endswith(".keras"):
-        return Sniffed("keras-archive", path)
-    if name.endswith((".h5", ".hdf5", ".he5")):
-        return Sniffed("hdf5", path)
-    if path.suffix.lower() in _PICKLE_SUFFIXES:
-        raise UnsafeFormatError(
-            f"refusing '{path}': its suffix {path.suffix!r} marks a pickle-based (PyTorch) checkpoint and "
-            f"its bytes match no safe format. {TORCH_ADVICE}")
-    raise NotACheckpointError(
-        f"'{path}' is not a checkpoint varstore reads: its first bytes match none of varstore HDF5/Zarr, "
-        f"TensorFlow bundle, Keras, safetensors, npz or Zarr, and its suffix {path.suffix!r} names none")
-
-
-def detect_format(path: os.PathLike[str] | str) -> str:
-    """The reader format name for `path`: "varstore-hdf5", "varstore-zarr", "tf", "keras3",
-    "keras2", "safetensors", "npz", "hdf5" or "zarr".
-
-    HDF5 files are walked (metadata only) to tell Keras 3, Keras 2 and plain
-    HDF5 apart.
+def refuse_pickle(path: Path, **_options: object) -> None:
+    """The pickle format's `open`: reached by its suffix alone (or format="pytorch"); always refuses.
 
     Raises:
-      As `sniff`; CorruptCheckpointError when an HDF5 file cannot be walked.
+      UnsafeFormatError: always, naming the file and its suffix.
     """
-    found = sniff(path)
-    if found.kind == "varstore":
-        return "varstore-zarr" if found.path.is_dir() else "varstore-hdf5"
-    if found.kind == "keras-archive":
-        return "keras3"
-    if found.kind == "hdf5":
-        from varstore.backends.hdf5.walker import HDF5Walker
-        from varstore.convert.keras import keras_layout
-
-        walker = HDF5Walker(found.path)
-        try:
-            return keras_layout(walker) or "hdf5"
-        finally:
-            walker.close()
-    return found.kind
+    raise UnsafeFormatError(
+        f"refusing '{path}': its suffix {path.suffix!r} marks a pickle-based (PyTorch) checkpoint and "
+        f"its bytes match no safe format. {TORCH_ADVICE}")

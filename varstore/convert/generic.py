@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -21,7 +21,11 @@ from varstore import dtypes as _dtypes
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.errors import UnknownVariableError
 
-__all__ = ["WalkerReader", "GenericHDF5Reader", "GenericZarrReader"]
+if TYPE_CHECKING:
+    from varstore.backends.hdf5.walker import HDF5Walker
+    from varstore.convert.probe import Probe
+
+__all__ = ["WalkerReader", "GenericHDF5Reader", "GenericZarrReader", "open_hdf5", "open_zarr"]
 
 
 class _Entry(Protocol):
@@ -98,11 +102,15 @@ class GenericHDF5Reader(WalkerReader):
 
     format = "hdf5"
 
-    def __init__(self, path: os.PathLike[str] | str) -> None:
-        """Raises CorruptCheckpointError when h5py cannot open or walk the file."""
-        from varstore.backends.hdf5.walker import HDF5Walker
+    def __init__(self, path: os.PathLike[str] | str, walker: HDF5Walker | None = None) -> None:
+        """Opens and walks the file, or takes over `walker` (already walked; closed by close()).
 
-        walker = HDF5Walker(path)
+        Raises CorruptCheckpointError when h5py cannot open or walk the file.
+        """
+        if walker is None:
+            from varstore.backends.hdf5.walker import HDF5Walker
+
+            walker = HDF5Walker(path)
         super().__init__(Path(path), walker, {d.path: d.path for d in walker.datasets})
         self.metadata = dict(walker.root_attrs)
         self.skipped = [SkippedEntry(s.path, s.reason) for s in walker.skipped]
@@ -129,3 +137,14 @@ class GenericZarrReader(WalkerReader):
         self.metadata = dict(walker.root_attrs)
         self.format_version = f"zarr-v{walker.zarr_format}"
         self.skipped = [SkippedEntry(s.path, s.reason) for s in walker.skipped]
+
+
+# ------------------------------------------------------------------ the registry's entry points
+def open_hdf5(path: Path, *, probe: Probe | None = None, **options: Any) -> GenericHDF5Reader:
+    """The registry's open for "hdf5": reuses the probe's HDF5 walk when detection made one."""
+    return GenericHDF5Reader(path, probe.take_hdf5() if probe is not None else None)
+
+
+def open_zarr(path: Path, *, probe: Probe | None = None, **options: Any) -> GenericZarrReader:
+    """The registry's open for "zarr": a GenericZarrReader (options are ignored)."""
+    return GenericZarrReader(path)

@@ -21,14 +21,18 @@ import tempfile
 import weakref
 import zipfile
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from varstore.backends.hdf5.walker import HDF5Walker
 from varstore.convert.generic import WalkerReader
 from varstore.checkpoint.reader_api import SkippedEntry
 from varstore.errors import CorruptCheckpointError, NotACheckpointError
 
-__all__ = ["Keras3Reader", "Keras2Reader", "keras_layout", "open_keras", "KERAS_WEIGHTS_MEMBER"]
+if TYPE_CHECKING:
+    from varstore.convert.probe import Probe
+
+__all__ = ["Keras3Reader", "Keras2Reader", "keras_layout", "open_keras", "KERAS_WEIGHTS_MEMBER",
+           "open_keras3", "open_keras2", "open_reader"]
 
 #: The weights member of a `.keras` archive.
 KERAS_WEIGHTS_MEMBER = "model.weights.h5"
@@ -263,14 +267,14 @@ def open_keras(path: os.PathLike[str] | str) -> WalkerReader:
         reader._finalizer = weakref.finalize(reader, cleanup)
         return reader
     walker = HDF5Walker(path)
-    reader = reader_for_layout(path, walker)
+    reader = _reader_for_layout(path, walker)
     if reader is None:
         walker.close()
         raise NotACheckpointError(f"'{path}' is an HDF5 file but not in a Keras layout")
     return reader
 
 
-def reader_for_layout(path: Path, walker: HDF5Walker) -> WalkerReader | None:
+def _reader_for_layout(path: Path, walker: HDF5Walker) -> WalkerReader | None:
     """A Keras 3 or Keras 2 reader over an open walker, or None when the file is in neither layout."""
     layout = keras_layout(walker)
     if layout == "keras3":
@@ -278,3 +282,30 @@ def reader_for_layout(path: Path, walker: HDF5Walker) -> WalkerReader | None:
     if layout == "keras2":
         return Keras2Reader(path, walker)
     return None
+
+
+# ------------------------------------------------------------------ the registry's entry points
+def open_keras3(path: Path, *, probe: Probe | None = None, **options: Any) -> Keras3Reader:
+    """The registry's open for "keras3": a `.weights.h5` (reusing the probe's HDF5 walk) or a `.keras` zip.
+
+    Raises:
+      NotACheckpointError: the file is not in the Keras 3 layout (a Keras 2 file included).
+    """
+    walker = probe.take_hdf5() if probe is not None else None
+    if walker is not None:
+        return Keras3Reader(path, walker)
+    reader = open_keras(path)
+    if not isinstance(reader, Keras3Reader):
+        reader.close()
+        return Keras3Reader(path)  # raises NotACheckpointError naming the file
+    return reader
+
+
+def open_keras2(path: Path, *, probe: Probe | None = None, **options: Any) -> Keras2Reader:
+    """The registry's open for "keras2" (reusing the probe's HDF5 walk when there is one)."""
+    return Keras2Reader(path, probe.take_hdf5() if probe is not None else None)
+
+
+def open_reader(path: Path, *, probe: Probe | None = None, **options: Any) -> WalkerReader:
+    """The registry's open for "keras": whichever Keras layout the file has (see open_keras)."""
+    return open_keras(path)

@@ -15,7 +15,7 @@ import zipfile
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import TYPE_CHECKING, IO, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -25,7 +25,11 @@ from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.errors import ConversionError, CorruptCheckpointError, UnknownVariableError, UnsafeFormatError
 
-__all__ = ["NpzReader", "write_npz"]
+if TYPE_CHECKING:
+    from varstore.convert.probe import Probe
+    from varstore.convert.format_entry import WriteRequest
+
+__all__ = ["NpzReader", "write_npz", "open_reader", "write_checkpoint"]
 
 _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
                NotImplementedError, RuntimeError, zlib.error, OverflowError)
@@ -215,3 +219,15 @@ def write_npz(path: os.PathLike[str] | str, entries: Sequence[SaveEntry], *, com
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
     return written, notes
+
+
+# ------------------------------------------------------------------ the registry's entry points
+def open_reader(path: Path, *, probe: Probe | None = None, **options: Any) -> NpzReader:
+    """The registry's open for "npz": an NpzReader (options: skip_object_arrays)."""
+    return NpzReader(path, **options)
+
+
+def write_checkpoint(path: Path, entries: Sequence[SaveEntry], request: WriteRequest) -> Sequence[str]:
+    """The registry's write for "npz": write_npz, uncompressed; returns its notes (arrays stored as bits)."""
+    _, notes = write_npz(path, entries)
+    return notes

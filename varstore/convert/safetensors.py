@@ -18,7 +18,7 @@ import os
 import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +28,11 @@ from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.errors import ConversionError, CorruptCheckpointError, UnknownVariableError, UnsupportedDtypeError
 
-__all__ = ["SafetensorsReader", "write_safetensors", "SAFETENSORS_DTYPES"]
+if TYPE_CHECKING:
+    from varstore.convert.probe import Probe
+    from varstore.convert.format_entry import WriteRequest
+
+__all__ = ["SafetensorsReader", "write_safetensors", "SAFETENSORS_DTYPES", "open_reader", "write_checkpoint"]
 
 #: safetensors dtype code -> logical dtype name.
 SAFETENSORS_DTYPES = {
@@ -71,7 +75,7 @@ class SafetensorsReader(CheckpointReader):
             outside the data section, or byte counts that contradict shapes.
         """
         super().__init__(Path(path))
-        label = f"safetensors file '{path}'"
+        label = f"safetensors file '{self.location}'"
         self._open: Callable[[], BinaryIO] = opener or (lambda: open(self.path, "rb"))
         try:
             size = self.path.stat().st_size if size is None else size
@@ -238,3 +242,22 @@ def write_safetensors(path: os.PathLike[str] | str, entries: Sequence[SaveEntry]
         f.flush()
         os.fsync(f.fileno())
     return written
+
+
+# ------------------------------------------------------------------ the registry's entry points
+def open_reader(path: Path, *, probe: Probe | None = None, **options: Any) -> SafetensorsReader:
+    """The registry's open for "safetensors": a SafetensorsReader (options are ignored)."""
+    return SafetensorsReader(path)
+
+
+def write_checkpoint(path: Path, entries: Sequence[SaveEntry], request: WriteRequest) -> Sequence[str]:
+    """The registry's write for "safetensors": write_safetensors with __metadata__ naming the source.
+
+    `request` is a varstore.convert.format_entry.WriteRequest; the metadata holds
+    format "np", converted_from (the source's file name), source_format and step.
+    """
+    meta = {"format": "np", "converted_from": request.source.name, "source_format": request.source_format}
+    if request.step is not None:
+        meta["step"] = str(request.step)
+    write_safetensors(path, entries, metadata=meta)
+    return ()

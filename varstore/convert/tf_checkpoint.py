@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +32,11 @@ from varstore.errors import (
     UnknownVariableError,
 )
 
-__all__ = ["TFCheckpointReader", "resolve_prefix", "ATTRIBUTES_SUFFIX", "OBJECT_GRAPH_KEY"]
+if TYPE_CHECKING:
+    from varstore.convert.probe import Probe
+    from varstore.convert.format_entry import WriteRequest
+
+__all__ = ["TFCheckpointReader", "resolve_prefix", "ATTRIBUTES_SUFFIX", "OBJECT_GRAPH_KEY", "open_reader"]
 
 #: Suffix of TF2 object-based checkpoint keys holding a variable's value.
 ATTRIBUTES_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
@@ -398,3 +402,8 @@ class TFCheckpointReader(CheckpointReader):
             handle.close()
         self._files.clear()
         self._closed = True
+
+
+def open_reader(path: Path, *, probe: Probe | None = None, **options: Any) -> TFCheckpointReader:
+    """The registry's open for "tf": a TFCheckpointReader of the bundle prefix (options: strip_attributes)."""
+    return TFCheckpointReader(path, **options)

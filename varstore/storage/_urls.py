@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from varstore.errors import InvalidURLError
 
-__all__ = ["ObjectURL", "ResolvedURL", "is_url", "parse_url", "resolve", "Redactor", "url_from_path"]
+__all__ = ["ObjectURL", "ResolvedURL", "is_url", "parse_url", "resolve", "Redactor", "url_from_path", "parse_storage_options"]
 
 # scheme -> provider
 _SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "azure": "azure",
@@ -231,3 +231,19 @@ def resolve(url: str | ObjectURL, storage_options: Mapping[str, object] | None =
     secrets += tuple(os.environ[variable] for pairs in _ENVIRONMENT.values() for variable, key in pairs
                      if key in _SECRET_KEYS and os.environ.get(variable))
     return ResolvedURL(parsed, config, allow_http, Redactor(secrets))
+
+
+def parse_storage_options(items: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """`storage_options` from "KEY=VALUE" texts (the CLI's --storage-option); later keys win.
+
+    Raises:
+      InvalidURLError: a text without "=" or without a key; the text is not shown (it may be a secret).
+    """
+    options: dict[str, str] = {}
+    for number, item in enumerate(items, start=1):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidURLError(f"storage option #{number} is not of the form KEY=VALUE "
+                                  f"(its text is not shown: it may hold a secret)")
+        options[key.strip()] = value
+    return options

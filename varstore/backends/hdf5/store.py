@@ -3,7 +3,9 @@
 Arrays are contiguous, uncompressed datasets allocated at creation
 (`H5D_ALLOC_TIME_EARLY`, fill value never written, no timestamps), so each
 has a fixed byte offset in the file that the checkpoint layer writes and
-reads with pwrite/preadv. Files are created with libver="latest".
+reads with pwrite/preadv. Files are created with libver=("v110", "latest"): the HDF5 1.10 file
+format as the lower bound, so HDF5 1.10 tools (Debian 12's h5dump 1.10.8) read every dataset and
+attribute; nothing varstore writes needs a newer object format.
 Every h5py exception is turned into a varstore error naming the file.
 Knows nothing about variables, manifests, checksums or atomic renames.
 """
@@ -12,12 +14,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
 
-from varstore.backends import RawExtent
+from varstore.backends.base import RawExtent
 from varstore.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -53,6 +55,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
+#: HDF5 format bounds of every file varstore writes: (low, high) as h5py's `libver`.
+LIBVER = ("v110", "latest")
+
+
 def _dataset_dcpl() -> Any:
     dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
     dcpl.set_layout(h5py.h5d.CONTIGUOUS)
@@ -72,7 +78,7 @@ class Hdf5Writer:
         #: Bytes at the file's start left to the caller (an HDF5 user block; 0 or a power of 2 >= 512).
         self.header_bytes = header_bytes
         try:
-            self._file = h5py.File(self.path, "w-", libver="latest", track_order=False,
+            self._file = h5py.File(self.path, "w-", libver=LIBVER, track_order=False,
                                    userblock_size=header_bytes or None)
         except (OSError, ValueError) as err:
             raise CorruptCheckpointError(f"cannot create HDF5 file '{self.path}': {err}") from err
@@ -116,8 +122,16 @@ class Hdf5Writer:
 class Hdf5Reader:
     """Reads one HDF5 file read-only; see BackendReader."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, source: BinaryIO | None = None) -> None:
         self.path = Path(path)
+        if source is not None:  # an object read with ranged GETs; varstore checked the commit already
+            try:
+                self._file = h5py.File(source, "r")
+                self._userblock = None
+            except (OSError, ValueError, RuntimeError) as err:
+                raise CorruptCheckpointError(
+                    f"cannot open HDF5 object '{path}' (truncated or damaged?): {err}") from err
+            return
         if not self.path.exists():
             raise CheckpointNotFoundError(f"no checkpoint at '{self.path}'")
         if not self.path.is_file():
@@ -224,7 +238,7 @@ class Hdf5Backend:
     name = "h5"
     description = "HDF5 file"
     native_bytes_strings = True
-    suffixes = (".h5", ".hdf5")
+    suffixes: tuple[str, ...] = (".h5", ".hdf5")
     is_directory = False
 
     def sniff(self, path: Path) -> bool:
@@ -243,8 +257,8 @@ class Hdf5Backend:
         """Creates the file; `header_bytes` reserves an HDF5 user block the caller may fill (bytes)."""
         return Hdf5Writer(path, header_bytes)
 
-    def open_reader(self, path: Path) -> Hdf5Reader:
-        return Hdf5Reader(path)
+    def open_reader(self, path: Path, source: BinaryIO | None = None) -> Hdf5Reader:
+        return Hdf5Reader(path, source)
 
 
 BACKEND = Hdf5Backend()

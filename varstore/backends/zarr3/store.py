@@ -17,12 +17,12 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
 
-from varstore.backends import RawExtent
+from varstore.backends.base import RawExtent
 from varstore.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -257,7 +257,7 @@ class Zarr3Backend:
     name = "zarr"
     description = "Zarr v3 directory"
     native_bytes_strings = False
-    suffixes = (".zarr",)
+    suffixes: tuple[str, ...] = (".zarr",)
     is_directory = True
 
     def sniff(self, path: Path) -> bool:
@@ -272,7 +272,9 @@ class Zarr3Backend:
         """Creates the directory; `header_bytes` is ignored (a directory has no file header)."""
         return Zarr3Writer(path)
 
-    def open_reader(self, path: Path) -> Zarr3Reader:
+    def open_reader(self, path: Path, source: BinaryIO | None = None) -> Zarr3Reader:
+        if source is not None:
+            raise NotACheckpointError(f"'{path}': a Zarr directory cannot be read from a single file object")
         return Zarr3Reader(path)
 
 

@@ -1,0 +1,107 @@
+"""The storage backend contract: RawExtent and the Protocols every backend (HDF5, Zarr v3) implements.
+
+A backend stores named arrays (dtype, shape, C-order little-endian bytes)
+and JSON-compatible attributes in one HDF5 file or one Zarr v3 directory.
+For speed it hands out a `RawExtent` (file, byte offset, byte count) where an
+array's bytes live uncompressed and contiguous. Types only: no backend is
+imported here and nothing is registered (varstore.backends does that), so a
+backend can import its contract without importing the registry that loads it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Protocol, BinaryIO
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["RawExtent", "BackendWriter", "BackendReader", "Backend"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RawExtent:
+    """Where an array's raw bytes live: `nbytes` bytes at byte `offset` of `file`.
+
+    The bytes are the array's C-order, little-endian values, uncompressed.
+    """
+
+    file: Path
+    offset: int
+    nbytes: int
+
+
+class BackendWriter(Protocol):
+    """Writes one new checkpoint container (a file or directory that does not exist yet)."""
+
+    #: True when the backend stores fixed-length bytes ("S<n>") natively.
+    native_bytes_strings: bool
+
+    def create_array(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
+                     attrs: dict[str, Any]) -> RawExtent | None:
+        """Creates an array at `path` ("a/b/c"; parent groups are created).
+
+        Returns the extent where the caller must write its bytes, or None when
+        the caller must call `write_array` instead (scalars, zero-size arrays).
+        """
+
+    def write_array(self, path: str, value: npt.NDArray[Any]) -> None:
+        """Writes a whole array created with `create_array` through the library."""
+
+    def set_root_attrs(self, attrs: dict[str, Any]) -> None:
+        """Sets attributes of the root group."""
+
+    def close(self) -> list[Path]:
+        """Finishes the container; returns every file and directory to fsync."""
+
+
+class BackendReader(Protocol):
+    """Reads one existing checkpoint container, read-only."""
+
+    def root_attrs(self) -> dict[str, Any]:
+        """Attributes of the root group."""
+
+    def raw_extent(self, path: str, dtype: np.dtype, shape: tuple[int, ...]) -> RawExtent | None:
+        """The extent holding the array's bytes, or None when it is stored otherwise."""
+
+    def read_bytes(self, path: str) -> bytes:
+        """All bytes of a 1-D uint8 array (used for the manifest)."""
+
+    def read_array(self, path: str, out: npt.NDArray[Any]) -> None:
+        """Reads the array at `path` through the library into `out` (its storage dtype and shape)."""
+
+    def array_attrs(self, path: str) -> dict[str, Any]:
+        """Attributes of the array at `path`."""
+
+    def close(self) -> None:
+        """Releases handles."""
+
+
+class Backend(Protocol):
+    """A storage format: how to sniff, open for writing, open for reading."""
+
+    #: Short name ("h5", "zarr").
+    name: str
+    #: What a container is, for messages ("HDF5 file", "Zarr v3 directory").
+    description: str
+    suffixes: tuple[str, ...]
+    #: True when a container is a directory of files, False for one file.
+    is_directory: bool
+    #: True when fixed-length bytes ("S<n>") are stored natively (as BackendWriter.native_bytes_strings).
+    native_bytes_strings: bool
+
+    def sniff(self, path: Path) -> bool:
+        """True when `path` looks like this backend's container (magic bytes / zarr.json)."""
+
+    def open_writer(self, path: Path, header_bytes: int = 0) -> BackendWriter:
+        """Creates a new container at `path`.
+
+        `header_bytes` (bytes) reserves room at the start of a single-file
+        container that the format ignores (HDF5's user block), for the caller
+        to fill; directory backends ignore it.
+        """
+
+    def open_reader(self, path: Path, source: BinaryIO | None = None) -> BackendReader:
+        """Opens an existing container read-only; `source` (single-file containers only) is a seekable
+        binary file to read instead of `path` (an object read with ranged GETs), `path` then names it."""

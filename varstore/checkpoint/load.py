@@ -1,0 +1,70 @@
+"""Loading a varstore checkpoint into a dict of NumPy arrays through restore's bulk path.
+
+`load_varstore` allocates one array per selected variable (after checking
+that the file really holds the bytes its manifest claims) and fills them all
+with one `restore` into that mapping: the packed blob is read once, values
+are read with preadv straight into the arrays in file order with read-ahead,
+and every checksum is checked before it returns. Memory: the arrays, plus
+the packed blob (at most 256 MiB, packed layout only) while it runs. The
+public entry point for every format is varstore.load (varstore/convert/load.py).
+Never writes.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from varstore.checkpoint.reader import VarstoreReader, open_varstore
+from varstore.checkpoint.restore import restore
+
+__all__ = ["load_varstore", "select_names"]
+
+
+def select_names(keys: list[str], names: list[str] | None, filter: str | None, reader: Any) -> list[str]:
+    """`names` (all keys when None) in their given order, narrowed to those matching the glob `filter`.
+
+    Raises:
+      UnknownVariableError: a name that is not in the checkpoint (from `reader.info`).
+    """
+    import fnmatch
+
+    if names is None:
+        selected = list(keys)
+    else:
+        selected = []
+        for name in names:
+            reader.info(name)  # raises UnknownVariableError naming the name and the file
+            selected.append(name)
+    if filter is not None:
+        selected = [name for name in selected if fnmatch.fnmatchcase(name, filter)]
+    return selected
+
+
+def load_varstore(path: os.PathLike[str] | str | VarstoreReader, names: list[str] | None = None,
+                  filter: str | None = None, *, format: str | None = None,
+                  verify: bool = True) -> dict[str, npt.NDArray[Any]]:
+    """{name: array} of a varstore checkpoint, every checksum checked (see varstore.load).
+
+    Raises:
+      UnknownVariableError: a name in `names` that the checkpoint lacks.
+      ChecksumError: damaged bytes (names the variable and the file).
+      CorruptCheckpointError: a value the file does not hold (truncated).
+    """
+    reader = path if isinstance(path, VarstoreReader) else open_varstore(path, format)
+    try:
+        selected = select_names(reader.keys(), names, filter, reader)
+        out: dict[str, npt.NDArray[Any]] = {}
+        for name in selected:
+            record = reader.record(name)
+            reader.check_stored(record)  # before allocating what the manifest claims
+            out[name] = np.empty(record.shape, dtype=record.numpy_dtype)
+        if out:
+            restore(reader, out, verify=verify)  # names not selected are merely "unexpected" there
+        return out
+    finally:
+        if reader is not path:
+            reader.close()

@@ -1,0 +1,121 @@
+"""FormatEntry and WriteRequest: what one checkpoint format declares to the registry, and what its writer is told.
+
+Plain frozen dataclasses and the call signatures of a format's sniff, open
+and write functions. Imports no format and no reader; the table of formats
+and detection live in varstore.convert.registry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from varstore.checkpoint.entry import SaveEntry
+    from varstore.checkpoint.reader_api import CheckpointReader
+    from varstore.convert.probe import Probe
+
+__all__ = ["FormatEntry", "WriteRequest", "SniffFunction", "OpenFunction", "WriteFunction"]
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteRequest:
+    """What a format's writer is told about the conversion besides the variables.
+
+    Attributes:
+      source: the source checkpoint's path.
+      source_format: the source reader's format name ("tf", "keras3", ...).
+      step: the source's training step, or None.
+      metadata: the source reader's metadata (JSON-compatible or not; the writer decides what it keeps).
+      overwrite: the caller allowed replacing an existing destination (convert's `force`); a
+        writer that refuses existing paths itself (varstore's save_entries) is told so.
+      storage_options: object-store client settings for a URL destination (varstore's writers).
+    """
+
+    source: Path
+    source_format: str
+    step: int | None
+    metadata: Mapping[str, Any]
+    overwrite: bool = False
+    storage_options: Mapping[str, object] | None = None
+
+
+class SniffFunction(Protocol):
+    """sniff(probe) -> the path to open, or None (see varstore.convert.registry)."""
+
+    def __call__(self, probe: Probe) -> Path | None: ...
+
+
+class OpenFunction(Protocol):
+    """open(path, *, probe=None, **options) -> a CheckpointReader."""
+
+    def __call__(self, path: Path, *, probe: Probe | None = None, **options: Any) -> CheckpointReader: ...
+
+
+class WriteFunction(Protocol):
+    """write(path, entries, request) -> notes about how values were stored."""
+
+    def __call__(self, path: Path, entries: Sequence[SaveEntry], request: WriteRequest) -> Sequence[str]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class FormatEntry:
+    """One checkpoint format.
+
+    Attributes:
+      name: the canonical name ("safetensors"); what `detect_format` returns
+        and what `format=` / `--from` accept.
+      description: one line for help texts ("safetensors file (HuggingFace)").
+      aliases: other names `format=` / `--from` accept ("tensorflow" for "tf").
+      suffixes: lower-case file-name endings that claim a file no sniff
+        recognised (".safetensors"); the entry's reader then says what is wrong.
+      sniff: `sniff(probe) -> Path | None`, see the module docstring; None
+        for a format that is opened only by name (never detected).
+      open: `open(path, *, probe=None, **options) -> CheckpointReader`; None
+        for a write-only format.
+      write: `write(path, entries, request) -> notes`; None for a read-only format.
+      write_names: names `to_format=` / `--to` accept for `write`, the first
+        being the one reports use ("h5"); default: (name, *aliases).
+      write_suffixes: destination endings that pick `write` (".h5"); default: `suffixes`.
+      order: detection order, lowest first (varstore's own formats 10, HDF5
+        family 20-30, directories 40, magic-byte file formats 50-69, refusals 90).
+      refuses: True for a format varstore recognises only to refuse (pickles): its
+        sniff and open raise UnsafeFormatError; it is not offered in help, and
+        when its suffix claims a file, detection itself refuses it.
+    """
+
+    name: str
+    description: str
+    aliases: tuple[str, ...] = ()
+    suffixes: tuple[str, ...] = ()
+    sniff: SniffFunction | None = None
+    open: OpenFunction | None = None
+    write: WriteFunction | None = None
+    write_names: tuple[str, ...] = ()
+    write_suffixes: tuple[str, ...] | None = None
+    order: int = 50
+    refuses: bool = False
+
+    @property
+    def reads(self) -> bool:
+        """True when the format can be opened (`open` is set)."""
+        return self.open is not None
+
+    @property
+    def writes(self) -> bool:
+        """True when the format can be a conversion destination (`write` is set)."""
+        return self.write is not None
+
+    def names_for_writing(self) -> tuple[str, ...]:
+        """The names `to_format` accepts for this entry (empty when it does not write)."""
+        if not self.writes:
+            return ()
+        return self.write_names or (self.name, *self.aliases)
+
+    def suffixes_for_writing(self) -> tuple[str, ...]:
+        """The destination endings that pick this entry's writer (empty when it does not write)."""
+        if not self.writes:
+            return ()
+        return self.suffixes if self.write_suffixes is None else self.write_suffixes

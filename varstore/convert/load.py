@@ -1,0 +1,55 @@
+"""varstore.load: one call from any checkpoint file to a dict of NumPy arrays.
+
+The equivalent of safetensors.numpy.load_file / np.load for every format
+open_checkpoint reads. varstore's own files go through restore's bulk path
+(varstore/checkpoint/load.py: no per-variable open, read-ahead, every
+checksum checked); foreign formats are read variable by variable through
+their reader (which checks what the format records, e.g. TF bundle crc32c).
+Never writes.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy.typing as npt
+
+from varstore.checkpoint.load import load_varstore, select_names
+from varstore.checkpoint.reader import VarstoreReader
+
+__all__ = ["load"]
+
+
+def load(path: os.PathLike[str] | str, names: list[str] | None = None, filter: str | None = None, *,
+         format: str | None = None, **options: Any) -> dict[str, npt.NDArray[Any]]:
+    """Reads a checkpoint's variables into NumPy arrays, as safetensors.numpy.load_file.
+
+    Args:
+      path: anything open_checkpoint accepts (varstore .h5/.zarr, TF bundle,
+        Keras, safetensors, npz, plain HDF5/Zarr).
+      names: the variables to load, in this order (None: all, in checkpoint order).
+      filter: shell glob on names ("encoder/*"), as CheckpointReader.filter;
+        applied after `names`.
+      format: skip detection (see open_checkpoint).
+      **options: passed to open_checkpoint (strip_attributes, skip_object_arrays).
+
+    Returns:
+      {name: array} with each variable's stored shape and logical dtype
+      (bfloat16/float8 as ml_dtypes). Memory: the arrays plus, for varstore
+      files in the packed layout, the packed blob (at most 256 MiB) while loading.
+
+    Raises:
+      UnknownVariableError: a name in `names` that the checkpoint lacks.
+      ChecksumError: a variable's bytes do not match its recorded checksum.
+      Everything open_checkpoint raises.
+    """
+    from varstore.convert import open_checkpoint
+
+    reader = open_checkpoint(path, format, **options)
+    try:
+        if isinstance(reader, VarstoreReader):
+            return load_varstore(reader, names, filter)
+        return {name: reader.read(name) for name in select_names(reader.keys(), names, filter, reader)}
+    finally:
+        reader.close()
