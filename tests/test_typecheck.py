@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 STRICT_CORE = {"varstore._array_interop", "varstore._core_api", "varstore._naming", "varstore._version",
                "varstore.collections", "varstore.devices", "varstore.dtypes", "varstore.errors",
-               "varstore.initializers", "varstore.placement", "varstore.scopes", "varstore.variables"}
+               "varstore.initializers", "varstore.ownership", "varstore.partitioning", "varstore.placement", "varstore.scopes", "varstore.variables"}
 
 
 def _mypy_config() -> dict:

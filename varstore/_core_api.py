@@ -14,6 +14,13 @@ from varstore.devices import (
     set_soft_device_placement,
 )
 from varstore.initializers import get_random_seed, set_random_seed
+from varstore.partitioning import (
+    PartitionedVariable,
+    SaveSliceInfo,
+    fixed_size_partitioner,
+    min_max_variable_partitioner,
+    variable_axis_size_partitioner,
+)
 from varstore.placement import PlacementRequest, device, replica_device_setter
 from varstore.scopes import (
     AUTO_REUSE,
@@ -66,4 +73,9 @@ __all__ = [
     "get_log_device_placement",
     "set_soft_device_placement",
     "get_soft_device_placement",
+    "PartitionedVariable",
+    "SaveSliceInfo",
+    "fixed_size_partitioner",
+    "min_max_variable_partitioner",
+    "variable_axis_size_partitioner",
 ]

@@ -35,6 +35,11 @@ __all__ = [
     "CheckpointExistsError",
     "InvalidMetadataError",
     "ScopeError",
+    "PartitionError",
+    "NotOwnedError",
+    "DistributedMismatchError",
+    "ReplicaDivergenceError",
+    "CommunicatorError",
     "ObjectStoreError",
     "ObjectNotFoundError",
     "ConditionalWriteError",
@@ -117,7 +122,7 @@ class UnsupportedFormatError(CheckpointError):
 
 
 class UnsafeFormatError(UnsupportedFormatError):
-    """A pickle-based file (PyTorch .pt/.bin, npz object arrays): refused, never unpickled."""
+    """A pickle whose code would run: a global outside the torch.save allow-list (malicious, or a whole nn.Module), a non-torch pickle, npz object arrays; refused, nothing executed."""
 
 
 class RestoreError(VarstoreError, KeyError):
@@ -171,6 +176,30 @@ class ScopeError(VarstoreError, ValueError):
 class ConversionError(VarstoreError, ValueError):
     """convert() or a foreign-format writer got options it cannot honour: a malformed rename rule,
     a rename that makes two names equal, a non-float --dtype, a duplicate name."""
+
+
+# ---------------------------------------------------------- distributed
+class PartitionError(VarstoreError, ValueError):
+    """A partitioner or partitioned get_variable was misused: bad partition list, more than one sliced
+    axis, more parts than rows, or reuse with another partitioning (as tf.compat.v1.get_variable)."""
+
+
+class NotOwnedError(VarstoreError, RuntimeError):
+    """A variable owned by another rank was read or assigned on this rank (it holds no value here)."""
+
+
+class DistributedMismatchError(VarstoreError, RuntimeError):
+    """The ranks of a communicator disagree about the store's structure (names, shapes, dtypes,
+    placement, partitioning); raised identically on every rank, naming the first difference."""
+
+
+class ReplicaDivergenceError(VarstoreError, RuntimeError):
+    """Replicated variables hold different values on different ranks (checksums differ); names them."""
+
+
+class CommunicatorError(VarstoreError, TypeError):
+    """Something that is neither an mpi4py communicator nor a varstore.distributed.Communicator was
+    passed as `comm`, or a collective got a message it cannot send (not JSON-compatible)."""
 
 
 # ---------------------------------------------------------- object storage

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Union
@@ -27,7 +28,47 @@ __all__ = [
     "requested_device",
     "compute_device",
     "replica_device_setter",
+    "split_task",
+    "task_index",
 ]
+
+# "/job:ps/task:3", "/job:worker/replica:0/task:1", optionally followed by a device ("/device:CPU:0", "/cpu:0").
+_TASK_RE = re.compile(r"^/job:([A-Za-z_][A-Za-z0-9_]*)(?:/replica:\d+)?(?:/task:(\d+))?(/.*)?$")
+
+
+def split_task(spec: str) -> tuple[str | None, str | None]:
+    """Splits a TF device string into its task part and its device part, as tf.DeviceSpec reads them.
+
+    "/job:ps/task:1" -> ("/job:ps/task:1", None); "/job:ps/task:1/device:CPU:0" ->
+    ("/job:ps/task:1", "cpu:0"); "gpu:0" -> (None, "gpu:0"). A job without a
+    task ("/job:ps") names no task: (None, device part).
+
+    Raises:
+      DeviceError: a malformed device part.
+    """
+    match = _TASK_RE.match(spec.strip()) if isinstance(spec, str) else None
+    if match is None:
+        return None, devices.parse_device(spec)
+    rest = match.group(3)
+    label = devices.parse_device(rest) if rest else None
+    if match.group(2) is None:
+        return None, label
+    return f"/job:{match.group(1)}/task:{int(match.group(2))}", label
+
+
+def task_index(task: str | None) -> int | None:
+    """K of "/job:NAME/task:K" (the rank that owns the variable under a communicator), None for None."""
+    if task is None:
+        return None
+    return int(task.rsplit(":", 1)[1])
+
+
+def _normalize(spec: str) -> str:
+    """A device string with its task part kept: "/job:ps/task:1", "/job:ps/task:1/cpu:0" or "cpu:0"."""
+    task, label = split_task(spec)
+    if task is None:
+        return label if label is not None else "cpu:0"
+    return task if label is None else f"{task}/{label}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +125,7 @@ def device(spec: DeviceSpec) -> Iterator[None]:
     if spec is None:
         entry = _CLEAR
     elif isinstance(spec, str):
-        entry = devices.parse_device(spec)
+        entry = _normalize(spec)
     elif callable(spec):
         entry = spec
     else:
@@ -108,7 +149,7 @@ def requested_device(request: PlacementRequest) -> str | None:
             return entry
         answer = entry(request)
         if answer is not None:
-            return devices.parse_device(answer)
+            return _normalize(answer)
     return None
 
 
@@ -123,7 +164,7 @@ def compute_device(default: str) -> str:
         if entry is _CLEAR:
             break
         if isinstance(entry, str):
-            label = entry
+            label = split_task(entry)[1] or default
             break
     if devices.is_gpu(label) and int(label.split(":")[1]) >= devices.gpu_count():
         return "cpu:0"
@@ -134,7 +175,7 @@ class _ReplicaDeviceSetter:
     """Device function returned by `replica_device_setter` (stateful: counts placements / bytes)."""
 
     def __init__(self, ps_devices: Sequence[str], strategy: str | Callable[[PlacementRequest], int]) -> None:
-        self.ps_devices = [devices.parse_device(d) for d in ps_devices]
+        self.ps_devices = [_normalize(d) for d in ps_devices]
         if not self.ps_devices:
             raise DeviceError("replica_device_setter needs at least one parameter-server device in ps_devices")
         if isinstance(strategy, str) and strategy not in ("round_robin", "greedy"):
@@ -164,8 +205,9 @@ class _ReplicaDeviceSetter:
         return f"replica_device_setter(ps_devices={self.ps_devices!r}, strategy={self.strategy!r})"
 
 
-def replica_device_setter(ps_devices: Sequence[str],
-                          strategy: str | Callable[[PlacementRequest], int] = "round_robin") -> DeviceFunction:
+def replica_device_setter(ps_devices: Sequence[str] | None = None,
+                          strategy: str | Callable[[PlacementRequest], int] = "round_robin", *,
+                          ps_tasks: int = 0, ps_device: str = "/job:ps") -> DeviceFunction:
     """A device function spreading variables over parameter-server devices, as tf.compat.v1.train.replica_device_setter.
 
     Use it with `device(...)`. Only newly created variables consult it (a
@@ -173,7 +215,11 @@ def replica_device_setter(ps_devices: Sequence[str],
 
     Args:
       ps_devices: device names, e.g. ["cpu:0", "cpu:1", "cpu:2"] ("cpu:N" are
-        placement labels in host memory, standing in for TF's "/job:ps/task:N").
+        placement labels in host memory), or task names ["/job:ps/task:0", ...]:
+        under a communicator (varstore.distributed) task K is owned by rank K.
+      ps_tasks: as TF's argument: when > 0 and `ps_devices` is None, the
+        devices are f"{ps_device}/task:{k}" for k in range(ps_tasks).
+      ps_device: job prefix for `ps_tasks`, default "/job:ps" (TF's default).
       strategy: "round_robin" (TF's default: devices in turn, in creation
         order), "greedy" (TF's GreedyLoadBalancingStrategy with its byte-size
         load function: the device with the fewest bytes so far, ties to the
@@ -186,4 +232,8 @@ def replica_device_setter(ps_devices: Sequence[str],
     Raises:
       DeviceError: empty or malformed `ps_devices`, or an unknown strategy.
     """
+    if ps_devices is None:
+        if int(ps_tasks) < 1:
+            raise DeviceError("replica_device_setter needs ps_devices=[...] or ps_tasks >= 1")
+        ps_devices = [f"{ps_device}/task:{k}" for k in range(int(ps_tasks))]
     return _ReplicaDeviceSetter(ps_devices, strategy)

@@ -16,16 +16,17 @@ import inspect
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Union
+from typing import Any, Union, overload
 
 import numpy as np
 import numpy.typing as npt
 
-from varstore import _naming, devices, dtypes, variables
+from varstore import _naming, devices, dtypes, ownership, partitioning, variables
 from varstore.collections import GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES, CollectionRegistry
 from varstore.errors import (
     DtypeMismatchError,
     InitializerError,
+    PartitionError,
     ScopeError,
     ShapeMismatchError,
     VariableExistsError,
@@ -161,6 +162,7 @@ class VariableStore:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._shared: dict[str, Variable] = {}
+        self._partitioned: dict[str, partitioning.PartitionedVariable] = {}
         self._weak: weakref.WeakValueDictionary[str, Variable] = weakref.WeakValueDictionary()
         self._order: list[weakref.ref[Variable]] = []
         self._namer = _naming.UniqueNamer()
@@ -284,6 +286,7 @@ class VariableStore:
             names = [collections]
         if trainable and TRAINABLE_VARIABLES not in names:
             names.append(TRAINABLE_VARIABLES)
+        ownership.attach(self, var)  # bound to a rank: a variable of another rank keeps no value here
         with self._lock:
             for name in names:
                 self._registry.add(name, var, weak=weak)
@@ -309,9 +312,23 @@ class VariableStore:
         return None
 
     # ----------------------------------------------------------- get_variable
+    @overload
     def get_variable(self, name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
                      initializer: InitializerSpec = None, trainable: bool = True,
-                     collections: Sequence[str] | None = None, device: DeviceSpec = None) -> Variable:
+                     collections: Sequence[str] | None = None, device: DeviceSpec = None,
+                     partitioner: None = None) -> Variable: ...
+
+    @overload
+    def get_variable(self, name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
+                     initializer: InitializerSpec = None, trainable: bool = True,
+                     collections: Sequence[str] | None = None, device: DeviceSpec = None, *,
+                     partitioner: partitioning.Partitioner) -> partitioning.PartitionedVariable: ...
+
+    def get_variable(self, name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
+                     initializer: InitializerSpec = None, trainable: bool = True,
+                     collections: Sequence[str] | None = None, device: DeviceSpec = None,
+                     partitioner: partitioning.Partitioner | None = None
+                     ) -> Variable | partitioning.PartitionedVariable:
         """Gets an existing variable or creates a new one, as tf.compat.v1.get_variable.
 
         The new variable is lazy: nothing is allocated until it is read,
@@ -331,9 +348,17 @@ class VariableStore:
             glorot_uniform for floating dtypes and zeros for ints/bools.
           trainable: also add to TRAINABLE_VARIABLES.
           collections: default [GLOBAL_VARIABLES] (TF1's rule).
-          device: device name or device function for a new variable.
+          device: device name or device function for a new variable (each
+            part of a partitioned variable is placed on its own).
+          partitioner: e.g. vs.fixed_size_partitioner(4): returns a
+            `partitioning.PartitionedVariable` of parts "NAME/part_K" instead
+            (see varstore/partitioning.py; ignored for shape (), as TF).
+
+        Returns:
+          The Variable, or the PartitionedVariable when `partitioner` is given.
 
         Raises:
+          PartitionError: partitioned and unpartitioned uses of one name, or a bad partitioning.
           VariableExistsError: the name exists and the scope does not reuse.
           VariableNotFoundError: reuse=True and the name does not exist.
           ShapeMismatchError / DtypeMismatchError: reuse with another shape or
@@ -347,7 +372,17 @@ class VariableStore:
         reuse = scope.reuse
         want_shape = _shape_tuple(shape, f"get_variable('{full}')")
         explicit_dtype = dtype if dtype is not None else scope.dtype
+        if partitioner is not None and want_shape != ():
+            with self._lock:
+                return partitioning.get_partitioned_variable(
+                    self, full, want_shape, explicit_dtype,
+                    initializer if initializer is not None else scope.initializer,
+                    partitioner, reuse, trainable, collections, device)
         with self._lock:
+            if full in self._partitioned or f"{full}/part_0" in self._shared:
+                raise PartitionError(
+                    f"get_variable('{full}'): no partitioner was given, but a partitioned variable '{full}' "
+                    f"exists (parts '{full}/part_0', ...); pass the same partitioner to share it")
             found = self._shared.get(full)
             if found is not None:
                 if not reuse:
@@ -482,21 +517,36 @@ class VariableStore:
         self._registry.clear(name)
 
     # ------------------------------------------------------------ initialize
-    def initialize(self, var_list: Sequence[Variable] | None = None) -> None:
+    def initialize(self, var_list: Sequence[Variable] | None = None, comm: ownership.RankInfo | None = None) -> None:
         """Materializes every variable of the store (or `var_list`) in creation order, as global_variables_initializer.
 
         Initialized variables are left as they are; initializers that read
         other variables run those first.
 
+        Args:
+          var_list: the variables to initialize; default every variable.
+          comm: a communicator (mpi4py or varstore.distributed): binds the
+            store to this rank (`ownership.bind`) and initializes only what
+            the rank holds: variables on "/job:*/task:<rank>" and replicated ones.
+
         Raises:
           InitializationCycleError: initializers read each other in a cycle.
+          DeviceError: with `comm`, a variable names a task K >= comm.size.
         """
+        if comm is not None:
+            ownership.bind(self, comm)
         for var in self.variables() if var_list is None else var_list:
-            var.initialize()
+            if var.is_owned:
+                var.initialize()
 
     def report_uninitialized(self, var_list: Sequence[Variable] | None = None) -> list[str]:
-        """Names of the variables not yet materialized, in creation order (tf.compat.v1.report_uninitialized_variables)."""
-        return [v.name for v in (self.variables() if var_list is None else var_list) if not v.is_initialized]
+        """Names of the variables not yet materialized, in creation order (tf.compat.v1.report_uninitialized_variables).
+
+        Once the store is bound to a communicator (`initialize(comm=)`), only
+        variables this rank holds count (others never materialize here).
+        """
+        return [v.name for v in (self.variables() if var_list is None else var_list)
+                if not v.is_initialized and v.is_owned]
 
     # -------------------------------------------------------- pending restore
     def add_pending_restore(self, resolver: Resolver) -> None:
@@ -556,11 +606,30 @@ def get_variable_scope() -> VariableScope:
     return get_default_store().current_scope()
 
 
+@overload
 def get_variable(name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
                  initializer: InitializerSpec = None, trainable: bool = True,
-                 collections: Sequence[str] | None = None, device: DeviceSpec = None) -> Variable:
+                 collections: Sequence[str] | None = None, device: DeviceSpec = None,
+                 partitioner: None = None) -> Variable: ...
+
+
+@overload
+def get_variable(name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
+                 initializer: InitializerSpec = None, trainable: bool = True,
+                 collections: Sequence[str] | None = None, device: DeviceSpec = None, *,
+                 partitioner: partitioning.Partitioner) -> partitioning.PartitionedVariable: ...
+
+
+def get_variable(name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
+                 initializer: InitializerSpec = None, trainable: bool = True,
+                 collections: Sequence[str] | None = None, device: DeviceSpec = None,
+                 partitioner: partitioning.Partitioner | None = None) -> Variable | partitioning.PartitionedVariable:
     """`VariableStore.get_variable` on the default store."""
-    return get_default_store().get_variable(name, shape, dtype, initializer, trainable, collections, device)
+    store = get_default_store()
+    if partitioner is None:
+        return store.get_variable(name, shape, dtype, initializer, trainable, collections, device)
+    return store.get_variable(name, shape, dtype, initializer, trainable, collections, device,
+                              partitioner=partitioner)
 
 
 def get_collection(name: str, scope: str | None = None) -> list[Any]:
@@ -588,9 +657,9 @@ def local_variables() -> list[Variable]:
     return get_default_store().local_variables()
 
 
-def initialize(var_list: Sequence[Variable] | None = None) -> None:
+def initialize(var_list: Sequence[Variable] | None = None, comm: ownership.RankInfo | None = None) -> None:
     """`VariableStore.initialize` on the default store."""
-    get_default_store().initialize(var_list)
+    get_default_store().initialize(var_list, comm)
 
 
 def report_uninitialized(var_list: Sequence[Variable] | None = None) -> list[str]:

@@ -20,7 +20,7 @@ from typing import Any, Protocol, Union, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from varstore import devices, dtypes, placement
+from varstore import devices, dtypes, ownership, placement
 from varstore._array_interop import ArrayInterop
 from varstore.errors import (
     DtypeMismatchError,
@@ -246,8 +246,11 @@ def check_restorable(variable: Variable, source: ValueSource) -> None:
             f"a 'same_kind' cast between them is not possible")
 
 
-def _choose_device(name: str, shape: tuple[int, ...], dtype: np.dtype, device: DeviceSpec) -> str:
-    """The device label for a new variable: explicit `device` (name or function), else the device(...) contexts, else the default."""
+def _choose_device(name: str, shape: tuple[int, ...], dtype: np.dtype, device: DeviceSpec) -> tuple[str, str | None]:
+    """(device label, task) for a new variable: explicit `device` (name or function), else the device(...) contexts, else the default.
+
+    The task is the "/job:NAME/task:K" part of the request (None when there is none).
+    """
     request = placement.PlacementRequest(name, shape, dtype, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
     if device is None:
         requested = placement.requested_device(request)
@@ -255,9 +258,10 @@ def _choose_device(name: str, shape: tuple[int, ...], dtype: np.dtype, device: D
         requested = device(request)
     else:
         requested = device
+    task, requested = placement.split_task(requested) if requested is not None else (None, None)
     label = devices.place(requested, dtype, what=f"variable '{name}'")
-    devices.log_placement(name, label)
-    return label
+    devices.log_placement(name, label if task is None else f"{task}/{label}")
+    return label, task
 
 
 class Variable(ArrayInterop):
@@ -292,6 +296,9 @@ class Variable(ArrayInterop):
     _buffer: Any  # NumPy or CuPy array, None until materialized
     _view: Any  # cached read-only view of _buffer (host_view), valid while _view_of is _buffer
     _view_of: Any
+    _task: str | None  # "/job:NAME/task:K" or None
+    _binding: ownership.Binding  # the rank binding of the store the variable joined
+    _save_slice_info: Any  # partitioning.SaveSliceInfo of a part, else None
 
     def __init__(self, initial_value: npt.ArrayLike | Variable | Callable[[], npt.ArrayLike | Variable],
                  trainable: bool = True, name: str | None = None, dtype: npt.DTypeLike | None = None, *,
@@ -304,9 +311,9 @@ class Variable(ArrayInterop):
         value = convert_value(initial_value, dtype, what=f"variable '{full_name}'")
         shape = tuple(int(d) for d in value.shape)
         self._setup(full_name, shape, np.dtype(value.dtype), trainable, None)
-        self._device = _choose_device(full_name, shape, self._dtype, device)
+        self._device, self._task = _choose_device(full_name, shape, self._dtype, device)
         self._buffer = devices.to_device(value, self._device, copy=True)
-        registry.track_variable(self, collections, trainable, weak=True)
+        registry.track_variable(self, collections, trainable, weak=True)  # a store bound to a rank drops others' values
 
     def _setup(self, name: str, shape: tuple[int, ...], dtype: np.dtype, trainable: bool,
                initializer: InitialValue) -> None:
@@ -320,6 +327,9 @@ class Variable(ArrayInterop):
         self._view = None
         self._view_of = None
         self._device = "cpu:0"
+        self._task = None
+        self._binding = ownership.UNBOUND
+        self._save_slice_info = None
         self._collection_names = []
 
     # ------------------------------------------------------------ attributes
@@ -346,6 +356,26 @@ class Variable(ArrayInterop):
     def device(self) -> str:
         """Device label: "cpu:0", "gpu:N", or a host placement label such as "cpu:1"."""
         return self._device
+
+    @property
+    def task(self) -> str | None:
+        """The task the variable was placed on ("/job:ps/task:1"), or None (replicated under a communicator)."""
+        return self._task
+
+    @property
+    def owner_rank(self) -> int | None:
+        """The rank that owns the variable under a communicator (K of "/job:*/task:K"); None when replicated."""
+        return placement.task_index(self._task)
+
+    @property
+    def is_owned(self) -> bool:
+        """Whether this process holds the value: always, unless its store is bound to a rank (varstore.ownership)."""
+        return self._binding.holds(self._task)
+
+    @property
+    def save_slice_info(self) -> Any:
+        """For a part of a partitioned variable: its `partitioning.SaveSliceInfo` (full name, full shape, offset, shape); else None."""
+        return self._save_slice_info
 
     @property
     def trainable(self) -> bool:
@@ -380,6 +410,8 @@ class Variable(ArrayInterop):
         with _materialize_lock:
             if self._buffer is not None and self._source is None:
                 return self._buffer
+            if self._task is not None:
+                ownership.check_holds(self, "read")
             stack = _init_stack.variables
             for index, other in enumerate(stack):
                 if other is self:
@@ -545,6 +577,8 @@ class Variable(ArrayInterop):
             raise ShapeMismatchError(
                 f"cannot assign a value of shape {tuple(arr.shape)} to variable '{self._name}' of "
                 f"shape {self._shape}: assign needs exactly the variable's shape")
+        if self._task is not None:
+            ownership.check_holds(self, "assign to")
         with _materialize_lock:
             if self._buffer is None:
                 self._buffer = devices.empty(self._shape, self._dtype, self._device)
@@ -651,7 +685,7 @@ def lazy_variable(full_name: str, shape: tuple[int, ...], dtype: np.dtype, initi
     """
     variable = Variable.__new__(Variable)
     variable._setup(full_name, shape, dtype, trainable, initializer)
-    variable._device = _choose_device(full_name, shape, variable._dtype, device)
+    variable._device, variable._task = _choose_device(full_name, shape, variable._dtype, device)
     return variable
 
 

@@ -330,6 +330,9 @@ def show_command(path: str, name: str, count: int, as_json: bool, format_: str |
             ["device", info.device or "-"],
         ]
         rows += [[f"attribute {k}", json.dumps(v, ensure_ascii=False)] for k, v in sorted(info.attributes.items())]
+        non_tensor = reader.metadata.get("non_tensor") if isinstance(reader.metadata, dict) else None
+        if isinstance(non_tensor, dict):  # a torch / DCP file's epoch, lr, param_groups ...
+            rows += [[f"non-tensor {k}", json.dumps(v, ensure_ascii=False)] for k, v in non_tensor.items()]
         if stats.kind == "complex":
             rows.append(["stats of", "|x| (magnitude) of the finite elements"])
         rows += [["min", fmt.format_number(stats.min)], ["max", fmt.format_number(stats.max)],
@@ -516,11 +519,15 @@ def _report_json(report: Any) -> dict[str, Any]:
 @click.option("--force", is_flag=True, help="Replace DST if it exists (never allowed when DST is SRC).")
 @_skip_object_arrays_option
 @click.option("--dtype", metavar="D", help="Cast every floating variable to this dtype (e.g. float16, bfloat16).")
+@click.option("--max-shard-size", metavar="SIZE",
+              help="Write a sharded safetensors directory (HuggingFace layout) with shards of at most SIZE "
+                   "(500MB, 5GB, 2GiB or bytes).")
+@click.option("--dequantize", is_flag=True, help="GGUF: read Q8_0/Q4_0/Q4_1 tensors as float32 instead of raw blocks.")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.convert/1 JSON document; no progress bar.")
 @storage_option
 def convert_command(src: str, dst: str, from_format: str | None, to_format: str | None, pattern: str | None,
                     renames: tuple[str, ...], separator: str | None, force: bool, skip_object_arrays: bool,
-                    dtype: str | None, as_json: bool) -> None:
+                    dtype: str | None, max_shard_size: str | None, dequantize: bool, as_json: bool) -> None:
     """Convert a checkpoint to another format.
 
     Streams SRC to DST variable by variable, so memory stays near the largest
@@ -538,10 +545,12 @@ def convert_command(src: str, dst: str, from_format: str | None, to_format: str 
 
     progress, close = make_progress(enabled=not as_json and _stderr_is_terminal())
     try:
+        options: dict[str, Any] = {"dequantize": True} if dequantize else {}
         report = convert(src, dst, from_format=from_format, to_format=to_format, filter=pattern,
                          rename=rename, dtype=dtype, progress=progress, separator=separator, force=force,
-                         storage_options=_storage_options(),
-                         **({} if remote_source else _reader_options(src, from_format, skip_object_arrays)))
+                         max_shard_size=max_shard_size, storage_options=_storage_options(),
+                         **({} if remote_source else _reader_options(src, from_format, skip_object_arrays)),
+                         **options)
     finally:
         close()
     document = _report_json(report)

@@ -87,9 +87,9 @@ def test_damaged_input_gives_one_line_and_exit_2(run, tmp_path, fixtures_dir, ma
     assert not MARKER.exists()  # nothing was unpickled
 
 
-def test_pickle_refusal_says_why_and_how_to_convert(run, fixtures_dir):
-    result = run("ls", fixtures_dir / "torch" / "state_dict.pt")
-    _assert_one_line_error(result, "state_dict.pt", "pickle", "safetensors")
+def test_whole_module_pickle_refusal_says_to_save_the_state_dict(run, fixtures_dir):
+    result = run("ls", fixtures_dir / "torch" / "model_full.pt")
+    _assert_one_line_error(result, "model_full.pt", "torch.nn.modules.container.Sequential", "state_dict()")
     assert not MARKER.exists()
 
 

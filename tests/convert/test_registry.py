@@ -37,7 +37,7 @@ from varstore.convert import (
 )
 from varstore.convert import registry
 from varstore.convert.probe import Probe
-from varstore.errors import UnknownVariableError, UnsupportedFormatError
+from varstore.errors import NotACheckpointError, UnknownVariableError, UnsupportedFormatError
 
 TOY_MAGIC = b'{"toy-format": 1'
 
@@ -144,9 +144,9 @@ def test_the_cli_lists_and_uses_a_registered_format(toy: FormatEntry, tmp_path: 
     for command, option in (("ls", "--format F"), ("show", "--format F"), ("verify", "--format F"),
                             ("convert", "--from F")):
         page = " ".join(runner.invoke(cli, [command, "--help"]).output.split())
-        assert option in page and "tf, toy, safetensors, npz." in page, command
+        assert option in page and "tf, toy, safetensors, npz, gguf, keras3-sharded, pytorch." in page, command
     convert_help = " ".join(runner.invoke(cli, ["convert", "--help"]).output.split())
-    assert "(default: from DST's suffix): h5, zarr, toy, safetensors, npz." in convert_help
+    assert "(default: from DST's suffix): h5, zarr, safetensors-sharded, toy, safetensors, npz." in convert_help
 
     src = _toy_file(tmp_path / "model.bin")  # a pickle suffix, but its bytes are the toy's
     listed = runner.invoke(cli, ["ls", "--json", str(src)])
@@ -187,26 +187,39 @@ def test_registering_a_taken_name_fails_unless_replacing(toy: FormatEntry) -> No
 # ------------------------------------------------------------------ the built-in table
 def test_builtin_names_aliases_and_order() -> None:
     assert [e.name for e in formats()] == ["varstore-hdf5", "varstore-zarr", "keras3", "keras2", "keras", "hdf5",
-                                           "zarr", "tf", "safetensors", "npz", "pytorch"]
+                                           "zarr", "orbax", "dcp", "safetensors-sharded", "tf", "safetensors", "npz",
+                                           "gguf", "keras3-sharded", "pytorch", "pickle"]
     assert READ_FORMATS == {
         "varstore-hdf5": "varstore-hdf5", "varstore": "varstore-hdf5", "varstore-zarr": "varstore-zarr",
         "keras3": "keras3", "keras2": "keras2", "keras": "keras", "hdf5": "hdf5", "h5": "hdf5", "zarr": "zarr",
-        "tf": "tf", "tensorflow": "tf", "safetensors": "safetensors", "npz": "npz"}
+        "tf": "tf", "tensorflow": "tf", "safetensors": "safetensors", "npz": "npz",
+        "orbax": "orbax", "jax-orbax": "orbax", "dcp": "dcp", "torch-dcp": "dcp", "distcp": "dcp",
+        "safetensors-sharded": "safetensors-sharded", "hf-sharded": "safetensors-sharded",
+        "sharded-safetensors": "safetensors-sharded", "gguf": "gguf", "ggml": "gguf",
+        "keras3-sharded": "keras3-sharded", "keras-sharded": "keras3-sharded",
+        "pytorch": "pytorch", "torch": "pytorch", "pt": "pytorch", "pth": "pytorch"}
     assert WRITE_FORMATS == {"h5": "h5", "hdf5": "h5", "varstore-hdf5": "h5", "zarr": "zarr",
-                             "varstore-zarr": "zarr", "safetensors": "safetensors", "npz": "npz"}
+                             "varstore-zarr": "zarr", "safetensors": "safetensors", "npz": "npz",
+                             "safetensors-sharded": "safetensors-sharded", "hf-sharded": "safetensors-sharded",
+                             "sharded-safetensors": "safetensors-sharded"}
     assert registry.read_names() == ["varstore-hdf5", "varstore-zarr", "keras3", "keras2", "keras", "hdf5",
-                                     "zarr", "tf", "safetensors", "npz"]
-    assert registry.write_names() == ["h5", "zarr", "safetensors", "npz"]
+                                     "zarr", "orbax", "dcp", "safetensors-sharded", "tf", "safetensors", "npz",
+                                     "gguf", "keras3-sharded", "pytorch"]
+    assert registry.write_names() == ["h5", "zarr", "safetensors-sharded", "safetensors", "npz"]
+    with pytest.raises(UnsupportedFormatError, match="cannot tell the destination format"):
+        registry.writer_for_path(Path("out/model.safetensors.index.json"))  # sharded output is named, not implied
     assert registry.writer_for_path(Path("a/model.weights.h5")).name == "varstore-hdf5"
     assert registry.writer_for_path(Path("run.ZARR")).name == "varstore-zarr"
     assert registry.reader_format("H5").name == "hdf5" and registry.writer_format("H5").name == "varstore-hdf5"
 
 
 def test_unknown_names_list_what_is_accepted() -> None:
-    with pytest.raises(UnsupportedFormatError, match=r"unknown checkpoint format 'onnx': use one of h5, hdf5, keras,"):
+    with pytest.raises(UnsupportedFormatError, match=r"unknown checkpoint format 'onnx': use one of dcp, distcp, ggml, gguf, h5, hdf5, hf-sharded, "
+                                                     r"jax-orbax, keras,"):
         registry.reader_format("onnx")
-    with pytest.raises(UnsupportedFormatError, match=r"cannot convert to format 'tf': use one of h5, hdf5, npz, "
-                                                     r"safetensors, varstore-hdf5, varstore-zarr, zarr"):
+    with pytest.raises(UnsupportedFormatError, match=r"cannot convert to format 'tf': use one of h5, hdf5, hf-sharded, npz, "
+                                                     r"safetensors, safetensors-sharded, sharded-safetensors, "
+                                                     r"varstore-hdf5, varstore-zarr, zarr"):
         registry.writer_format("tf")
 
 
@@ -284,10 +297,16 @@ def test_save_entries_output_detects_as_varstore_without_the_hdf5_walker(
 
 
 def test_a_refused_format_claimed_by_suffix_is_refused_by_detection_too(tmp_path: Path) -> None:
-    path = tmp_path / "model.pth"
+    path = tmp_path / "model.pkl"
     path.write_bytes(b"not a pickle at all")
     from varstore.errors import UnsafeFormatError
 
-    with pytest.raises(UnsafeFormatError, match=r"model.pth'.*suffix '.pth'.*never unpickles"):
+    with pytest.raises(UnsafeFormatError, match=r"model.pkl'.*suffix '.pkl'.*never unpickles"):
         detect_format(path)
-    assert "pytorch" not in registry.read_names() and "pytorch" in registry.read_names(include_refusals=True)
+    assert "pickle" not in registry.read_names() and "pickle" in registry.read_names(include_refusals=True)
+    # a PyTorch suffix is claimed by the real reader, which says what the bytes are not
+    torch_named = tmp_path / "model.pth"
+    torch_named.write_bytes(b"not a pickle at all")
+    assert detect_format(torch_named) == "pytorch"
+    with pytest.raises(NotACheckpointError, match=r"model.pth' \(suffix '.pth'\) is neither a torch.save zip"):
+        open_checkpoint(torch_named)

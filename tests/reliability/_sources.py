@@ -110,9 +110,12 @@ def make_sources(workdir: Path) -> list[Source]:
     for label, sub, name in (("safetensors", "safetensors", "mixed_numpy.safetensors"),
                              ("npz", "npz", "arrays.npz"),
                              ("npz (deflated)", "npz", "arrays_compressed.npz"),
-                             ("Keras .weights.h5", "keras3", "model.weights.h5")):
+                             ("Keras .weights.h5", "keras3", "model.weights.h5"),
+                             ("PyTorch .pt (zip)", "torch_zip", "state_dict_mixed.pt"),
+                             ("PyTorch .pt (legacy)", "torch_zip", "legacy_format.pt"),
+                             ("GGUF", "gguf", "mini.gguf")):
         directory = workdir / name.replace(".", "_")
-        directory.mkdir()
+        directory.mkdir(exist_ok=True)
         shutil.copyfile(FIXTURES / sub / name, directory / name)
         sources.append(Source(label, directory, name, (name,)))
     return sources

@@ -25,7 +25,8 @@ def test_data_flips_are_detected_everywhere(figures: dict, label: str) -> None:
 
 
 @pytest.mark.parametrize("label", ["varstore .h5", "varstore .zarr", "TF .index", "safetensors", "npz",
-                                   "npz (deflated)", "Keras .weights.h5"])
+                                   "npz (deflated)", "Keras .weights.h5", "PyTorch .pt (zip)",
+                                   "PyTorch .pt (legacy)", "GGUF"])
 def test_other_flips_never_crash_hang_or_escape_untyped(figures: dict, label: str) -> None:
     other = figures[label]["other"]
     assert other["cases"] == 12

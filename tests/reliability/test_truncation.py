@@ -17,7 +17,7 @@ def figures(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 LABELS = ["varstore .h5", "varstore .zarr", "TF .index", "TF .data", "safetensors", "npz", "npz (deflated)",
-          "Keras .weights.h5"]
+          "Keras .weights.h5", "PyTorch .pt (zip)", "PyTorch .pt (legacy)", "GGUF"]
 
 
 @pytest.mark.parametrize("label", LABELS)

@@ -119,7 +119,8 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
         credentials; see docs/guide/object-storage.md. On a URL varstore opens its own
         .h5 (ranged GETs) and .zarr checkpoints, and .safetensors (ranged GETs).
       **options: passed to the reader: `strip_attributes=True` (TF2 names
-        without "/.ATTRIBUTES/VARIABLE_VALUE"), `skip_object_arrays=True` (npz).
+        without "/.ATTRIBUTES/VARIABLE_VALUE"), `skip_object_arrays=True` (npz),
+        `dequantize=True` (gguf: Q8_0/Q4_0/Q4_1 as float32).
 
     Returns:
       A CheckpointReader; `reader.format` names what was opened.
@@ -127,7 +128,9 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
     Raises:
       CheckpointNotFoundError: nothing at `path`.
       NotACheckpointError: empty, or no format varstore reads.
-      UnsafeFormatError: a pickle-based file (PyTorch, npz object arrays); nothing is unpickled.
+      UnsafeFormatError: a pickle that is not a torch.save file, a torch pickle
+        naming a global outside the allow-list (malicious, or a whole nn.Module),
+        npz object arrays; no code of the file is ever run.
       CorruptCheckpointError / ChecksumError: damaged metadata.
       UnsupportedFormatError: an unknown `format` name, or an unsupported feature (on an
         object store: a format other than varstore's and safetensors, naming the URL).
@@ -149,7 +152,7 @@ class ConvertReport:
     Attributes:
       source, destination: the paths.
       source_format: the reader's format name ("tf", "keras3", ...).
-      destination_format: "h5", "zarr", "safetensors" or "npz".
+      destination_format: "h5", "zarr", "safetensors", "safetensors-sharded" or "npz".
       variables: number of variables written.
       bytes: bytes of variable data written (after any dtype cast).
       skipped: objects of the source that are not variables, with reasons.
@@ -201,10 +204,20 @@ def _check_destination(src: Path, dst: Path, force: bool,
             f"choose another path or pass force=True to replace it", path=str(dst), found=found)
 
 
-def _destination_format(dst: Path, to_format: str | None) -> FormatEntry:
-    if to_format is not None:
-        return _registry.writer_format(to_format)
-    return _registry.writer_for_path(dst)
+def _destination_format(dst: Path, to_format: str | None, write_options: dict[str, Any]) -> FormatEntry:
+    """The writer `to_format` names, else the one writer taking every option given, else dst's suffix's."""
+    if to_format is None and write_options:
+        taking = [e for e in _registry.formats() if e.writes and set(write_options) <= set(e.write_options)]
+        if len(taking) == 1:
+            return taking[0]
+    dest = _registry.writer_format(to_format) if to_format is not None else _registry.writer_for_path(dst)
+    unknown = sorted(set(write_options) - set(dest.write_options))
+    if unknown:
+        takers = [e.names_for_writing()[0] for e in _registry.formats() if set(unknown) & set(e.write_options)]
+        raise ConversionError(f"{', '.join(unknown)} does not apply to {dest.names_for_writing()[0]} ('{dst}'): "
+                              f"{'it is an option of ' + ', '.join(takers) if takers else 'no writer takes it'}; "
+                              f"name that format as to_format, or drop the option")
+    return dest
 
 
 ProgressCallback = Callable[[int, int, str], None]
@@ -214,6 +227,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
             to_format: str | None = None, filter: str | None = None,
             rename: Iterable[tuple[str, str] | str] = (), dtype: Any = None,
             progress: ProgressCallback | None = None, separator: str | None = None, force: bool = False,
+            max_shard_size: int | str | None = None,
             storage_options: Mapping[str, object] | None = None, **options: Any) -> ConvertReport:
     """Copies the variables of one checkpoint into a new one, one variable in memory at a time.
 
@@ -227,7 +241,8 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       dst: destination; .h5/.hdf5 and .zarr become varstore checkpoints,
         .safetensors and .npz the foreign formats.
       from_format: skip source detection (see open_checkpoint's `format`).
-      to_format: "h5", "zarr", "safetensors" or "npz"; None picks by dst suffix.
+      to_format: "h5", "zarr", "safetensors", "safetensors-sharded" or "npz";
+        None picks by dst suffix.
       filter: shell glob on source names ("encoder/*"); None keeps all.
       rename: prefix rules (OLD, NEW) or "OLD=NEW" strings; the first rule
         whose OLD starts a name replaces that prefix with NEW (after `separator`).
@@ -241,13 +256,16 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       progress: called as progress(done_bytes, total_bytes, source_name) after
         each variable is read for writing (bytes after any cast), and once
         with (0, total_bytes, "") before the first; the CLI drives its bar with it.
+      max_shard_size: for a sharded safetensors destination (implied when
+        given without to_format): bytes per shard, int or "500MB"/"5GB"/"2GiB"
+        (default 5GB); `dst` is then the directory to create.
       storage_options: for object-store URLs on either side (endpoint, region, credentials).
-      **options: passed to open_checkpoint (strip_attributes, skip_object_arrays).
+      **options: passed to open_checkpoint (strip_attributes, skip_object_arrays, dequantize).
 
     Either side may be an object-store URL (s3://, gs://, az://): the source as
     open_checkpoint reads URLs; a .h5/.zarr destination is committed as vs.save
     does; any other destination format is written to a local temporary file
-    and uploaded as one object (the file is deleted afterwards).
+    and uploaded (one object, or a prefix for a sharded directory; the local copy is deleted).
 
     Returns:
       A ConvertReport (source and destination as given: a str for a URL).
@@ -263,7 +281,8 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
     src_label = url_from_path(src) or Path(src)
     dst_label = url_from_path(dst) or Path(dst)
     src, dst = Path(src), Path(dst)
-    dest = _destination_format(dst, to_format)
+    write_options: dict[str, Any] = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
+    dest = _destination_format(dst, to_format, write_options)
     pairs = rename_pairs(rename)
     _check_destination(src, dst, force, storage_options)
     cast = _dtypes.as_dtype(dtype) if dtype is not None else None
@@ -309,7 +328,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
         request = WriteRequest(source=Path(src_label) if isinstance(src_label, Path) else src_label,  # type: ignore[arg-type]
                                source_format=reader.format, step=reader.step,
                                metadata=reader.metadata if isinstance(reader.metadata, dict) else {},
-                               overwrite=force, storage_options=storage_options)
+                               overwrite=force, options=write_options, storage_options=storage_options)
         if is_remote(dst) and dest.name not in ("varstore-hdf5", "varstore-zarr"):
             notes = _write_and_upload(dest, dst, entries, request, storage_options)
         else:
@@ -333,7 +352,11 @@ def _write_and_upload(dest: FormatEntry, dst: Path, entries: list[SaveEntry], re
     try:
         local = staging / dst.name
         notes = dest.write(local, entries, request)
-        storage.upload_file(key, local)
+        if local.is_dir():  # a sharded destination: every file under the URL as a prefix
+            for path in sorted(p for p in local.rglob("*") if p.is_file()):
+                storage.upload_file(f"{key}/{path.relative_to(local).as_posix()}", path)
+        else:
+            storage.upload_file(key, local)
         return notes
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -4,9 +4,9 @@ One function per built-in format of varstore.convert.registry, each
 `sniff(probe) -> Path | None`: the path to open (a TF bundle's prefix, else
 the probed path) or None. Varstore's own HDF5 files are told by their index
 header (one read, the probe's head), foreign HDF5 files by one walk shared by
-the Keras 3, Keras 2 and plain-HDF5 checks. Pickle-based files (PyTorch zips
-and raw pickles) are refused with UnsafeFormatError without unpickling
-anything. Reads only what the probe holds; opens no reader; the registry
+the Keras 3, Keras 2 and plain-HDF5 checks. Pickles that are no torch.save file
+(the PyTorch reader, varstore.convert.pytorch, claims those) are refused with
+UnsafeFormatError without unpickling anything. Reads only what the probe holds; opens no reader; the registry
 decides the order and the suffix fallback.
 """
 
@@ -42,13 +42,13 @@ _VARSTORE_HDF5_FORMAT = "varstore-hdf5"
 _VARSTORE_MANIFEST = "_varstore/manifest"
 _ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray", ".zmetadata")
 
-#: How to turn a PyTorch checkpoint into something varstore reads (part of UnsafeFormatError messages).
+#: What to do with a pickle that is not a torch.save state dict (part of UnsafeFormatError messages).
 TORCH_ADVICE = (
-    "PyTorch checkpoints are Python pickles, and unpickling can run arbitrary code, so varstore "
-    "never unpickles them. Convert it in a trusted environment with torch installed: "
-    "`sd = torch.load(path, map_location='cpu', weights_only=True)` then "
-    "`safetensors.torch.save_file({k: v.contiguous().clone() for k, v in sd.items()}, 'model.safetensors')`, "
-    "and open the .safetensors file")
+    "Arbitrary Python pickles can run code when loaded, so varstore never unpickles them; it reads only "
+    "torch.save files (zip or legacy) through a restricted unpickler that accepts tensors and containers. "
+    "If this holds weights, re-save them in a trusted environment with torch installed: "
+    "`sd = torch.load(path, map_location='cpu', weights_only=True)` then `torch.save(sd, 'weights.pt')` or "
+    "`safetensors.torch.save_file({k: v.contiguous().clone() for k, v in sd.items()}, 'model.safetensors')`")
 
 
 def sniff_varstore_hdf5(probe: Probe) -> Path | None:
@@ -163,17 +163,18 @@ def sniff_npz(probe: Probe) -> Path | None:
 
 
 def sniff_pickle(probe: Probe) -> Path | None:
-    """Refuses pickle-based files; runs after every other format's magic bytes were tried.
+    """Refuses pickle-based files no reader claims; runs (from varstore.convert.pytorch.sniff) after every
+    other format's magic bytes were tried and the file is no torch.save file.
 
     Raises:
-      UnsafeFormatError: a PyTorch zip (holds data.pkl), a zip of pickles, or a raw pickle.
+      UnsafeFormatError: a zip with a misplaced data.pkl, a zip of pickles, or a raw pickle.
       NotACheckpointError: a zip archive no format claimed.
     """
     names = probe.zip_names
     if names is not None:
         if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
-            raise UnsafeFormatError(f"refusing '{probe.path}': it is a PyTorch zip checkpoint (holds data.pkl). "
-                                    f"{TORCH_ADVICE}")
+            raise UnsafeFormatError(f"refusing '{probe.path}': it holds a data.pkl but not where torch.save puts "
+                                    f"it ('<archive>/data.pkl'). {TORCH_ADVICE}")
         if any(n.endswith(".pkl") for n in names):
             raise UnsafeFormatError(f"refusing '{probe.path}': the zip holds pickle members "
                                     f"({', '.join(n for n in names if n.endswith('.pkl'))}). {TORCH_ADVICE}")
@@ -181,13 +182,13 @@ def sniff_pickle(probe: Probe) -> Path | None:
             f"'{probe.path}' is a zip archive but neither a Keras .keras archive (model.weights.h5), "
             f"an .npz (.npy members) nor a PyTorch file")
     if probe.head[:1] == b"\x80" and probe.head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
-        raise UnsafeFormatError(f"refusing '{probe.path}': it is a Python pickle (a legacy PyTorch "
-                                f"checkpoint or similar). {TORCH_ADVICE}")
+        raise UnsafeFormatError(f"refusing '{probe.path}': it is a Python pickle but not a torch.save file "
+                                f"(no torch magic number). {TORCH_ADVICE}")
     return None
 
 
 def refuse_pickle(path: Path, **_options: object) -> None:
-    """The pickle format's `open`: reached by its suffix alone (or format="pytorch"); always refuses.
+    """The pickle refusal's `open`: reached by a .pkl/.pickle suffix alone (or format="pickle"); always refuses.
 
     Raises:
       UnsafeFormatError: always, naming the file and its suffix.

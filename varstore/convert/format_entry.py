@@ -32,6 +32,8 @@ class WriteRequest:
       overwrite: the caller allowed replacing an existing destination (convert's `force`); a
         writer that refuses existing paths itself (varstore's save_entries) is told so.
       storage_options: object-store client settings for a URL destination (varstore's writers).
+      options: writer options the caller passed (`max_shard_size` for sharded
+        safetensors); a writer rejects options it does not know.
     """
 
     source: Path
@@ -40,6 +42,7 @@ class WriteRequest:
     metadata: Mapping[str, Any]
     overwrite: bool = False
     storage_options: Mapping[str, object] | None = None
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 class SniffFunction(Protocol):
@@ -79,6 +82,9 @@ class FormatEntry:
       write_names: names `to_format=` / `--to` accept for `write`, the first
         being the one reports use ("h5"); default: (name, *aliases).
       write_suffixes: destination endings that pick `write` (".h5"); default: `suffixes`.
+      write_options: the option names `write` understands in `request.options`
+        ("max_shard_size"); `convert` refuses others, and when the caller
+        names no destination format, the one writer taking all given options is used.
       order: detection order, lowest first (varstore's own formats 10, HDF5
         family 20-30, directories 40, magic-byte file formats 50-69, refusals 90).
       refuses: True for a format varstore recognises only to refuse (pickles): its
@@ -95,6 +101,7 @@ class FormatEntry:
     write: WriteFunction | None = None
     write_names: tuple[str, ...] = ()
     write_suffixes: tuple[str, ...] | None = None
+    write_options: tuple[str, ...] = ()
     order: int = 50
     refuses: bool = False
 

@@ -136,6 +136,36 @@ def _npz() -> ModuleType:
     return npz
 
 
+def _pytorch() -> ModuleType:
+    from varstore.convert import pytorch
+    return pytorch
+
+
+def _sharded_safetensors() -> ModuleType:
+    from varstore.convert import sharded_safetensors
+    return sharded_safetensors
+
+
+def _dcp() -> ModuleType:
+    from varstore.convert import dcp
+    return dcp
+
+
+def _orbax() -> ModuleType:
+    from varstore.convert import orbax
+    return orbax
+
+
+def _keras_sharded() -> ModuleType:
+    from varstore.convert import keras_sharded
+    return keras_sharded
+
+
+def _gguf() -> ModuleType:
+    from varstore.convert import gguf
+    return gguf
+
+
 _BUILTIN: tuple[FormatEntry, ...] = (
     FormatEntry("varstore-hdf5", "varstore HDF5 checkpoint (.h5)", aliases=("varstore",),
                 sniff=lazy(_detect, "sniff_varstore_hdf5"), open=lazy(_varstore_format, "open_reader"),
@@ -164,10 +194,27 @@ _BUILTIN: tuple[FormatEntry, ...] = (
     FormatEntry("npz", "NumPy .npz archive (no object arrays)", suffixes=(".npz",),
                 sniff=lazy(_detect, "sniff_npz"), open=lazy(_npz, "open_reader"),
                 write=lazy(_npz, "write_checkpoint"), order=61),
-    FormatEntry("pytorch", "PyTorch .pt/.pth/.bin and other pickles: refused, never unpickled",
-                suffixes=(".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt"),
-                sniff=lazy(_detect, "sniff_pickle"), open=lazy(_detect, "refuse_pickle"),
-                order=90, refuses=True),
+    FormatEntry("orbax", "Orbax checkpoint directory (OCDBT via tensorstore, or per-array Zarr)",
+                aliases=("jax-orbax",), sniff=lazy(_orbax, "sniff"), open=lazy(_orbax, "open_reader"), order=42),
+    FormatEntry("dcp", "PyTorch Distributed Checkpoint directory (.metadata + .distcp files)",
+                aliases=("torch-dcp", "distcp"), suffixes=(".distcp",), sniff=lazy(_dcp, "sniff"),
+                open=lazy(_dcp, "open_reader"), order=44),
+    FormatEntry("safetensors-sharded", "HuggingFace sharded safetensors (index.json + shards; index, directory "
+                "or any shard)", aliases=("hf-sharded", "sharded-safetensors"), suffixes=(".safetensors.index.json",),
+                sniff=lazy(_sharded_safetensors, "sniff"), open=lazy(_sharded_safetensors, "open_reader"),
+                write=lazy(_sharded_safetensors, "write_checkpoint"), write_suffixes=(),
+                write_options=("max_shard_size",), order=46),
+    FormatEntry("gguf", "GGUF file (llama.cpp); quantized tensors as raw blocks, or float32 with dequantize",
+                aliases=("ggml",), suffixes=(".gguf",), sniff=lazy(_gguf, "sniff"), open=lazy(_gguf, "open_reader"),
+                order=65),
+    FormatEntry("keras3-sharded", "Keras 3 sharded weights (.weights.json index + .weights.h5 shards)",
+                aliases=("keras-sharded",), suffixes=(".weights.json",), sniff=lazy(_keras_sharded, "sniff"),
+                open=lazy(_keras_sharded, "open_reader"), order=66),
+    FormatEntry("pytorch", "PyTorch torch.save file (.pt/.pth/.bin, zip or legacy), through a restricted unpickler",
+                aliases=("torch", "pt", "pth"), suffixes=(".pt", ".pth", ".bin", ".ckpt"),
+                sniff=lazy(_pytorch, "sniff"), open=lazy(_pytorch, "open_reader"), order=69),
+    FormatEntry("pickle", "other Python pickles (.pkl/.pickle): refused, never unpickled",
+                suffixes=(".pkl", ".pickle"), open=lazy(_detect, "refuse_pickle"), order=90, refuses=True),
 )
 
 _registry: list[FormatEntry] = list(_BUILTIN)

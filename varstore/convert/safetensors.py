@@ -61,12 +61,16 @@ class SafetensorsReader(CheckpointReader):
 
     format = "safetensors"
 
-    def __init__(self, path: os.PathLike[str] | str, *, opener: Callable[[], BinaryIO] | None = None,
-                 size: int | None = None) -> None:
+    def __init__(self, path: os.PathLike[str] | str, base: int = 0, *,
+                 opener: Callable[[], BinaryIO] | None = None, size: int | None = None) -> None:
         """Reads and validates the header only.
+
+        `base` is where the safetensors bytes start inside the file (a blob
+        embedded in another container, as PyTorch DCP writes); they run to its end.
 
         Args:
           path: the file (named in messages).
+          base: see above (bytes).
           opener, size: a seekable binary file over the bytes and their length, for a
             file that is not local (an object-store URL read with ranged GETs).
 
@@ -78,8 +82,11 @@ class SafetensorsReader(CheckpointReader):
         label = f"safetensors file '{self.location}'"
         self._open: Callable[[], BinaryIO] = opener or (lambda: open(self.path, "rb"))
         try:
-            size = self.path.stat().st_size if size is None else size
+            size = (self.path.stat().st_size if size is None else size) - base
+            if base < 0 or size < 0:
+                raise CorruptCheckpointError(f"{label}: offset {base} lies outside the file")
             with self._open() as f:
+                f.seek(base)
                 head = f.read(8)
                 if len(head) < 8:
                     raise CorruptCheckpointError(f"{label} is {size} bytes: too short for a header")
@@ -96,8 +103,8 @@ class SafetensorsReader(CheckpointReader):
             raise CorruptCheckpointError(f"{label}: header is not valid JSON: {err}") from err
         if not isinstance(header, dict):
             raise CorruptCheckpointError(f"{label}: header is not a JSON object")
-        self._data_start = 8 + length
-        data_size = size - self._data_start
+        self._data_start = base + 8 + length
+        data_size = size - 8 - length
         metadata = header.pop("__metadata__", None) or {}
         if not isinstance(metadata, dict):
             raise CorruptCheckpointError(f"{label}: __metadata__ is not a JSON object")
@@ -254,10 +261,23 @@ def write_checkpoint(path: Path, entries: Sequence[SaveEntry], request: WriteReq
     """The registry's write for "safetensors": write_safetensors with __metadata__ naming the source.
 
     `request` is a varstore.convert.format_entry.WriteRequest; the metadata holds
-    format "np", converted_from (the source's file name), source_format and step.
+    format "np" and source_metadata(request).
     """
-    meta = {"format": "np", "converted_from": request.source.name, "source_format": request.source_format}
+    if request.options:
+        raise ConversionError(f"the safetensors writer takes no options, got {', '.join(sorted(request.options))}")
+    write_safetensors(path, entries, metadata={"format": "np", **source_metadata(request)})
+    return ()
+
+
+def source_metadata(request: WriteRequest) -> dict[str, str]:
+    """A converted file's __metadata__ (str -> str): converted_from (the source's file name), source_format,
+    step, and the source's non-tensor values (a PyTorch file's epoch, lr, ...) as one JSON string."""
+    import json
+
+    meta = {"converted_from": request.source.name, "source_format": request.source_format}
     if request.step is not None:
         meta["step"] = str(request.step)
-    write_safetensors(path, entries, metadata=meta)
-    return ()
+    non_tensor = request.metadata.get("non_tensor")
+    if non_tensor:
+        meta["non_tensor"] = json.dumps(non_tensor, sort_keys=True)
+    return meta
