@@ -325,8 +325,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
                              collections=tuple(info.collections), device=info.device)
                    for name, new, stored, target, info in plan]
         assert dest.write is not None  # writer_format / writer_for_path return writable entries only
-        request = WriteRequest(source=Path(src_label) if isinstance(src_label, Path) else src_label,  # type: ignore[arg-type]
-                               source_format=reader.format, step=reader.step,
+        request = WriteRequest(source=src, source_format=reader.format, step=reader.step,
                                metadata=reader.metadata if isinstance(reader.metadata, dict) else {},
                                overwrite=force, options=write_options, storage_options=storage_options)
         if is_remote(dst) and dest.name not in ("varstore-hdf5", "varstore-zarr"):
