@@ -64,10 +64,19 @@ def s3_server() -> Iterator[S3TestServer]:
 
 
 @pytest.fixture
-def s3_prefix(s3_server: S3TestServer) -> str:
-    """A URL under which this test alone writes: s3://varstore-test/<random>."""
+def s3_prefix(s3_server: S3TestServer) -> Iterator[str]:
+    """A URL under which this test alone writes: s3://varstore-test/<random>; emptied afterwards
+    (moto keeps every object in this process's memory)."""
     s3_server.log.clear()
-    return f"s3://{s3_server.bucket}/t-{uuid.uuid4().hex[:12]}"
+    prefix = f"s3://{s3_server.bucket}/t-{uuid.uuid4().hex[:12]}"
+    yield prefix
+    try:
+        from varstore.storage.object_store import ObjectStoreClient
+
+        client = ObjectStoreClient(prefix, s3_server.storage_options)
+        client.delete([info.name for info in client.list()])
+    except Exception:  # noqa: BLE001 - a stopped server or a test that broke the bucket: nothing to free
+        pass
 
 
 @pytest.fixture

@@ -164,12 +164,26 @@ def main(argv: list[str]) -> int:
         out.write(json.dumps({"start": index}) + "\n")
         out.flush()
         result = run_case(cases[index], scratch)
-        import resource
-
-        result["maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        result["maxrss_kb"] = _peak_rss_kb()
         out.write(json.dumps({"done": index, **result}) + "\n")
         out.flush()
     return 0
+
+
+def _peak_rss_kb() -> int:
+    """This process's peak RSS since exec (VmHWM). Not ru_maxrss: Linux carries the parent's RSS
+    high-water mark over fork and exec, so a worker started by a large pytest process would report
+    the parent's size."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 if __name__ == "__main__":
