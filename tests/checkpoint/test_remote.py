@@ -209,3 +209,18 @@ def test_a_large_hdf5_checkpoint_goes_up_as_a_multipart_upload(s3_env: dict[str,
     with vs.open_checkpoint(f"{s3_prefix}/big.h5") as reader:
         np.testing.assert_array_equal(reader.read("w"), big["w"])
     assert list(staging.iterdir()) == []
+
+
+def test_a_restore_fetches_each_hdf5_variable_once_with_concurrent_ranged_gets(
+        s3_env: dict[str, str], s3_server: S3TestServer, s3_prefix: str) -> None:
+    values = {f"layer{i}/w": np.full(16 * KiB, i, dtype=np.float32) for i in range(6)}  # 64 KiB each
+    url = f"{s3_prefix}/m.h5"
+    vs.save(url, values)
+    s3_server.log.clear()
+    targets = {name: np.zeros_like(value) for name, value in values.items()}
+    vs.restore(url, targets)
+    assert all(np.array_equal(targets[name], values[name]) for name in values)
+    gets = [r for r in s3_server.log.matching("GET", path_contains="m.h5") if r.range]
+    variable_gets = [r for r in gets if r.bytes_out == 64 * KiB]
+    assert len(variable_gets) == 6  # every variable once (read ahead, never again by the reader)
+    assert len(gets) == 6 + 2  # plus the index header and the manifest
