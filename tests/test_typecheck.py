@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-STRICT_CORE = {"varstore._array_interop", "varstore._core_api", "varstore._naming", "varstore._version",
+STRICT_CORE = {"varstore._array_interop", "varstore._assignment", "varstore._core_api", "varstore._naming", "varstore._version",
                "varstore.collections", "varstore.devices", "varstore.dtypes", "varstore.errors",
-               "varstore.initializers", "varstore.ownership", "varstore.partitioning", "varstore.placement", "varstore.scopes", "varstore.variables"}
+               "varstore.initializers", "varstore.ownership", "varstore.partitioning", "varstore.placement", "varstore.scopes", "varstore.variables",
+               "varstore.value_sources", "varstore.values", "varstore.variable_batches",
+               "varstore.variable_scope", "varstore.reuse", "varstore.default_store", "varstore.partitioners"}
 
 
 def _mypy_config() -> dict:

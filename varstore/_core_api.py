@@ -7,25 +7,7 @@ from __future__ import annotations
 
 from varstore import initializers
 from varstore.collections import GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES
-from varstore.devices import (
-    get_log_device_placement,
-    get_soft_device_placement,
-    set_log_device_placement,
-    set_soft_device_placement,
-)
-from varstore.initializers import get_random_seed, set_random_seed
-from varstore.partitioning import (
-    PartitionedVariable,
-    SaveSliceInfo,
-    fixed_size_partitioner,
-    min_max_variable_partitioner,
-    variable_axis_size_partitioner,
-)
-from varstore.placement import PlacementRequest, device, replica_device_setter
-from varstore.scopes import (
-    AUTO_REUSE,
-    VariableScope,
-    VariableStore,
+from varstore.default_store import (
     add_to_collection,
     get_collection,
     get_default_store,
@@ -39,7 +21,20 @@ from varstore.scopes import (
     trainable_variables,
     variable_scope,
 )
-from varstore.variables import ValueSource, Variable, check_restorable
+from varstore.devices import (
+    get_log_device_placement,
+    get_soft_device_placement,
+    set_log_device_placement,
+    set_soft_device_placement,
+)
+from varstore.initializers import get_random_seed, set_random_seed
+from varstore.partitioners import fixed_size_partitioner, min_max_variable_partitioner, variable_axis_size_partitioner
+from varstore.partitioning import PartitionedVariable, SaveSliceInfo
+from varstore.placement import PlacementRequest, device, replica_device_setter
+from varstore.scopes import VariableStore
+from varstore.value_sources import ValueSource, check_restorable
+from varstore.variable_scope import AUTO_REUSE, VariableScope
+from varstore.variables import Variable
 
 __all__ = [
     "Variable",

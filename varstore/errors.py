@@ -29,6 +29,7 @@ __all__ = [
     "UnsupportedFormatError",
     "UnsafeFormatError",
     "RestoreError",
+    "RestoreTargetError",
     "UnknownVariableError",
     "ConversionError",
     "CheckpointLockedError",
@@ -137,6 +138,10 @@ class RestoreError(VarstoreError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return self.message
+
+
+class RestoreTargetError(VarstoreError, TypeError):
+    """A restore target is not a Variable or a writeable NumPy array (a torch tensor: use varstore.torch)."""
 
 
 class CheckpointLockedError(CheckpointError):

@@ -1,154 +1,36 @@
-"""VariableStore, variable_scope and get_variable: TF1 naming, reuse rules, collections and pending restores.
+"""VariableStore: the variables of one model, named under TF1 scopes, shared by get_variable, in collections, with pending restores.
 
 The store knows every variable created in it (get_variable ones strongly,
-others weakly), names them (unique default names, nested scopes), shares
-them under the reuse rules of tf.compat.v1.variable_scope, keeps the
-collections, and hands new variables to pending-restore resolvers. The
-scope stack is thread-local. Never does file I/O; never imports the
-checkpoint layer.
+others weakly), names them (unique default names, nested scopes), opens
+scopes, keeps the collections, and hands new variables to pending-restore
+resolvers. What a scope is lives in `variable_scope.py`, get_variable's
+reuse rules in `reuse.py`, the process-wide default store in
+`default_store.py`. Never does file I/O; never imports the checkpoint layer.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
-import inspect
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Union, overload
 
-import numpy as np
 import numpy.typing as npt
 
-from varstore import _naming, devices, dtypes, ownership, partitioning, variables
+from varstore import _naming, ownership, partitioners, partitioning, reuse as rules
 from varstore.collections import GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES, CollectionRegistry
-from varstore.errors import (
-    DtypeMismatchError,
-    InitializerError,
-    PartitionError,
-    ScopeError,
-    ShapeMismatchError,
-    VariableExistsError,
-    VariableNotFoundError,
-)
-from varstore.initializers import GlorotUniform, Initializer, InitializerFunction, Zeros
+from varstore.errors import ScopeError
 from varstore.placement import DeviceSpec
-from varstore.variables import InitialValue, ValueSource, Variable, convert_value, lazy_variable
+from varstore.reuse import PartialShape
+from varstore.value_sources import ValueSource
+from varstore.variable_scope import FRAMES, InitializerSpec, Reuse, VariableScope
+from varstore.variables import Variable, lazy_variable
 
-__all__ = [
-    "AUTO_REUSE",
-    "VariableScope",
-    "VariableStore",
-    "get_default_store",
-    "reset_default_store",
-    "variable_scope",
-    "get_variable_scope",
-    "get_variable",
-    "get_collection",
-    "add_to_collection",
-    "global_variables",
-    "trainable_variables",
-    "local_variables",
-    "initialize",
-    "report_uninitialized",
-]
+__all__ = ["Resolver", "VariableStore"]
 
-
-class _ReuseMode(enum.Enum):
-    AUTO_REUSE = 1
-
-    def __repr__(self) -> str:
-        return "AUTO_REUSE"
-
-
-#: reuse mode: get_variable returns the existing variable or creates it (tf.compat.v1.AUTO_REUSE).
-AUTO_REUSE = _ReuseMode.AUTO_REUSE
-
-#: A reuse mode: False/None (create only), True (reuse only) or AUTO_REUSE.
-Reuse = Union[bool, _ReuseMode, None]
 #: A pending-restore hook: full variable name -> where to restore it from, or None.
 Resolver = Callable[[str], Union[ValueSource, None]]
-#: A requested shape: ints, None for "any" on reuse, or None when the initializer gives it.
-PartialShape = Union[int, Sequence[Union[int, None]], None]
-#: What get_variable accepts as initializer: an Initializer (or its class), any
-#: callable (shape, dtype) -> array, or the value itself (array, Variable, Python value).
-InitializerSpec = Union[Variable, Initializer, "type[Initializer]", InitializerFunction, npt.ArrayLike, None]
-
-
-class VariableScope:
-    """The defaults of one variable scope, as tf.compat.v1.VariableScope.
-
-    Attributes:
-      name: full scope name ("" for the root, "image_filters/conv1").
-      reuse: False, True or AUTO_REUSE.
-      initializer: default initializer for get_variable, or None.
-      dtype: default dtype for get_variable, or None (float32).
-      original_name_scope: `name + "/"` ("" for the root).
-    """
-
-    def __init__(self, store: VariableStore, name: str, reuse: Reuse = False,
-                 initializer: InitializerSpec = None, dtype: npt.DTypeLike | None = None) -> None:
-        self._store = store
-        self._name = name
-        self._reuse: Reuse = reuse if reuse else False
-        self.initializer = initializer
-        self.dtype = None if dtype is None else dtypes.as_dtype(dtype)
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def original_name_scope(self) -> str:
-        return f"{self._name}/" if self._name else ""
-
-    @property
-    def reuse(self) -> Reuse:
-        return self._reuse
-
-    def reuse_variables(self) -> None:
-        """Makes get_variable in this scope (and scopes opened inside it from now on) reuse, as TF1."""
-        self._reuse = True
-
-    def set_initializer(self, initializer: InitializerSpec) -> None:
-        """Sets the default initializer."""
-        self.initializer = initializer
-
-    def set_dtype(self, dtype: npt.DTypeLike) -> None:
-        """Sets the default dtype."""
-        self.dtype = dtypes.as_dtype(dtype)
-
-    def __repr__(self) -> str:
-        return f"<VariableScope {self._name!r} reuse={self._reuse!r}>"
-
-
-class _Frames(threading.local):
-    def __init__(self) -> None:
-        self.stack: list[tuple[VariableStore, VariableScope]] = []
-
-
-_frames = _Frames()
-
-
-def _shape_tuple(shape: PartialShape, what: str) -> tuple[int | None, ...] | None:
-    if shape is None:
-        return None
-    if isinstance(shape, (int, np.integer)):
-        return (int(shape),)
-    try:
-        return tuple(None if d is None else int(d) for d in shape)
-    except TypeError as err:
-        raise ShapeMismatchError(f"{what}: shape must be a sequence of ints, got {shape!r}") from err
-
-
-def _is_value(initializer: InitializerSpec) -> bool:
-    """True for initializers that ARE the value (arrays, Variables, Python values), as TF1's initializing_from_value."""
-    if initializer is None:
-        return False
-    if isinstance(initializer, Variable) or isinstance(initializer, np.ndarray) or devices.is_device_array(initializer):
-        return True
-    return not callable(initializer)
 
 
 class VariableStore:
@@ -174,7 +56,7 @@ class VariableStore:
     # ------------------------------------------------------------------ scopes
     def current_scope(self) -> VariableScope:
         """The innermost active scope of this store in this thread (the root scope when none)."""
-        for store, scope in reversed(_frames.stack):
+        for store, scope in reversed(FRAMES.stack):
             if store is self:
                 return scope
         return self._root
@@ -235,13 +117,13 @@ class VariableStore:
                 saved_counts = None
             self._scope_counts[scope.name] = self._scope_counts.get(scope.name, 0) + 1
         frame = (self, scope)
-        _frames.stack.append(frame)
+        FRAMES.stack.append(frame)
         try:
             yield scope
         finally:
-            for index in range(len(_frames.stack) - 1, -1, -1):
-                if _frames.stack[index] is frame:
-                    del _frames.stack[index]
+            for index in range(len(FRAMES.stack) - 1, -1, -1):
+                if FRAMES.stack[index] is frame:
+                    del FRAMES.stack[index]
                     break
             with self._lock:
                 if saved_counts is not None:
@@ -322,12 +204,12 @@ class VariableStore:
     def get_variable(self, name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
                      initializer: InitializerSpec = None, trainable: bool = True,
                      collections: Sequence[str] | None = None, device: DeviceSpec = None, *,
-                     partitioner: partitioning.Partitioner) -> partitioning.PartitionedVariable: ...
+                     partitioner: partitioners.Partitioner) -> partitioning.PartitionedVariable: ...
 
     def get_variable(self, name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
                      initializer: InitializerSpec = None, trainable: bool = True,
                      collections: Sequence[str] | None = None, device: DeviceSpec = None,
-                     partitioner: partitioning.Partitioner | None = None
+                     partitioner: partitioners.Partitioner | None = None
                      ) -> Variable | partitioning.PartitionedVariable:
         """Gets an existing variable or creates a new one, as tf.compat.v1.get_variable.
 
@@ -352,7 +234,7 @@ class VariableStore:
             part of a partitioned variable is placed on its own).
           partitioner: e.g. vs.fixed_size_partitioner(4): returns a
             `partitioning.PartitionedVariable` of parts "NAME/part_K" instead
-            (see varstore/partitioning.py; ignored for shape (), as TF).
+            (see varstore/partitioning.py and partitioners.py; ignored for shape (), as TF).
 
         Returns:
           The Variable, or the PartitionedVariable when `partitioner` is given.
@@ -370,7 +252,7 @@ class VariableStore:
         scope = self.current_scope()
         full = _naming.join(scope.name, name)
         reuse = scope.reuse
-        want_shape = _shape_tuple(shape, f"get_variable('{full}')")
+        want_shape = rules.shape_tuple(shape, f"get_variable('{full}')")
         explicit_dtype = dtype if dtype is not None else scope.dtype
         if partitioner is not None and want_shape != ():
             with self._lock:
@@ -379,83 +261,23 @@ class VariableStore:
                     initializer if initializer is not None else scope.initializer,
                     partitioner, reuse, trainable, collections, device)
         with self._lock:
-            if full in self._partitioned or f"{full}/part_0" in self._shared:
-                raise PartitionError(
-                    f"get_variable('{full}'): no partitioner was given, but a partitioned variable '{full}' "
-                    f"exists (parts '{full}/part_0', ...); pass the same partitioner to share it")
-            found = self._shared.get(full)
+            found = rules.existing_variable(
+                full, reuse, self._shared.get(full),
+                partitioned=full in self._partitioned or f"{full}/part_0" in self._shared,
+                weak_exists=self._weak.get(full) is not None, shape=want_shape, dtype=explicit_dtype)
             if found is not None:
-                if not reuse:
-                    raise VariableExistsError(
-                        f"variable '{full}' already exists; to share it, open the scope with reuse=True "
-                        f"or reuse=vs.AUTO_REUSE (as tf.compat.v1.variable_scope), or choose another name")
-                self._check_reuse(found, want_shape, explicit_dtype)
                 return found
-            if reuse is True:
-                raise VariableNotFoundError(
-                    f"variable '{full}' does not exist, or was not created with get_variable(); "
-                    f"create it first, or open the scope with reuse=vs.AUTO_REUSE to create it when missing")
-            if self._weak.get(full) is not None:
-                raise VariableExistsError(
-                    f"variable '{full}' already exists, created with Variable(...); get_variable can "
-                    f"neither share nor rename it: choose another name")
             var = self._create(full, want_shape, explicit_dtype,
                                initializer if initializer is not None else scope.initializer,
                                trainable, collections, device)
         return var
 
-    def _check_reuse(self, found: Variable, shape: tuple[int | None, ...] | None, dtype: npt.DTypeLike | None) -> None:
-        if shape is not None and (len(shape) != len(found.shape) or
-                                  any(d is not None and d != f for d, f in zip(shape, found.shape))):
-            raise ShapeMismatchError(
-                f"cannot reuse variable '{found.name}': get_variable asked for shape {shape}, "
-                f"the existing variable has shape {found.shape}")
-        if dtype is not None and dtypes.as_dtype(dtype) != found.dtype:
-            raise DtypeMismatchError(
-                f"cannot reuse variable '{found.name}': get_variable asked for dtype "
-                f"{dtypes.dtype_name(dtype)}, the existing variable has dtype {dtypes.dtype_name(found.dtype)}")
-
     def _create(self, full: str, shape: tuple[int | None, ...] | None, dtype: npt.DTypeLike | None,
                 init_spec: InitializerSpec, trainable: bool, collections: Sequence[str] | None,
                 device: DeviceSpec) -> Variable:
-        what = f"get_variable('{full}')"
-        initializer: InitialValue = init_spec() if inspect.isclass(init_spec) else init_spec
-        dt = None if dtype is None else dtypes.as_dtype(dtype)
-        if _is_value(initializer):
-            if isinstance(initializer, Variable):
-                value_shape, value_dtype = initializer.shape, initializer.dtype
-                if dt is not None and dt != value_dtype and not np.can_cast(value_dtype, dt, "same_kind"):
-                    raise DtypeMismatchError(f"{what}: initializer variable '{initializer.name}' has dtype "
-                                             f"{value_dtype.name}, which does not cast to {dt.name}")
-            else:
-                value = convert_value(initializer, dt, what=f"variable '{full}'")
-                value_shape, value_dtype = tuple(value.shape), np.dtype(value.dtype)
-                initializer = value
-            if shape is not None and tuple(shape) != value_shape:
-                raise ShapeMismatchError(
-                    f"{what}: shape {tuple(shape)} differs from the shape {value_shape} of the value given "
-                    f"as initializer; leave shape out")
-            shape = tuple(value_shape)
-            dt = dt if dt is not None else value_dtype
-        dt = dt if dt is not None else np.dtype(np.float32)
-        source = self._pending_source(full)
-        if shape is None and source is not None:
-            shape = tuple(int(d) for d in source.shape)
-        if shape is None or any(d is None for d in shape):
-            raise InitializerError(
-                f"{what} needs a fully defined shape to create the variable, got {shape}; pass shape=... "
-                f"or an array as initializer")
-        full_shape = tuple(int(d) for d in shape if d is not None)
-        if initializer is None:
-            if dtypes.is_floating(dt):
-                initializer = GlorotUniform()
-            elif dt.kind in "biu":
-                initializer = Zeros()
-            elif source is None:
-                raise InitializerError(f"{what}: dtype {dtypes.dtype_name(dt)} has no default initializer; "
-                                       f"pass initializer=...")
-        elif not (_is_value(initializer) or isinstance(initializer, Initializer) or callable(initializer)):
-            raise InitializerError(f"{what}: initializer {initializer!r} is not callable")
+        """Makes, names and tracks a new get_variable variable (the caller holds the lock; partitioning calls it per part)."""
+        full_shape, dt, initializer, source = rules.new_variable_spec(full, shape, dtype, init_spec,
+                                                                      self._pending_source)
         var = lazy_variable(full, full_shape, dt, initializer, trainable, device)
         if source is not None:
             var.restore_from(source)
@@ -570,98 +392,3 @@ class VariableStore:
         return f"<VariableStore with {len(self.variables())} variables>"
 
 
-# ----------------------------------------------------------- default store
-_default_store = VariableStore()
-_default_lock = threading.Lock()
-
-
-def get_default_store() -> VariableStore:
-    """The store of the innermost active variable_scope in this thread, else the process-wide default store."""
-    if _frames.stack:
-        return _frames.stack[-1][0]
-    return _default_store
-
-
-def reset_default_store() -> VariableStore:
-    """Replaces the process-wide default store with an empty one (tf.compat.v1.reset_default_graph) and returns it."""
-    global _default_store
-    with _default_lock:
-        _default_store = VariableStore()
-        return _default_store
-
-
-variables.set_default_registry(get_default_store)
-
-
-def variable_scope(name_or_scope: str | VariableScope | None, default_name: str | None = None,
-                   reuse: Reuse = None, initializer: InitializerSpec = None,
-                   dtype: npt.DTypeLike | None = None) -> contextlib.AbstractContextManager[VariableScope]:
-    """`VariableStore.variable_scope` on the default store (a scope object re-enters its own store)."""
-    store = name_or_scope._store if isinstance(name_or_scope, VariableScope) else get_default_store()
-    return store.variable_scope(name_or_scope, default_name, reuse, initializer, dtype)
-
-
-def get_variable_scope() -> VariableScope:
-    """The current scope of the default store."""
-    return get_default_store().current_scope()
-
-
-@overload
-def get_variable(name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
-                 initializer: InitializerSpec = None, trainable: bool = True,
-                 collections: Sequence[str] | None = None, device: DeviceSpec = None,
-                 partitioner: None = None) -> Variable: ...
-
-
-@overload
-def get_variable(name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
-                 initializer: InitializerSpec = None, trainable: bool = True,
-                 collections: Sequence[str] | None = None, device: DeviceSpec = None, *,
-                 partitioner: partitioning.Partitioner) -> partitioning.PartitionedVariable: ...
-
-
-def get_variable(name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
-                 initializer: InitializerSpec = None, trainable: bool = True,
-                 collections: Sequence[str] | None = None, device: DeviceSpec = None,
-                 partitioner: partitioning.Partitioner | None = None) -> Variable | partitioning.PartitionedVariable:
-    """`VariableStore.get_variable` on the default store."""
-    store = get_default_store()
-    if partitioner is None:
-        return store.get_variable(name, shape, dtype, initializer, trainable, collections, device)
-    return store.get_variable(name, shape, dtype, initializer, trainable, collections, device,
-                              partitioner=partitioner)
-
-
-def get_collection(name: str, scope: str | None = None) -> list[Any]:
-    """`VariableStore.get_collection` on the default store."""
-    return get_default_store().get_collection(name, scope)
-
-
-def add_to_collection(name: str, value: object) -> None:
-    """`VariableStore.add_to_collection` on the default store."""
-    get_default_store().add_to_collection(name, value)
-
-
-def global_variables() -> list[Variable]:
-    """GLOBAL_VARIABLES of the default store."""
-    return get_default_store().global_variables()
-
-
-def trainable_variables() -> list[Variable]:
-    """TRAINABLE_VARIABLES of the default store."""
-    return get_default_store().trainable_variables()
-
-
-def local_variables() -> list[Variable]:
-    """LOCAL_VARIABLES of the default store."""
-    return get_default_store().local_variables()
-
-
-def initialize(var_list: Sequence[Variable] | None = None, comm: ownership.RankInfo | None = None) -> None:
-    """`VariableStore.initialize` on the default store."""
-    get_default_store().initialize(var_list, comm)
-
-
-def report_uninitialized(var_list: Sequence[Variable] | None = None) -> list[str]:
-    """`VariableStore.report_uninitialized` on the default store."""
-    return get_default_store().report_uninitialized(var_list)

@@ -1,74 +1,53 @@
 """Variable: a named, mutable array with a fixed shape and dtype, a device and a lazy value.
 
 Holds the value (NumPy on the host, CuPy on a GPU, through `devices`), runs
-the initializer on first use, checks every assign, and restores from a
-`ValueSource` (the hook the checkpoint layer implements). Naming rules,
-scopes and collections belong to the store: a Variable asks the
-`VariableRegistry` it is given (or the default one, which `scopes.py`
-installs with `set_default_registry`) for a name and registers there.
+the initializer on first use and restores from a `ValueSource`. What it
+delegates: value conversion (`values.py`), in-place updates
+(`_assignment.py`), the restore rule (`value_sources.py`), the checkpoint
+engine's batch hooks (`variable_batches.py`). Naming rules, scopes and
+collections belong to the store: a Variable asks the `VariableRegistry` it
+is given (or the default one, which `default_store.py` installs with
+`set_default_registry`) for a name and registers there.
 Never does file I/O, never imports the checkpoint layer or `scopes.py`.
 """
 
 from __future__ import annotations
 
-import reprlib
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, Union, runtime_checkable
+from typing import Any, Protocol, Union
 
 import numpy as np
 import numpy.typing as npt
 
 from varstore import devices, dtypes, ownership, placement
 from varstore._array_interop import ArrayInterop
-from varstore.errors import (
-    DtypeMismatchError,
-    InitializationCycleError,
-    InitializerError,
-    ScopeError,
-    ShapeMismatchError,
-    UnsupportedDtypeError,
-)
+from varstore._assignment import Assignable
+from varstore.errors import DtypeMismatchError, InitializationCycleError, InitializerError, ScopeError, ShapeMismatchError
 from varstore.initializers import Initializer, InitializerFunction
 from varstore.placement import DeviceSpec
 
+# Re-exported for the checkpoint engine (checkpoint/writer.py, checkpoint/restore.py import these names from
+# here; they live in value_sources.py, values.py and variable_batches.py). New code imports them from there.
+from varstore.value_sources import ValueSource, check_restorable
+from varstore.values import convert_value
+from varstore.variable_batches import MATERIALIZE_LOCK, host_views, restore_many
+
 __all__ = [
     "Variable",
-    "ValueSource",
     "VariableRegistry",
     "InitialValue",
+    "default_registry",
+    "lazy_variable",
+    "set_default_registry",
+    # re-exports (see above)
+    "ValueSource",
     "check_restorable",
     "convert_value",
-    "default_registry",
     "host_views",
-    "lazy_variable",
     "restore_many",
-    "set_default_registry",
 ]
-
-
-@runtime_checkable
-class ValueSource(Protocol):
-    """Where a variable's value comes from instead of its initializer (e.g. one checkpoint entry).
-
-    Attributes:
-      origin: for error messages, e.g. "'conv1/w' in 'ckpt/model.h5'".
-      shape: the stored shape.
-      dtype: the stored (logical) NumPy dtype.
-    """
-
-    @property
-    def origin(self) -> str: ...
-
-    @property
-    def shape(self) -> tuple[int, ...]: ...
-
-    @property
-    def dtype(self) -> np.dtype: ...
-
-    def read_into(self, out: npt.NDArray[Any]) -> None:
-        """Fills `out` (host, C-contiguous, the variable's shape and dtype), casting from `dtype`."""
 
 
 class VariableRegistry(Protocol):
@@ -102,7 +81,7 @@ InitialValue = Union["Variable", Initializer, InitializerFunction, npt.ArrayLike
 
 
 # ---------------------------------------------------------------- helpers
-_materialize_lock = threading.RLock()
+_materialize_lock = MATERIALIZE_LOCK  # shared with the batch hooks
 
 
 class _InitStack(threading.local):
@@ -118,7 +97,7 @@ _registry_provider: Callable[[], VariableRegistry] | None = None
 def set_default_registry(provider: Callable[[], VariableRegistry]) -> None:
     """Installs the function that gives the registry a `Variable(...)` without `store=` joins.
 
-    `varstore.scopes` installs `get_default_store` (the store of the active
+    `varstore.default_store` installs `get_default_store` (the store of the active
     variable_scope, else the process-wide one) when it is imported, which
     `import varstore` does.
     """
@@ -133,117 +112,9 @@ def default_registry() -> VariableRegistry:
       ScopeError: no provider was installed with `set_default_registry`.
     """
     if _registry_provider is None:
-        raise ScopeError("no default VariableStore is installed: import varstore (varstore.scopes installs "
+        raise ScopeError("no default VariableStore is installed: import varstore (varstore.default_store installs "
                          "it), or pass store=... to Variable")
     return _registry_provider()
-
-
-def _kind(dtype: np.dtype) -> str:
-    return "f" if dtypes.is_floating(dtype) else dtype.kind
-
-
-_KIND_NAMES = {"b": "bool", "i": "integer", "u": "integer", "f": "floating-point", "c": "complex",
-               "U": "string", "S": "bytes"}
-
-# Python values may become any dtype of these kinds (NumPy's weak-scalar rule, NEP 50).
-_PYTHON_TARGET_KINDS = {"b": "biufc", "i": "iufc", "u": "iufc", "f": "fc", "c": "c", "U": "US", "S": "S"}
-
-
-def _python_value(value: Any) -> bool:
-    return isinstance(value, (bool, int, float, complex, str, bytes, list, tuple))
-
-
-def _tf_dtype(value: Any, inferred: np.dtype) -> np.dtype:
-    """TF's dtype for a Python value: float -> float32, int -> int32 (int64 when out of range), complex -> complex128, bool -> bool."""
-    kind = inferred.kind
-    if kind == "f":
-        return np.dtype(np.float32)
-    if kind in "iu":
-        arr = np.asarray(value)
-        if arr.size == 0 or (arr.min() >= np.iinfo(np.int32).min and arr.max() <= np.iinfo(np.int32).max):
-            return np.dtype(np.int32)
-        if arr.max() <= np.iinfo(np.int64).max:
-            return np.dtype(np.int64)
-        raise DtypeMismatchError(f"integer value {value!r} does not fit int64")
-    if kind == "c":
-        return np.dtype(np.complex128)
-    return inferred
-
-
-def convert_value(value: Any, dtype: npt.DTypeLike | None = None, *, what: str = "a variable") -> Any:
-    """Turns a Python value, NumPy/CuPy array or Variable into an array (not copied when already one).
-
-    Python scalars and lists follow TF's convention (float -> float32, int ->
-    int32, complex -> complex128, bool -> bool); arrays keep their dtype.
-
-    Args:
-      value: the value.
-      dtype: requested dtype; the value must cast to it by NumPy's "same_kind" rule.
-      what: how to name the target in errors.
-
-    Raises:
-      DtypeMismatchError: the value cannot be cast to `dtype`, or a Python int overflows it.
-      UnsupportedDtypeError: object / ragged values.
-    """
-    target = None if dtype is None else dtypes.as_dtype(dtype)
-    if isinstance(value, Variable):
-        arr = value._materialize()
-    elif isinstance(value, np.ndarray) or devices.is_device_array(value) or isinstance(value, np.generic):
-        arr = value if not isinstance(value, np.generic) else np.asarray(value)
-    elif _python_value(value):
-        try:
-            inferred = np.asarray(value)
-        except ValueError as err:
-            raise UnsupportedDtypeError(f"cannot make {what} from a ragged value {value!r}") from err
-        if inferred.dtype.kind == "O":
-            raise UnsupportedDtypeError(f"cannot make {what} from {value!r}: it is not a numeric or string array")
-        natural = _tf_dtype(value, inferred.dtype)
-        if target is None:
-            target = natural
-        elif _kind(target) not in _PYTHON_TARGET_KINDS.get(inferred.dtype.kind, inferred.dtype.kind):
-            raise DtypeMismatchError(
-                f"cannot convert {reprlib.repr(value)} to {target.name} for {what}: "
-                f"{_KIND_NAMES.get(inferred.dtype.kind, inferred.dtype.name)} values do not cast to "
-                f"{target.name} under NumPy's 'same_kind' rule")
-        try:
-            return np.asarray(value, dtype=target)
-        except OverflowError as err:
-            raise DtypeMismatchError(
-                f"cannot convert {reprlib.repr(value)} to {target.name} for {what}: the value overflows "
-                f"{target.name}") from err
-    else:
-        arr = np.asarray(value)  # objects with __array__ (torch, jax, ...)
-    dtypes.as_dtype(arr.dtype)  # rejects object / structured dtypes
-    if target is not None and arr.dtype != target:
-        if not np.can_cast(arr.dtype, target, "same_kind"):
-            raise DtypeMismatchError(
-                f"cannot convert a {arr.dtype.name} array to {target.name} for {what}: "
-                f"NumPy's 'same_kind' rule forbids the cast")
-        arr = arr.astype(target)
-    return arr
-
-
-def check_restorable(variable: Variable, source: ValueSource) -> None:
-    """Checks that `source` can restore `variable`, changing nothing.
-
-    Shapes must be equal; the dtype equal or castable by NumPy's "same_kind"
-    rule (this covers bfloat16 / float8 through ml_dtypes' casts).
-
-    Raises:
-      ShapeMismatchError: naming the variable, `source.origin` and both shapes.
-      DtypeMismatchError: naming the variable, `source.origin` and both dtypes.
-    """
-    shape = tuple(int(d) for d in source.shape)
-    if shape != variable.shape:
-        raise ShapeMismatchError(
-            f"cannot restore variable '{variable.name}' from {source.origin}: the source has shape "
-            f"{shape}, the variable was created with {variable.shape}")
-    stored = np.dtype(source.dtype)
-    if stored != variable.dtype and not np.can_cast(stored, variable.dtype, "same_kind"):
-        raise DtypeMismatchError(
-            f"cannot restore variable '{variable.name}' from {source.origin}: the source has dtype "
-            f"{dtypes.dtype_name(stored)}, the variable has {dtypes.dtype_name(variable.dtype)}, and "
-            f"a 'same_kind' cast between them is not possible")
 
 
 def _choose_device(name: str, shape: tuple[int, ...], dtype: np.dtype, device: DeviceSpec) -> tuple[str, str | None]:
@@ -264,7 +135,7 @@ def _choose_device(name: str, shape: tuple[int, ...], dtype: np.dtype, device: D
     return label, task
 
 
-class Variable(ArrayInterop):
+class Variable(Assignable, ArrayInterop):
     """A named array with a fixed shape and dtype that changes only through assign, as tf.Variable.
 
     Acts like a read-only NumPy array (functions, ufuncs, operators, indexing
@@ -537,98 +408,6 @@ class Variable(ArrayInterop):
         self._view, self._view_of = view, buf  # the same buffer for life: the view stays valid
         return view
 
-    # --------------------------------------------------------------- assign
-    def _convert_operand(self, value: Any, op: str) -> Any:
-        what = f"{op} to variable '{self._name}'" if op == "assign" else f"{op} on variable '{self._name}'"
-        if _python_value(value):
-            return convert_value(value, self._dtype, what=what)
-        if isinstance(value, Variable):
-            arr = value._materialize()
-        elif isinstance(value, np.ndarray) or devices.is_device_array(value):
-            arr = value
-        else:
-            arr = np.asarray(value)
-        if arr.dtype != self._dtype and not np.can_cast(arr.dtype, self._dtype, "same_kind"):
-            raise DtypeMismatchError(
-                f"cannot {what}: the value has dtype {arr.dtype.name}, the variable has "
-                f"{self._dtype.name}, and NumPy's 'same_kind' rule forbids the cast")
-        return arr
-
-    def assign(self, value: Any) -> Variable:
-        """Overwrites the value in place (same buffer), as tf.Variable.assign.
-
-        An uninitialized variable is allocated and filled without running its
-        initializer (a pending restore is dropped).
-
-        Args:
-          value: array-like of exactly `self.shape`; Python values are
-            converted to `self.dtype` when NumPy would ('same_kind', no overflow),
-            arrays must satisfy np.can_cast(value.dtype, self.dtype, "same_kind").
-
-        Returns:
-          This variable.
-
-        Raises:
-          ShapeMismatchError: the value's shape differs (names the variable and both shapes).
-          DtypeMismatchError: the cast is not 'same_kind', or a Python int overflows.
-        """
-        arr = self._convert_operand(value, "assign")
-        if tuple(arr.shape) != self._shape:
-            raise ShapeMismatchError(
-                f"cannot assign a value of shape {tuple(arr.shape)} to variable '{self._name}' of "
-                f"shape {self._shape}: assign needs exactly the variable's shape")
-        if self._task is not None:
-            ownership.check_holds(self, "assign to")
-        with _materialize_lock:
-            if self._buffer is None:
-                self._buffer = devices.empty(self._shape, self._dtype, self._device)
-            self._source = None
-            devices.copy_into(self._buffer, arr)
-        return self
-
-    def _update(self, delta: Any, ufunc: np.ufunc, op: str) -> Variable:
-        arr = self._convert_operand(delta, op)
-        try:
-            shape = np.broadcast_shapes(tuple(arr.shape), self._shape)
-        except ValueError:
-            shape = None
-        if shape != self._shape:
-            raise ShapeMismatchError(
-                f"cannot {op} a value of shape {tuple(arr.shape)} to variable '{self._name}' of "
-                f"shape {self._shape}: the value must broadcast to the variable's shape")
-        buf = self._materialize()
-        label = devices.device_of_array(buf)
-        function = devices.function_for(ufunc, label)
-        function(buf, devices.to_device(arr, label), out=buf, casting="same_kind")
-        return self
-
-    def assign_add(self, delta: Any) -> Variable:
-        """Adds `delta` in place, as tf.Variable.assign_add.
-
-        Args:
-          delta: array-like broadcastable to `self.shape` (a scalar works);
-            cast as in `assign`.
-
-        Returns:
-          This variable.
-
-        Raises:
-          ShapeMismatchError: `delta` does not broadcast to `self.shape`.
-          DtypeMismatchError: `delta` cannot be cast ('same_kind') to `self.dtype`.
-        """
-        return self._update(delta, np.add, "assign_add")
-
-    def assign_sub(self, delta: Any) -> Variable:
-        """Subtracts `delta` in place, as tf.Variable.assign_sub (same rules as assign_add).
-
-        Returns:
-          This variable.
-
-        Raises:
-          ShapeMismatchError, DtypeMismatchError: as assign_add.
-        """
-        return self._update(delta, np.subtract, "assign_sub")
-
     # -------------------------------------------------------------- restore
     def restore_from(self, source: ValueSource, lazy: bool = False) -> None:
         """Takes the value from `source` instead of the initializer (the checkpoint layer's hook).
@@ -689,102 +468,3 @@ def lazy_variable(full_name: str, shape: tuple[int, ...], dtype: np.dtype, initi
     return variable
 
 
-# ------------------------------------------------------------------ batches
-def host_views(variables: Sequence[Variable], read_only: bool = True) -> list[npt.NDArray[Any]]:
-    """`[v.host_view() for v in variables]`, at a fraction of a microsecond per materialized CPU variable.
-
-    Used by save for many small variables (50,000 of 64 floats): views of
-    the live buffers, no copy; GPU variables give host copies; variables not
-    yet materialized run their initializer or pending restore first, as
-    host_view does.
-
-    Args:
-      variables: the variables.
-      read_only: False returns CPU variables' live buffers themselves (no
-        view object is made); only for callers that neither write into them
-        nor keep them (the checkpoint writer).
-    """
-    out: list[npt.NDArray[Any]] = []
-    append = out.append
-    for variable in variables:
-        buf = variable._buffer
-        if variable._source is None and buf is not None:
-            if variable._view_of is buf:
-                append(variable._view)
-                continue
-            if not read_only and type(buf) is np.ndarray:
-                append(buf)
-                continue
-        append(variable.host_view())
-    return out
-
-
-def restore_many(variables: Sequence[Variable], values: Sequence[Any], adopt: bool = False) -> None:
-    """Fills many variables from host arrays in one validated pass, as `restore_from` each.
-
-    Every shape and dtype is checked before any variable changes, so a
-    failure changes nothing. Each value is COPIED into the variable's own
-    buffer (in place, same data pointer, for allocated CPU variables; a new
-    buffer on the variable's device otherwise), so `values` may be views into
-    one large blob (a checkpoint's packed variables) that the caller frees
-    afterwards: no variable keeps the blob alive. Pending restores are
-    dropped and initializers never run. Costs well under a microsecond per
-    small variable beyond the copy.
-
-    Args:
-      variables: the targets.
-      values: host NumPy arrays, `values[i]` of `variables[i].shape` and a
-        dtype that casts to `variables[i].dtype` by NumPy's "same_kind" rule.
-      adopt: the caller hands over fresh arrays it keeps no reference to (a
-        restore's reads): a CPU variable without memory takes a C-contiguous
-        array of its dtype that owns its data as its buffer, without a copy.
-
-    Raises:
-      ValueError: the two sequences differ in length.
-      ShapeMismatchError, DtypeMismatchError: naming the first bad variable (nothing changes).
-    """
-    if len(variables) != len(values):
-        raise ValueError(f"restore_many got {len(variables)} variables and {len(values)} values")
-    for variable, value in zip(variables, values):
-        if value.shape != variable._shape or value.dtype != variable._dtype:
-            _check_value(variable, value)
-    with _materialize_lock:
-        for variable, value in zip(variables, values):
-            buf = variable._buffer
-            if (adopt and buf is None and type(value) is np.ndarray and value.dtype == variable._dtype
-                    and value.flags.owndata and value.flags.c_contiguous and value.flags.writeable
-                    and not devices.is_gpu(variable._device)):
-                variable._buffer = value
-            elif type(buf) is np.ndarray:
-                if value.dtype == buf.dtype:
-                    buf[...] = value
-                else:
-                    np.copyto(buf, value, casting="same_kind")
-            else:
-                host = np.empty(variable._shape, dtype=variable._dtype)
-                np.copyto(host, value, casting="same_kind")
-                if buf is not None:
-                    devices.copy_into(buf, host)
-                else:
-                    variable._buffer = devices.to_device(host, variable._device)
-            variable._source = None
-
-
-class _ArraySource:
-    """A host array seen as a ValueSource, for check_restorable's messages."""
-
-    def __init__(self, value: npt.NDArray[Any]) -> None:
-        self.origin = "a host array"
-        self.shape = tuple(int(d) for d in value.shape)
-        self.dtype = value.dtype
-        self._value = value
-
-    def read_into(self, out: npt.NDArray[Any]) -> None:
-        np.copyto(out, self._value, casting="same_kind")
-
-
-def _check_value(variable: Variable, value: Any) -> None:
-    if not isinstance(value, np.ndarray):
-        raise DtypeMismatchError(
-            f"cannot restore variable '{variable.name}': expected a NumPy array, got {type(value).__name__}")
-    check_restorable(variable, _ArraySource(value))

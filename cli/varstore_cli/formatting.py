@@ -15,6 +15,7 @@ from varstore.checkpoint.reader_api import VariableInfo
 from varstore.inspect import ScopeNode
 
 __all__ = [
+    "plural",
     "human_size",
     "format_shape",
     "format_flag",
@@ -27,6 +28,11 @@ __all__ = [
 ]
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def plural(count: int, word: str, plural: str | None = None) -> str:
+    """"1 variable", "1,024 variables" (`plural` for irregular words: "entry" / "entries")."""
+    return f"{count:,} " + (word if count == 1 else plural or word + "s")
 
 
 def human_size(nbytes: int) -> str:

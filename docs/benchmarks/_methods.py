@@ -1,7 +1,8 @@
 """Benchmark methods: one small class per way of saving and loading the same variables.
 
 Each method saves a workload (raw bytes, plain h5py, plain zarr 3, safetensors,
-npz, varstore's HDF5 and Zarr, torch and tensorstore when importable), loads it
+npz, varstore's HDF5 and Zarr, torch, safetensors.torch, varstore.torch and
+tensorstore when importable), loads it
 back, and reads one named variable. Every method keeps the same layout (one
 array per variable, the workload's full names) so the numbers compare like for
 like. Methods never time themselves, never drop caches and never spawn
@@ -331,6 +332,94 @@ class Torch(Method):
         return torch.load(str(path), mmap=True, weights_only=True)[name].numpy()
 
 
+class SafetensorsTorch(Method):
+    name = "safetensors-torch"
+    label = "safetensors.torch save_file / load_file of a dict of CPU tensors; safe_open(framework='pt') for W3"
+    modules = ("safetensors", "torch")
+    suffix = ".safetensors"
+
+    def make_model(self, workload: Workload) -> Any:
+        import torch
+
+        return {k: torch.from_numpy(v) for k, v in workload.read_arrays().items()}
+
+    def save(self, model: Any, path: Path, durable: bool) -> None:
+        from safetensors.torch import save_file
+
+        save_file(model, str(path))
+        if durable:
+            fsync_tree(path)
+
+    def load(self, state: Any, workload: Workload, path: Path) -> Any:
+        from safetensors.torch import load_file
+
+        return {k: t.numpy() for k, t in load_file(str(path)).items()}
+
+    def read_one(self, workload: Workload, path: Path, name: str) -> npt.NDArray[Any]:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            return f.get_tensor(name).numpy()
+
+
+class VarstoreTorch(Method):
+    """varstore.torch: a torch state dict saved as it is, restored in place into existing tensors.
+
+    As for `varstore-h5`, `save-nofsync` turns varstore.checkpoint.atomic's fsync calls into no-ops.
+    """
+
+    name = "varstore-torch"
+    label = ("varstore.torch.save(path, state_dict) / varstore.torch.restore(path, state_dict) into existing "
+             "CPU tensors (in place); W3: open_varstore(path)[name]; HDF5")
+    modules = ("varstore", "torch")
+    suffix = ".h5"
+
+    def unavailable(self) -> str | None:
+        reason = super().unavailable()
+        if reason:
+            return reason
+        if importlib.util.find_spec("varstore.torch") is None:
+            return "varstore.torch is not in this varstore"
+        return None
+
+    def imports(self) -> None:
+        import varstore.torch  # noqa: F401  (imports torch and the checkpoint layer)
+        from varstore.backends.hdf5 import store  # noqa: F401
+
+    def make_model(self, workload: Workload) -> Any:
+        import torch
+
+        return {k: torch.from_numpy(v) for k, v in workload.read_arrays().items()}
+
+    def save(self, model: Any, path: Path, durable: bool) -> None:
+        import varstore.torch as vst
+        from varstore.checkpoint import atomic
+
+        if not durable:
+            atomic.fsync_paths = lambda *a, **k: None
+            atomic.fsync_directory = lambda *a, **k: None
+            atomic._fsync_one = lambda *a, **k: None
+        vst.save(path, model)
+
+    def prepare_load(self, workload: Workload, path: Path) -> Any:
+        import torch
+
+        # Existing tensors whose pages are resident (zeros are written), as a model's parameters are.
+        return {v.name: torch.zeros(v.shape, dtype=torch.float32) for v in workload.variables}
+
+    def load(self, state: Any, workload: Workload, path: Path) -> Any:
+        import varstore.torch as vst
+
+        vst.restore(path, state)
+        return {k: t.numpy() for k, t in state.items()}
+
+    def read_one(self, workload: Workload, path: Path, name: str) -> npt.NDArray[Any]:
+        from varstore.checkpoint import open_varstore
+
+        with open_varstore(path) as reader:
+            return reader[name]
+
+
 class Tensorstore(Method):
     name = "tensorstore"
     label = "tensorstore zarr3 driver, one array per variable, all writes/reads issued concurrently"
@@ -509,5 +598,5 @@ class VarstoreZarr(Varstore):
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (Raw(), H5py(), Zarr3(), Zarr3NoCompression(), Safetensors(), Npz(),
-              Varstore(), VarstoreZarr(), Torch(), Tensorstore())
+              Varstore(), VarstoreZarr(), Torch(), SafetensorsTorch(), VarstoreTorch(), Tensorstore())
 }

@@ -39,7 +39,8 @@ from _workloads import SLEEP_S, build_workloads
 
 WORKLOADS = ("W1", "W2", "W3", "W4")
 DEFAULT_METHODS = ("raw", "h5py", "zarr3", "zarr3-nocomp", "safetensors", "npz",
-                   "varstore-h5", "varstore-zarr", "torch", "tensorstore")
+                   "varstore-h5", "varstore-zarr", "torch", "safetensors-torch", "varstore-torch",
+                   "tensorstore")
 RSS_NOTE = ("peak RSS is the worker's peak resident memory during the timed region (VmHWM, reset "
             "when the timer starts) minus its RSS after imports and before the model or any "
             "destination array was allocated: it counts the in-memory model for saves and the "

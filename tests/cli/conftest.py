@@ -63,3 +63,9 @@ def _flip_byte_inside(path: Path, value: np.ndarray) -> None:
     assert at >= 0 and data.find(raw, at + 1) < 0, "value bytes must occur exactly once in the file"
     data[at + len(raw) // 2] ^= 0x04
     path.write_bytes(bytes(data))
+
+
+@pytest.fixture
+def tf_checkpoint(fixtures_dir) -> Path:
+    """A TF1 tensor-bundle checkpoint (fixtures/tf1_scopes, written by TensorFlow)."""
+    return fixtures_dir / "tf1_scopes" / "model.ckpt"

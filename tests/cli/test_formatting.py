@@ -13,7 +13,7 @@ from varstore.dtypes import bfloat16
 from varstore.errors import ChecksumError
 from varstore.inspect import scope_tree
 from varstore_cli import formatting as fmt
-from varstore_cli.commands import make_progress, parse_rename
+from varstore_cli.convert_command import make_progress, parse_rename
 from varstore_cli.main import error_message
 
 

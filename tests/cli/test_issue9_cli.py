@@ -124,7 +124,7 @@ def test_ls_checkpoints_lists_step_time_size_and_marks_latest(run: Run, tmp_path
 def test_rename_rules_have_one_parser_for_library_and_cli() -> None:
     from varstore.convert.rename import parse_rename_rule
 
-    cli_source = (ROOT / "cli" / "varstore_cli" / "commands.py").read_text()
+    cli_source = (ROOT / "cli" / "varstore_cli" / "convert_command.py").read_text()
     library_source = (ROOT / "varstore" / "convert" / "__init__.py").read_text()
     assert "parse_rename_rule" in cli_source and ".partition(\"=\")" not in cli_source
     assert "rename_pairs" in library_source and "split(\"=\"" not in library_source

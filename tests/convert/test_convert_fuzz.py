@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tf_bundle_writer import BundleWriter, table
 
+from varstore.convert import _leveldb_table as leveldb_table
 from varstore.convert import _tf_bundle_format as fmt
 from varstore.convert.tf_checkpoint import TFCheckpointReader
 from varstore.errors import VarstoreError
@@ -89,7 +90,7 @@ def test_mutated_entries_with_valid_block_checksums(tmp_path_factory, which: int
 @given(data=st.binary(max_size=200), count=st.integers(0, 300))
 def test_decoders_on_random_bytes(data: bytes, count: int) -> None:
     for call in (lambda: fmt.parse_entry(b"k", data, "x"), lambda: fmt.parse_header(data, "x"),
-                 lambda: fmt.decode_string_tensor(data, count, "x"), lambda: fmt._block_entries(data, "x")):
+                 lambda: fmt.decode_string_tensor(data, count, "x"), lambda: leveldb_table._block_entries(data, "x")):
         try:
             call()
         except VarstoreError:

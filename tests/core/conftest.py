@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from varstore import devices, initializers, scopes
+from varstore import default_store, devices, initializers
 from varstore.scopes import VariableStore
 
 
@@ -16,7 +16,7 @@ def _reset_core_state() -> Iterator[None]:
     initializers.set_random_seed(None)
     devices.set_soft_device_placement(True)
     devices.set_log_device_placement(False)
-    scopes.reset_default_store()
+    default_store.reset_default_store()
     yield
     initializers.set_random_seed(None)
     devices.set_soft_device_placement(True)

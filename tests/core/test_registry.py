@@ -7,9 +7,10 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pytest
 
-from varstore import scopes, variables
+from varstore import default_store, variables
 from varstore.errors import ScopeError
-from varstore.scopes import VariableStore, get_default_store, variable_scope
+from varstore.default_store import get_default_store, variable_scope
+from varstore.scopes import VariableStore
 from varstore.variables import Variable, VariableRegistry, default_registry, lazy_variable, set_default_registry
 
 
@@ -74,7 +75,7 @@ def test_set_default_registry_installs_another_provider(restore_default_registry
     set_default_registry(lambda: registry)
     v = Variable(np.arange(3, dtype=np.int64), name="n")
     assert v.name == "r1/n" and registry.tracked == [("r1/n", None, True, True)]
-    assert scopes.get_default_store().get_variable_by_name("n") is None
+    assert default_store.get_default_store().get_variable_by_name("n") is None
 
 
 def test_without_a_provider_variable_raises_scope_error(restore_default_registry: None,

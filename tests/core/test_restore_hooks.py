@@ -10,7 +10,8 @@ import pytest
 
 import varstore as vs
 from varstore.errors import DtypeMismatchError, ShapeMismatchError
-from varstore.variables import ValueSource, Variable, check_restorable
+from varstore.value_sources import ValueSource, check_restorable
+from varstore.variables import Variable
 
 
 class ArraySource:

@@ -8,13 +8,7 @@ import numpy as np
 import pytest
 
 import varstore as vs
-from varstore.errors import (
-    DtypeMismatchError,
-    ScopeError,
-    ShapeMismatchError,
-    VariableExistsError,
-    VariableNotFoundError,
-)
+from varstore.errors import ScopeError, VariableExistsError
 from varstore.variables import Variable
 
 
@@ -103,12 +97,6 @@ def test_scopes_nest(store):
     assert store.current_scope().name == ""
 
 
-def test_reuse_true_for_a_missing_name_raises(store):
-    with store.variable_scope("foo", reuse=True):
-        with pytest.raises(VariableNotFoundError, match=r"'foo/v' does not exist.*AUTO_REUSE"):
-            store.get_variable("v", [1])
-
-
 def test_reuse_is_inherited_and_cannot_be_turned_off_inside(store):
     with store.variable_scope("root"):
         assert store.current_scope().reuse is False
@@ -143,29 +131,6 @@ def test_scope_object_reenters_by_its_absolute_name(store):
         assert store.get_variable("v") is v
     with store.variable_scope(reused):  # the object remembers reuse=True
         assert store.current_scope().reuse is True
-
-
-def test_auto_reuse_gets_or_creates(store):
-    def foo():
-        with store.variable_scope("foo", reuse=vs.AUTO_REUSE):
-            return store.get_variable("v", [1])
-
-    assert foo() is foo()
-    assert len(store.variables()) == 1
-    assert repr(vs.AUTO_REUSE) == "AUTO_REUSE"
-
-
-def test_reuse_with_another_shape_or_dtype_names_both(store):
-    store.get_variable("w", [2, 3], dtype="float32")
-    with store.variable_scope(store.current_scope(), reuse=True):
-        with pytest.raises(ShapeMismatchError, match=r"'w'.*\(3, 3\).*\(2, 3\)"):
-            store.get_variable("w", [3, 3])
-        with pytest.raises(ShapeMismatchError, match=r"'w'"):
-            store.get_variable("w", [2])
-        with pytest.raises(DtypeMismatchError, match=r"'w'.*float64.*float32"):
-            store.get_variable("w", [2, 3], dtype="float64")
-        assert store.get_variable("w", [None, 3]).shape == (2, 3)  # None matches any size
-        assert store.get_variable("w").dtype == np.float32  # no dtype given: not checked
 
 
 def test_default_name_is_made_unique_within_the_parent(store):
@@ -240,11 +205,3 @@ def test_scopes_are_per_thread(store):
         release.wait()
     thread.join()
     assert seen == ["", "t"]
-
-
-def test_module_level_variable_scope_and_scope_object():
-    with vs.variable_scope("m") as scope:
-        v = vs.get_variable("v", [1])
-        assert vs.get_variable_scope() is scope
-    with vs.variable_scope(scope, reuse=True):
-        assert vs.get_variable("v") is v

@@ -31,7 +31,7 @@ import numpy as np
 from varstore.checkpoint._batch import paused_gc
 from varstore.checkpoint.read_engine import read_into_targets
 from varstore.checkpoint.reader import CheckpointValue, VarstoreReader, open_varstore
-from varstore.errors import DtypeMismatchError, RestoreError, ShapeMismatchError
+from varstore.errors import DtypeMismatchError, RestoreError, RestoreTargetError, ShapeMismatchError
 
 __all__ = ["restore", "RestoreResult", "map_names", "targets_of"]
 
@@ -114,9 +114,14 @@ def targets_of(target: Any) -> tuple[dict[str, Any], Any]:
 
 def _check_array(name: str, array: Any, source: CheckpointValue) -> None:
     if not isinstance(array, np.ndarray) or not array.flags.writeable:
-        raise DtypeMismatchError(
+        module = type(array).__module__.split(".")[0]
+        hint = {"torch": "; for torch tensors use varstore.torch.restore",
+                "jax": "; jax arrays are immutable: use varstore.jax.restore(path, like=...)",
+                "jaxlib": "; jax arrays are immutable: use varstore.jax.restore(path, like=...)"}.get(module, "")
+        raise RestoreTargetError(
             f"cannot restore '{name}' from {source.origin}: the target must be a Variable or a "
-            f"writeable NumPy array, got {type(array).__name__}")
+            f"writeable NumPy array, got {'a read-only ndarray' if isinstance(array, np.ndarray) else type(array).__name__}"
+            f"{hint}")
     if tuple(array.shape) != tuple(source.shape):
         raise ShapeMismatchError(
             f"cannot restore '{name}' from {source.origin}: the checkpoint has shape "

@@ -1,12 +1,10 @@
-"""Byte-level decoding of TensorFlow's tensor bundle (.index table + .data shards), no TensorFlow needed.
+"""TensorFlow's tensor bundle, byte level: the protobuf messages of the .index table, slice keys, string tensors in .data shards.
 
-Parses the LevelDB-style table of the `.index` file (footer, block handles,
-prefix-compressed block entries, restart points, masked crc32c block
-trailers), the protobuf messages stored in it (BundleHeaderProto,
-BundleEntryProto, TensorShapeProto, TensorSliceProto) with a hand-written
-wire-format decoder, TF's OrderedCode slice keys, and TF's on-disk layout of
-string tensors. Formats as written by tensorflow/core/lib/io/table_builder.cc
-and tensorflow/core/util/tensor_bundle/tensor_bundle.cc.
+Decodes what the `.index` table (read by _leveldb_table.py) holds: the
+protobuf messages (BundleHeaderProto, BundleEntryProto, TensorShapeProto,
+TensorSliceProto) with a hand-written wire-format decoder, TF's OrderedCode
+slice keys, and TF's on-disk layout of string tensors. Formats as written by
+tensorflow/core/util/tensor_bundle/tensor_bundle.cc.
 
 Every length and offset is checked against the bytes actually present, so
 hostile input raises CorruptCheckpointError (or UnsupportedFormatError),
@@ -20,9 +18,18 @@ import dataclasses
 import struct
 from typing import Any
 
-import crc32c as _crc32c
-
-from varstore.errors import ChecksumError, CorruptCheckpointError, UnsupportedFormatError
+# The table layer's names are re-exported: tf_checkpoint.py and the tests read a bundle through this one module.
+from varstore.convert._leveldb_table import (
+    FOOTER_SIZE,
+    TABLE_MAGIC,
+    crc32c,
+    mask_crc,
+    read_table,
+    signed64,
+    unmask_crc,
+    varint,
+)
+from varstore.errors import ChecksumError, CorruptCheckpointError
 
 __all__ = [
     "TABLE_MAGIC",
@@ -42,12 +49,6 @@ __all__ = [
     "data_filename",
 ]
 
-#: Last 8 bytes of every table, little-endian (LevelDB's kTableMagicNumber).
-TABLE_MAGIC = 0xDB4775248B80FB57
-#: Footer: two BlockHandles (varints, padded to 40 bytes) + 8-byte magic.
-FOOTER_SIZE = 48
-_BLOCK_TRAILER_SIZE = 5  # 1-byte compression type + 4-byte masked crc32c
-_MASK_DELTA = 0xA282EAD8
 _MAX_DIMS = 64  # NumPy's limit (TF allows 254)
 #: Largest product of a shape's non-zero extents (elements); 16-byte items must stay below 2**63 bytes.
 _MAX_SPAN = 1 << 59
@@ -82,45 +83,6 @@ _TF_DTYPES: dict[int, tuple[str, str | None]] = {
 }
 
 
-# ------------------------------------------------------------------ crc32c
-def crc32c(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
-    """crc32c (Castagnoli) of `data`, continuing from `crc` (0 to start)."""
-    return _crc32c.crc32c(data, crc) & 0xFFFFFFFF
-
-
-def mask_crc(crc: int) -> int:
-    """LevelDB/TF crc mask: rotate right by 15 bits and add 0xa282ead8 (mod 2**32)."""
-    crc &= 0xFFFFFFFF
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
-
-
-def unmask_crc(masked: int) -> int:
-    """Inverse of mask_crc."""
-    rot = (masked - _MASK_DELTA) & 0xFFFFFFFF
-    return ((rot >> 17) | (rot << 15)) & 0xFFFFFFFF
-
-
-# ----------------------------------------------------------------- varints
-def _varint(buf: bytes, pos: int, end: int, what: str, max_bytes: int = 10) -> tuple[int, int]:
-    """Decodes an unsigned base-128 varint at buf[pos:end]; returns (value, next position)."""
-    result = 0
-    shift = 0
-    for i in range(max_bytes):
-        if pos >= end:
-            raise CorruptCheckpointError(f"{what}: truncated varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result & 0xFFFFFFFFFFFFFFFF, pos
-        shift += 7
-    raise CorruptCheckpointError(f"{what}: varint longer than {max_bytes} bytes")
-
-
-def _signed64(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
 # ------------------------------------------------------- protobuf decoding
 _Fields = dict[int, list[Any]]
 
@@ -134,19 +96,19 @@ def _parse_message(buf: bytes, what: str) -> _Fields:
     fields: _Fields = {}
     pos, end = 0, len(buf)
     while pos < end:
-        tag, pos = _varint(buf, pos, end, what)
+        tag, pos = varint(buf, pos, end, what)
         number, wire = tag >> 3, tag & 7
         if number == 0:
             raise CorruptCheckpointError(f"{what}: protobuf field number 0")
         if wire == 0:
-            value, pos = _varint(buf, pos, end, what)
+            value, pos = varint(buf, pos, end, what)
         elif wire == 1:
             if pos + 8 > end:
                 raise CorruptCheckpointError(f"{what}: truncated fixed64 field {number}")
             value = int.from_bytes(buf[pos:pos + 8], "little")
             pos += 8
         elif wire == 2:
-            length, pos = _varint(buf, pos, end, what)
+            length, pos = varint(buf, pos, end, what)
             if length > end - pos:
                 raise CorruptCheckpointError(
                     f"{what}: field {number} claims {length} bytes, only {end - pos} left")
@@ -178,118 +140,6 @@ def _messages(fields: _Fields, number: int, what: str) -> list[bytes]:
     if not all(isinstance(v, bytes) for v in values):
         raise CorruptCheckpointError(f"{what}: field {number} should be a message")
     return values
-
-
-# ------------------------------------------------------------------- table
-@dataclasses.dataclass(frozen=True)
-class _BlockHandle:
-    offset: int
-    size: int
-
-
-def _block_handle(buf: bytes, pos: int, end: int, what: str) -> tuple[_BlockHandle, int]:
-    offset, pos = _varint(buf, pos, end, what)
-    size, pos = _varint(buf, pos, end, what)
-    return _BlockHandle(offset, size), pos
-
-
-def _read_block(data: bytes, handle: _BlockHandle, label: str) -> bytes:
-    """Returns a block's contents after checking bounds, compression type and masked crc32c."""
-    end = len(data) - FOOTER_SIZE
-    if handle.offset > end or handle.size > end - handle.offset - _BLOCK_TRAILER_SIZE:
-        raise CorruptCheckpointError(
-            f"{label}: block at offset {handle.offset} with {handle.size} bytes lies outside the "
-            f"{len(data)}-byte file")
-    start, stop = handle.offset, handle.offset + handle.size
-    contents = data[start:stop]
-    kind = data[stop]
-    stored = int.from_bytes(data[stop + 1:stop + 5], "little")
-    actual = crc32c(data[start:stop + 1])
-    if unmask_crc(stored) != actual:
-        raise ChecksumError(
-            f"{label}: table block at offset {start} fails its crc32c check (stored "
-            f"{unmask_crc(stored):08x}, computed {actual:08x}); the .index file is damaged")
-    if kind == 1:
-        raise UnsupportedFormatError(
-            f"{label}: table block at offset {start} is snappy-compressed; varstore reads only "
-            f"uncompressed tables (TensorFlow writes them uncompressed since 1.2). Re-save the "
-            f"checkpoint with a recent TensorFlow")
-    if kind != 0:
-        raise CorruptCheckpointError(f"{label}: unknown block compression type {kind} at offset {start}")
-    return contents
-
-
-def _block_entries(block: bytes, label: str) -> list[tuple[bytes, bytes]]:
-    """Decodes one block's prefix-compressed (key, value) entries."""
-    size = len(block)
-    if size < 4:
-        raise CorruptCheckpointError(f"{label}: table block of {size} bytes is too short")
-    num_restarts = int.from_bytes(block[size - 4:], "little")
-    if num_restarts > (size - 4) // 4:
-        raise CorruptCheckpointError(f"{label}: table block claims {num_restarts} restart points")
-    limit = size - 4 - 4 * num_restarts
-    restarts = [int.from_bytes(block[limit + 4 * i:limit + 4 * i + 4], "little")
-                for i in range(num_restarts)]
-    if any(r > limit for r in restarts):
-        raise CorruptCheckpointError(f"{label}: table block restart point outside the block")
-    restart_set = set(restarts)
-    entries: list[tuple[bytes, bytes]] = []
-    pos = 0
-    key = b""
-    what = f"{label}: table entry"
-    while pos < limit:
-        at = pos
-        shared, pos = _varint(block, pos, limit, what, 5)
-        non_shared, pos = _varint(block, pos, limit, what, 5)
-        value_len, pos = _varint(block, pos, limit, what, 5)
-        if shared > len(key):
-            raise CorruptCheckpointError(f"{what}: shares {shared} bytes with a {len(key)}-byte previous key")
-        if at in restart_set and shared:
-            raise CorruptCheckpointError(f"{what}: restart point at {at} shares a key prefix")
-        if non_shared > limit - pos or value_len > limit - pos - non_shared:
-            raise CorruptCheckpointError(f"{what}: key/value run past the end of the block")
-        key = key[:shared] + bytes(block[pos:pos + non_shared])
-        pos += non_shared
-        value = bytes(block[pos:pos + value_len])
-        pos += value_len
-        entries.append((key, value))
-    return entries
-
-
-def read_table(data: bytes, label: str) -> list[tuple[bytes, bytes]]:
-    """All (key, value) pairs of a LevelDB-format table, in key order.
-
-    Args:
-      data: the whole `.index` file.
-      label: the file name, used in error messages.
-
-    Raises:
-      CorruptCheckpointError: bad magic, handles outside the file, malformed
-        blocks, or keys out of order.
-      ChecksumError: a block's masked crc32c does not match.
-      UnsupportedFormatError: a compressed (snappy) block.
-    """
-    if len(data) < FOOTER_SIZE:
-        raise CorruptCheckpointError(
-            f"{label}: {len(data)} bytes is too short for a TensorFlow checkpoint index "
-            f"(the table footer alone is {FOOTER_SIZE} bytes)")
-    footer = data[len(data) - FOOTER_SIZE:]
-    if int.from_bytes(footer[40:], "little") != TABLE_MAGIC:
-        raise CorruptCheckpointError(
-            f"{label}: not a TensorFlow checkpoint index (table magic number missing at the end)")
-    _metaindex, pos = _block_handle(footer, 0, 40, f"{label}: footer")
-    index_handle, _ = _block_handle(footer, pos, 40, f"{label}: footer")
-    index = _read_block(data, index_handle, label)
-    pairs: list[tuple[bytes, bytes]] = []
-    for _separator, handle_bytes in _block_entries(index, label):
-        handle, used = _block_handle(handle_bytes, 0, len(handle_bytes), f"{label}: index entry")
-        if used != len(handle_bytes):
-            raise CorruptCheckpointError(f"{label}: index entry has trailing bytes after its block handle")
-        pairs.extend(_block_entries(_read_block(data, handle, label), label))
-    for (a, _), (b, _) in zip(pairs, pairs[1:]):
-        if not a < b:
-            raise CorruptCheckpointError(f"{label}: table keys are not in strictly increasing order")
-    return pairs
 
 
 # -------------------------------------------------------- bundle messages
@@ -329,14 +179,14 @@ def parse_header(value: bytes, label: str) -> BundleHeader:
     """Decodes the "" entry (BundleHeaderProto)."""
     what = f"{label}: bundle header"
     fields = _parse_message(value, what)
-    num_shards = _signed64(_last_int(fields, 1, what))
+    num_shards = signed64(_last_int(fields, 1, what))
     endianness = _last_int(fields, 2, what)
     producer = min_consumer = 0
     versions = _messages(fields, 3, what)
     if versions:
         vfields = _parse_message(versions[-1], what)
-        producer = _signed64(_last_int(vfields, 1, what))
-        min_consumer = _signed64(_last_int(vfields, 2, what))
+        producer = signed64(_last_int(vfields, 1, what))
+        min_consumer = signed64(_last_int(vfields, 2, what))
     if num_shards < 1 or num_shards > 99999:
         raise CorruptCheckpointError(f"{what}: invalid number of data shards {num_shards}")
     if endianness not in (0, 1):
@@ -350,7 +200,7 @@ def _parse_shape(buf: bytes, what: str) -> tuple[int, ...]:
         raise CorruptCheckpointError(f"{what}: shape has unknown rank")
     dims = []
     for dim in _messages(fields, 2, what):
-        size = _signed64(_last_int(_parse_message(dim, what), 1, what))
+        size = signed64(_last_int(_parse_message(dim, what), 1, what))
         if size < 0:
             raise CorruptCheckpointError(f"{what}: shape has an unknown or negative dimension ({size})")
         dims.append(size)
@@ -368,8 +218,8 @@ def _parse_slice(buf: bytes, what: str) -> tuple[tuple[int, int], ...]:
     extents = []
     for extent in _messages(_parse_message(buf, what), 1, what):
         efields = _parse_message(extent, what)
-        start = _signed64(_last_int(efields, 1, what))
-        length = _signed64(_last_int(efields, 2, what, default=-1)) if 2 in efields else -1
+        start = signed64(_last_int(efields, 1, what))
+        length = signed64(_last_int(efields, 2, what, default=-1)) if 2 in efields else -1
         if start < 0 or length < -1:
             raise CorruptCheckpointError(f"{what}: invalid slice extent start={start} length={length}")
         extents.append((start, length))
@@ -385,9 +235,9 @@ def parse_entry(key: bytes, value: bytes, label: str) -> BundleEntry:
         dtype -= 100
     shapes = _messages(fields, 2, what)
     shape = _parse_shape(shapes[-1], what) if shapes else ()
-    shard_id = _signed64(_last_int(fields, 3, what))
-    offset = _signed64(_last_int(fields, 4, what))
-    size = _signed64(_last_int(fields, 5, what))
+    shard_id = signed64(_last_int(fields, 3, what))
+    offset = signed64(_last_int(fields, 4, what))
+    size = signed64(_last_int(fields, 5, what))
     crc = _last_int(fields, 6, what) & 0xFFFFFFFF
     slices = tuple(_parse_slice(s, what) for s in _messages(fields, 7, what))
     if shard_id < 0 or offset < 0 or size < 0:
@@ -492,7 +342,7 @@ def decode_string_tensor(raw: bytes, count: int, what: str) -> tuple[list[bytes]
     lengths = []
     crc = 0
     for _ in range(count):
-        length, pos = _varint(raw, pos, end, what)
+        length, pos = varint(raw, pos, end, what)
         lengths.append(length)
         crc = crc32c(struct.pack("<I" if length <= 0xFFFFFFFF else "<Q", length), crc)
     if pos + 4 > end:

@@ -51,11 +51,11 @@ def pwrite_all(fd: int, data: Buffer, offset: int) -> None:
         done += os.pwrite(fd, view[done:done + _MAX_IO], offset + done)
 
 
-def pread_into(fd: int, out: Buffer, offset: int, where: str) -> None:
+def pread_into(fd: int, out: Buffer, offset: int, name: str) -> None:
     """Fills `out` (writable bytes-like or C-contiguous array) from byte `offset` of `fd`.
 
     Raises:
-      CorruptCheckpointError: the file ends early (truncated); `where` names it.
+      CorruptCheckpointError: the file ends early (truncated); `name` names the file.
     """
     view = _bytes_of(out)
     done = 0
@@ -64,7 +64,7 @@ def pread_into(fd: int, out: Buffer, offset: int, where: str) -> None:
         count = os.preadv(fd, [view[done:done + _MAX_IO]], offset + done)
         if count == 0:
             raise CorruptCheckpointError(
-                f"{where} is truncated: needed {total} bytes at offset {offset}, the file ends after {done}")
+                f"'{name}' is truncated: needed {total} bytes at offset {offset}, the file ends after {done}")
         done += count
 
 
@@ -206,6 +206,7 @@ class LocalStorage:
 
     def __init__(self, root: os.PathLike[str] | str = ".") -> None:
         self.root = Path(root)
+        self._root = os.fspath(self.root)
         self.url = self.root.absolute().as_uri()
         self._read_fds: dict[str, int] = {}   # keys held open for reading (keep_open)
         self._write_fds: dict[str, int] = {}  # keys shared by several writers
@@ -216,6 +217,9 @@ class LocalStorage:
         """The local path of `key`."""
         return self.root / key
 
+    def _os_path(self, key: str) -> str:
+        return os.path.join(self._root, key)  # an absolute key stays as it is
+
     def __repr__(self) -> str:
         return f"<LocalStorage {self.url}>"
 
@@ -224,7 +228,7 @@ class LocalStorage:
         return os.path.exists(self.path(key))
 
     def size(self, key: str) -> int:
-        return os.stat(self.path(key)).st_size
+        return os.stat(self._os_path(key)).st_size
 
     def list(self, prefix: str) -> list[str]:
         base = self.path(prefix) if prefix else self.root
@@ -257,11 +261,11 @@ class LocalStorage:
         buffer: Buffer = bytearray(length) if out is None else out
         fd = self._read_fds.get(key)
         if fd is not None:
-            pread_into(fd, buffer, offset, f"'{self.path(key)}'")
+            pread_into(fd, buffer, offset, key)
             return buffer
-        fd = os.open(self.path(key), os.O_RDONLY)
+        fd = os.open(self._os_path(key), os.O_RDONLY)
         try:
-            pread_into(fd, buffer, offset, f"'{self.path(key)}'")
+            pread_into(fd, buffer, offset, key)
         finally:
             os.close(fd)
         return buffer
@@ -286,7 +290,7 @@ class LocalStorage:
                 if fd is None:
                     fd = self._write_fds[key] = os.open(self.path(key), os.O_WRONLY | os.O_CREAT, 0o644)
             return LocalWriter(self, key, fd, True)
-        return LocalWriter(self, key, os.open(self.path(key), os.O_WRONLY | os.O_CREAT, 0o644), False)
+        return LocalWriter(self, key, os.open(self._os_path(key), os.O_WRONLY | os.O_CREAT, 0o644), False)
 
     def delete(self, key: str) -> None:
         path = self.path(key)

@@ -1,4 +1,4 @@
-"""host_views and restore_many: the core's batch hooks for many small variables."""
+"""host_views and restore_many (varstore/variable_batches.py): the batch hooks for many small variables."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from varstore.errors import DtypeMismatchError, ShapeMismatchError
 from varstore.scopes import VariableStore
-from varstore.variables import host_views, restore_many
+from varstore.variable_batches import host_views, restore_many
 
 
 def _store(count: int = 5) -> tuple[VariableStore, list]:
@@ -73,3 +73,14 @@ def test_initializer_result_is_adopted_only_when_nobody_else_holds_it() -> None:
     a = store.get_variable("a", shape=(3,), dtype=np.float32, initializer=lambda shape, dtype: shared)
     a.assign_add(1.0)
     assert shared.tolist() == [1.0, 1.0, 1.0] and a.numpy().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_the_engine_still_imports_the_batch_hooks_from_varstore_variables() -> None:
+    """checkpoint/writer.py and checkpoint/restore.py import these names from their old home (a re-export)."""
+    from varstore import value_sources, values, variable_batches, variables
+
+    assert variables.host_views is variable_batches.host_views
+    assert variables.restore_many is variable_batches.restore_many
+    assert variables.check_restorable is value_sources.check_restorable
+    assert variables.ValueSource is value_sources.ValueSource
+    assert variables.convert_value is values.convert_value

@@ -1,0 +1,179 @@
+"""varstore convert: copy a checkpoint into another format, with --filter, --rename, --separator, --dtype, a progress bar.
+
+Parses the options (`--rename` through the library's one OLD=NEW parser),
+calls `varstore.convert.convert`, and prints a summary or the
+varstore.convert/1 JSON document. The only CLI module that draws a tqdm bar;
+never catches library errors (main.py does).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import click
+
+from varstore_cli import formatting as fmt
+from varstore_cli.options import (
+    FormatOption,
+    echo_json,
+    is_url,
+    read_format_help,
+    reader_options,
+    resolve_path,
+    skip_object_arrays_option,
+    storage_option,
+    storage_options,
+    write_format_help,
+)
+
+__all__ = ["convert_command", "make_progress", "parse_rename"]
+
+
+def parse_rename(values: tuple[str, ...]) -> list[tuple[str, str]]:
+    """`--rename OLD=NEW` options as (old, new) prefix pairs, in the order given.
+
+    Parsed by varstore.convert.rename.parse_rename_rule (the library's one
+    parser); a malformed rule is a usage error of `--rename`.
+    """
+    from varstore.convert.rename import parse_rename_rule
+    from varstore.errors import ConversionError
+
+    pairs = []
+    for value in values:
+        try:
+            pairs.append(parse_rename_rule(value))
+        except ConversionError as err:
+            raise click.BadParameter(str(err), param_hint="'--rename'") from err
+    return pairs
+
+
+def make_progress(enabled: bool, stream: TextIO | None = None, mininterval_s: float = 0.1
+                  ) -> tuple[Callable[[int, int, str], None] | None, Callable[[], None]]:
+    """A tqdm progress callback for `convert(progress=...)` and a function that closes the bar.
+
+    Args:
+      enabled: False gives (None, no-op): no bar.
+      stream: where the bar is drawn (default sys.stderr).
+      mininterval_s: least time between redraws (seconds).
+
+    Returns:
+      (callback(done_bytes, total_bytes, name), close). Without tqdm installed
+      the callback is None: conversions work, they just show no bar.
+    """
+    if not enabled:
+        return None, lambda: None
+    try:
+        from tqdm import tqdm
+    except ImportError:  # tqdm comes with the [convert] extra; no bar without it
+        return None, lambda: None
+    state: dict[str, Any] = {}
+
+    def update(done_bytes: int, total_bytes: int, name: str) -> None:
+        bar = state.get("bar")
+        if bar is None:
+            bar = state["bar"] = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
+                                      file=stream or sys.stderr, leave=False, dynamic_ncols=True,
+                                      mininterval=mininterval_s)
+        bar.total = total_bytes
+        bar.set_postfix_str(name, refresh=False)
+        bar.update(done_bytes - bar.n)
+
+    def close() -> None:
+        if "bar" in state:
+            state["bar"].close()
+
+    return update, close
+
+
+def _stderr_is_terminal() -> bool:
+    isatty = getattr(sys.stderr, "isatty", None)  # click's CliRunner and pipes give False
+    return bool(isatty and isatty())
+
+
+def _report_json(report: Any) -> dict[str, Any]:
+    """The varstore.convert/1 body from a ConvertReport (fields listed in docs/cli.md)."""
+    return {
+        "source": str(report.source),
+        "destination": str(report.destination),
+        "source_format": report.source_format,
+        "destination_format": report.destination_format,
+        "variables": int(report.variables),
+        "nbytes": int(report.bytes),
+        "renamed": dict(report.renamed),
+        "skipped": [{"name": s.name, "reason": s.reason} for s in report.skipped],
+        "notes": list(report.notes),
+    }
+
+
+@click.command("convert")
+@click.argument("src", type=click.Path())
+@click.argument("dst", type=click.Path())
+@click.option("--from", "from_format", metavar="F", cls=FormatOption,
+              help_text=lambda: f"Source format (default: detected). {read_format_help()}")
+@click.option("--to", "to_format", metavar="F", cls=FormatOption, help_text=write_format_help)
+@click.option("--filter", "pattern", metavar="GLOB", help="Convert only names matching this shell glob.")
+@click.option("--rename", "renames", metavar="OLD=NEW", multiple=True,
+              help="Replace the name prefix OLD by NEW (repeatable; the first matching rule wins; "
+                   "applied after --separator).")
+@click.option("--separator", metavar="SEP",
+              help="Turn every SEP in a source name into '/' (before --rename): --separator . maps "
+                   "'encoder.layer.0.weight' to 'encoder/layer/0/weight'.")
+@click.option("--force", is_flag=True, help="Replace DST if it exists (never allowed when DST is SRC).")
+@skip_object_arrays_option
+@click.option("--dtype", metavar="D", help="Cast every floating variable to this dtype (e.g. float16, bfloat16).")
+@click.option("--max-shard-size", metavar="SIZE",
+              help="Write a sharded safetensors directory (HuggingFace layout) with shards of at most SIZE "
+                   "(500MB, 5GB, 2GiB or bytes).")
+@click.option("--dequantize", is_flag=True, help="GGUF: read Q8_0/Q4_0/Q4_1 tensors as float32 instead of raw blocks.")
+@click.option("--json", "as_json", is_flag=True, help="Print the varstore.convert/1 JSON document; no progress bar.")
+@storage_option
+def convert_command(src: str, dst: str, from_format: str | None, to_format: str | None, pattern: str | None,
+                    renames: tuple[str, ...], separator: str | None, force: bool, skip_object_arrays: bool,
+                    dtype: str | None, max_shard_size: str | None, dequantize: bool, as_json: bool) -> None:
+    """Convert a checkpoint to another format.
+
+    Streams SRC to DST variable by variable, so memory stays near the largest
+    variable. An existing DST is replaced only with --force. SRC may be a
+    CheckpointManager directory (its latest checkpoint). A progress bar is
+    drawn when stderr is a terminal (never with --json or when piped)."""
+    rename = parse_rename(renames)
+    if separator == "":
+        raise click.BadParameter("must not be empty", param_hint="'--separator'")
+    remote_source = is_url(src)
+    src = src if remote_source else resolve_path(src)
+    from varstore.convert import convert
+
+    progress, close = make_progress(enabled=not as_json and _stderr_is_terminal())
+    try:
+        options: dict[str, Any] = {"dequantize": True} if dequantize else {}
+        report = convert(src, dst, from_format=from_format, to_format=to_format, filter=pattern,
+                         rename=rename, dtype=dtype, progress=progress, separator=separator, force=force,
+                         max_shard_size=max_shard_size, storage_options=storage_options(),
+                         **({} if remote_source else reader_options(src, from_format, skip_object_arrays)),
+                         **options)
+    finally:
+        close()
+    document = _report_json(report)
+    if as_json:
+        echo_json({"schema": "varstore.convert/1", **document})
+        return
+    click.echo(_convert_summary(document))
+    if document["renamed"]:
+        click.echo(f"renamed {fmt.plural(len(document['renamed']), 'variable')}:")
+        for line in fmt.table([[old, "->", new] for old, new in document["renamed"].items()]):
+            click.echo("  " + line)
+    for note in document["notes"]:
+        click.echo(f"note: {note}")
+    skipped = document["skipped"]
+    if skipped:
+        click.echo(f"skipped {fmt.plural(len(skipped), 'entry', 'entries')}:")
+        for line in fmt.table([[s["name"], s["reason"]] for s in skipped]):
+            click.echo("  " + line)
+
+
+def _convert_summary(document: dict[str, Any]) -> str:
+    return (f"converted {document['source']} ({document['source_format']}) -> {document['destination']} "
+            f"({document['destination_format']}): {fmt.plural(document['variables'], 'variable')}, "
+            f"{fmt.human_size(document['nbytes'])}")

@@ -1,0 +1,165 @@
+"""What the subcommands share: the --format, --skip-object-arrays and --storage-option options, opening PATH, printing a JSON document.
+
+`open_reader` opens a checkpoint through the library (a CheckpointManager
+directory means its latest checkpoint); `echo_json` prints the versioned
+JSON documents of docs/cli.md. Defines no command and catches no library
+error (main.py turns them into exit codes).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from varstore.checkpoint.reader_api import CheckpointReader
+from varstore.errors import CheckpointNotFoundError
+
+__all__ = [
+    "FormatOption",
+    "echo_json",
+    "format_option",
+    "is_url",
+    "open_reader",
+    "read_format_help",
+    "reader_options",
+    "resolve_path",
+    "skip_object_arrays_option",
+    "storage_option",
+    "storage_options",
+    "write_format_help",
+]
+
+STORAGE_OPTION_HELP = ("For s3://, gs://, az:// paths: a client setting KEY=VALUE (endpoint, region, "
+                       "access_key_id, ...; repeatable). Settings also come from AWS_*, GOOGLE_*, AZURE_STORAGE_*.")
+
+
+def read_format_help() -> str:
+    from varstore.convert.registry import read_names
+
+    return f"Read PATH as this format instead of detecting it: {', '.join(read_names())}."
+
+
+def write_format_help() -> str:
+    from varstore.convert.registry import write_names
+
+    return f"Destination format (default: from DST's suffix): {', '.join(write_names())}."
+
+
+class FormatOption(click.Option):
+    """An option whose help lists the formats registered when help is shown (varstore.convert.registry)."""
+
+    def __init__(self, *args: Any, help_text: Callable[[], str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._help_text = help_text
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        self.help = self._help_text()
+        return super().get_help_record(ctx)
+
+
+def format_option() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option("--format", "format_", metavar="F", cls=FormatOption, help_text=read_format_help)
+
+
+def resolve_path(path: str) -> str:
+    """PATH as given, or for a CheckpointManager directory its latest checkpoint (tf.train.latest_checkpoint).
+
+    Raises:
+      CheckpointNotFoundError: a manager directory without checkpoints.
+    """
+    from varstore.checkpoint.managed import is_manager_directory, latest_checkpoint
+
+    if not is_manager_directory(path):
+        return path
+    latest = latest_checkpoint(path)
+    if latest is None:
+        raise CheckpointNotFoundError(f"'{path}' is a CheckpointManager directory without checkpoints")
+    return str(latest)
+
+
+def reader_options(path: str, format: str | None, skip_object_arrays: bool) -> dict[str, Any]:
+    """open_checkpoint options: skip_object_arrays only where the file is an npz (other readers take none)."""
+    if not skip_object_arrays:
+        return {}
+    from varstore.convert import detect_format
+
+    kind = (format or "").lower() or detect_format(path)
+    return {"skip_object_arrays": True} if kind == "npz" else {}
+
+
+def _remember_storage_options(ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> None:
+    if values:
+        from varstore.storage._urls import parse_storage_options
+
+        root = ctx.find_root()
+        root.ensure_object(dict)
+        merged = dict(root.obj.get("storage_options") or {})
+        try:
+            merged.update(parse_storage_options(values))
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="'--storage-option'") from err
+        root.obj["storage_options"] = merged
+
+
+def storage_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Adds --storage-option KEY=VALUE (repeatable; also before the command) for the URLs a command opens."""
+    return click.option("--storage-option", "storage_options", metavar="KEY=VALUE", multiple=True,
+                        expose_value=False, callback=_remember_storage_options,
+                        help=STORAGE_OPTION_HELP)(command)
+
+
+def storage_options() -> dict[str, str] | None:
+    """The --storage-option settings given so far (None when there are none)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return None
+    return (ctx.find_root().obj or {}).get("storage_options") or None
+
+
+def is_url(path: str) -> bool:
+    """True when PATH is an object-store URL (s3://, gs://, az://)."""
+    from varstore.storage import is_remote
+
+    return is_remote(path)
+
+
+def open_reader(path: str, format: str | None = None, skip_object_arrays: bool = False) -> CheckpointReader:
+    from varstore.convert import open_checkpoint  # the converters are imported only when needed
+
+    if is_url(path):
+        return open_checkpoint(path, format=format, storage_options=storage_options())
+    path = resolve_path(path)
+    return open_checkpoint(path, format=format, **reader_options(path, format, skip_object_arrays))
+
+
+def skip_object_arrays_option(function: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--skip-object-arrays", is_flag=True,
+                        help="npz: skip members holding object arrays (never unpickled) instead of refusing "
+                             "the file.")(function)
+
+
+def _compact(value: Any) -> str:
+    # allow_nan=False: the schemas spell non-finite numbers as strings, so a NaN here is a bug
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+def echo_json(document: dict[str, Any]) -> None:
+    """Prints one JSON document: top-level keys one per line, list items one per line.
+
+    The layout is for reading and grepping only; consumers parse it as JSON.
+    """
+    lines = ["{"]
+    items = list(document.items())
+    for index, (key, value) in enumerate(items):
+        comma = "," if index < len(items) - 1 else ""
+        if isinstance(value, list) and value and all(isinstance(v, (dict, list)) for v in value):
+            lines.append(f"  {_compact(key)}: [")
+            lines += [f"    {_compact(v)}{',' if i < len(value) - 1 else ''}" for i, v in enumerate(value)]
+            lines.append(f"  ]{comma}")
+        else:
+            lines.append(f"  {_compact(key)}: {_compact(value)}{comma}")
+    lines.append("}")
+    click.echo("\n".join(lines))

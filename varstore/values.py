@@ -1,0 +1,108 @@
+"""Value conversion: Python values and arrays -> arrays for a variable, with TF's dtype rules and checked casts.
+
+`convert_value` turns what a user passes (Python scalars and lists,
+NumPy/CuPy arrays, Variables, objects with `__array__`) into an array of the
+wanted dtype, refusing casts NumPy's "same_kind" rule forbids. Keeps no
+state and knows nothing about stores, names or initializers.
+"""
+
+from __future__ import annotations
+
+import reprlib
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from varstore import devices, dtypes
+from varstore._array_interop import ArrayInterop
+from varstore.errors import DtypeMismatchError, UnsupportedDtypeError
+
+__all__ = ["convert_value", "is_python_value"]
+
+
+def _kind(dtype: np.dtype) -> str:
+    return "f" if dtypes.is_floating(dtype) else dtype.kind
+
+
+_KIND_NAMES = {"b": "bool", "i": "integer", "u": "integer", "f": "floating-point", "c": "complex",
+               "U": "string", "S": "bytes"}
+
+# Python values may become any dtype of these kinds (NumPy's weak-scalar rule, NEP 50).
+_PYTHON_TARGET_KINDS = {"b": "biufc", "i": "iufc", "u": "iufc", "f": "fc", "c": "c", "U": "US", "S": "S"}
+
+
+def is_python_value(value: Any) -> bool:
+    """Whether `value` is a plain Python value (scalar, str, bytes, list, tuple), converted by TF's dtype rules."""
+    return isinstance(value, (bool, int, float, complex, str, bytes, list, tuple))
+
+
+def _tf_dtype(value: Any, inferred: np.dtype) -> np.dtype:
+    """TF's dtype for a Python value: float -> float32, int -> int32 (int64 when out of range), complex -> complex128, bool -> bool."""
+    kind = inferred.kind
+    if kind == "f":
+        return np.dtype(np.float32)
+    if kind in "iu":
+        arr = np.asarray(value)
+        if arr.size == 0 or (arr.min() >= np.iinfo(np.int32).min and arr.max() <= np.iinfo(np.int32).max):
+            return np.dtype(np.int32)
+        if arr.max() <= np.iinfo(np.int64).max:
+            return np.dtype(np.int64)
+        raise DtypeMismatchError(f"integer value {value!r} does not fit int64")
+    if kind == "c":
+        return np.dtype(np.complex128)
+    return inferred
+
+
+def convert_value(value: Any, dtype: npt.DTypeLike | None = None, *, what: str = "a variable") -> Any:
+    """Turns a Python value, NumPy/CuPy array or Variable into an array (not copied when already one).
+
+    Python scalars and lists follow TF's convention (float -> float32, int ->
+    int32, complex -> complex128, bool -> bool); arrays keep their dtype.
+
+    Args:
+      value: the value.
+      dtype: requested dtype; the value must cast to it by NumPy's "same_kind" rule.
+      what: how to name the target in errors.
+
+    Raises:
+      DtypeMismatchError: the value cannot be cast to `dtype`, or a Python int overflows it.
+      UnsupportedDtypeError: object / ragged values.
+    """
+    target = None if dtype is None else dtypes.as_dtype(dtype)
+    if isinstance(value, ArrayInterop):  # a Variable: its value, initialized first
+        arr = value._materialize()
+    elif isinstance(value, np.ndarray) or devices.is_device_array(value) or isinstance(value, np.generic):
+        arr = value if not isinstance(value, np.generic) else np.asarray(value)
+    elif is_python_value(value):
+        try:
+            inferred = np.asarray(value)
+        except ValueError as err:
+            raise UnsupportedDtypeError(f"cannot make {what} from a ragged value {value!r}") from err
+        if inferred.dtype.kind == "O":
+            raise UnsupportedDtypeError(f"cannot make {what} from {value!r}: it is not a numeric or string array")
+        natural = _tf_dtype(value, inferred.dtype)
+        if target is None:
+            target = natural
+        elif _kind(target) not in _PYTHON_TARGET_KINDS.get(inferred.dtype.kind, inferred.dtype.kind):
+            raise DtypeMismatchError(
+                f"cannot convert {reprlib.repr(value)} to {target.name} for {what}: "
+                f"{_KIND_NAMES.get(inferred.dtype.kind, inferred.dtype.name)} values do not cast to "
+                f"{target.name} under NumPy's 'same_kind' rule")
+        try:
+            return np.asarray(value, dtype=target)
+        except OverflowError as err:
+            raise DtypeMismatchError(
+                f"cannot convert {reprlib.repr(value)} to {target.name} for {what}: the value overflows "
+                f"{target.name}") from err
+    else:
+        arr = np.asarray(value)  # objects with __array__ (torch, jax, ...)
+    dtypes.as_dtype(arr.dtype)  # rejects object / structured dtypes
+    if target is not None and arr.dtype != target:
+        if not np.can_cast(arr.dtype, target, "same_kind"):
+            raise DtypeMismatchError(
+                f"cannot convert a {arr.dtype.name} array to {target.name} for {what}: "
+                f"NumPy's 'same_kind' rule forbids the cast")
+        arr = arr.astype(target)
+    return arr
+

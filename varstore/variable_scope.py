@@ -1,0 +1,99 @@
+"""VariableScope: the defaults of one variable scope (name, reuse mode, initializer, dtype) and the per-thread scope stack.
+
+As tf.compat.v1.VariableScope and AUTO_REUSE. Opening and closing scopes
+(`VariableStore.variable_scope`) and naming variables belong to the store;
+this module only holds what a scope is and which scopes are open in this
+thread. Never does file I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from typing import Union
+
+import numpy.typing as npt
+
+from varstore import dtypes
+from varstore.initializers import Initializer, InitializerFunction
+from varstore.variables import Variable
+
+__all__ = ["AUTO_REUSE", "FRAMES", "InitializerSpec", "Reuse", "VariableScope"]
+
+
+class _ReuseMode(enum.Enum):
+    AUTO_REUSE = 1
+
+    def __repr__(self) -> str:
+        return "AUTO_REUSE"
+
+
+#: reuse mode: get_variable returns the existing variable or creates it (tf.compat.v1.AUTO_REUSE).
+AUTO_REUSE = _ReuseMode.AUTO_REUSE
+
+#: A reuse mode: False/None (create only), True (reuse only) or AUTO_REUSE.
+Reuse = Union[bool, _ReuseMode, None]
+#: What get_variable accepts as initializer: an Initializer (or its class), any
+#: callable (shape, dtype) -> array, or the value itself (array, Variable, Python value).
+InitializerSpec = Union[Variable, Initializer, "type[Initializer]", InitializerFunction, npt.ArrayLike, None]
+
+
+class VariableScope:
+    """The defaults of one variable scope, as tf.compat.v1.VariableScope.
+
+    Attributes:
+      name: full scope name ("" for the root, "image_filters/conv1").
+      reuse: False, True or AUTO_REUSE.
+      initializer: default initializer for get_variable, or None.
+      dtype: default dtype for get_variable, or None (float32).
+      original_name_scope: `name + "/"` ("" for the root).
+    """
+
+    def __init__(self, store: object, name: str, reuse: Reuse = False,
+                 initializer: InitializerSpec = None, dtype: npt.DTypeLike | None = None) -> None:
+        self._store = store
+        self._name = name
+        self._reuse: Reuse = reuse if reuse else False
+        self.initializer = initializer
+        self.dtype = None if dtype is None else dtypes.as_dtype(dtype)
+
+    @property
+    def store(self) -> object:
+        """The VariableStore this scope belongs to."""
+        return self._store
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def original_name_scope(self) -> str:
+        return f"{self._name}/" if self._name else ""
+
+    @property
+    def reuse(self) -> Reuse:
+        return self._reuse
+
+    def reuse_variables(self) -> None:
+        """Makes get_variable in this scope (and scopes opened inside it from now on) reuse, as TF1."""
+        self._reuse = True
+
+    def set_initializer(self, initializer: InitializerSpec) -> None:
+        """Sets the default initializer."""
+        self.initializer = initializer
+
+    def set_dtype(self, dtype: npt.DTypeLike) -> None:
+        """Sets the default dtype."""
+        self.dtype = dtypes.as_dtype(dtype)
+
+    def __repr__(self) -> str:
+        return f"<VariableScope {self._name!r} reuse={self._reuse!r}>"
+
+
+class _Frames(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[tuple[object, VariableScope]] = []  # (store, scope), innermost last
+
+
+#: The scopes open in this thread, innermost last, each with its store.
+FRAMES = _Frames()
