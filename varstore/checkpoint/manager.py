@@ -294,7 +294,7 @@ class CheckpointManager:
         Returns:
           The RestoreResult, or None when the directory has no usable checkpoint.
         """
-        candidates: list[Path] = []
+        candidates: list[Path | str] = []
         latest = self.latest
         if latest is not None:
             candidates.append(latest)

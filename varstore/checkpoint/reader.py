@@ -294,8 +294,9 @@ class VarstoreReader(CheckpointReader):
             self._closed = True
             if self._backend_reader is not None:
                 self._backend_reader.close()
-            if getattr(self, "staged", None) is not None:
-                remove_staged(self.staged)
+            staged = getattr(self, "staged", None)
+            if staged is not None:
+                remove_staged(staged)
 
     def __del__(self) -> None:
         try:

@@ -148,7 +148,8 @@ def _upload_tree(storage: ObjectStorage, name: str, local: Path) -> None:
         storage.delete(commit)  # the old checkpoint stops being one before any of its objects change
     token = json.dumps({"writer": secrets.token_hex(8), "started_utc": time.time()}).encode()
     storage.put(f"{name}/{PENDING_MARKER}", token)
-    small, large = [], []
+    small: list[tuple[str, Path]] = []
+    large: list[tuple[str, Path]] = []
     for relative, path in _files(local):
         if relative == COMMIT_OBJECT:
             continue

@@ -43,9 +43,9 @@ class RemoteDirectory:
         storage, key = storage_for(url, storage_options)
         if not isinstance(storage, ObjectStorage):  # storage_for gives one for every URL
             raise CheckpointError(f"{url} is not an object-store URL")
-        self.storage = storage
-        self.url = key.rstrip("/")
-        self.prefix = storage.name_of(key)
+        self.storage: ObjectStorage = storage
+        self.url: str = key.rstrip("/")
+        self.prefix: str = storage.name_of(key)
 
     def location(self, name: str) -> str:
         """The URL of the checkpoint (or object) `name` in this directory."""

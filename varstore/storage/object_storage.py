@@ -35,7 +35,7 @@ __all__ = ["ObjectReader", "ObjectStorage", "ObjectWriter"]
 
 def _bytes_view(data: Buffer) -> memoryview:
     if isinstance(data, np.ndarray):
-        data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        return np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
     return memoryview(data).cast("B")
 
 
@@ -245,12 +245,8 @@ class ObjectStorage:
     def __init__(self, url: str | ObjectURL, storage_options: Mapping[str, object] | None = None, *,
                  client: ObjectStoreClient | None = None) -> None:
         self.client = client or ObjectStoreClient(url, storage_options)
+        self.url: str = str(self.client.url)  # the root URL (no credentials)
         self._prefetched: dict[tuple[str, int, int], Future[bytearray]] = {}
-
-    @property
-    def url(self) -> str:
-        """The root URL (no credentials)."""
-        return str(self.client.url)
 
     def __repr__(self) -> str:
         return f"ObjectStorage({self.url!r})"

@@ -127,7 +127,7 @@ class Hdf5Reader:
         if source is not None:  # an object read with ranged GETs; varstore checked the commit already
             try:
                 self._file = h5py.File(source, "r")
-                self._userblock = None
+                self._userblock: int | None = None
             except (OSError, ValueError, RuntimeError) as err:
                 raise CorruptCheckpointError(
                     f"cannot open HDF5 object '{path}' (truncated or damaged?): {err}") from err
@@ -141,7 +141,7 @@ class Hdf5Reader:
                 f"'{self.path}' is not an HDF5 file (no HDF5 signature at its start)")
         try:
             self._file = h5py.File(self.path, "r", locking=False)
-            self._userblock: int | None = None
+            self._userblock = None
         except (OSError, ValueError, RuntimeError) as err:
             raise CorruptCheckpointError(
                 f"cannot open HDF5 file '{self.path}' (truncated or damaged?): {err}") from err
