@@ -56,6 +56,9 @@ def test_save_restore_and_open_through_a_url(s3_env: dict[str, str], s3_prefix: 
         np.testing.assert_array_equal(reader.read("conv1/bias"), values["conv1/bias"])
     with open_varstore(url) as reader:
         assert sorted(reader.keys()) == sorted(values)
+    loaded = vs.load(url)
+    assert sorted(loaded) == sorted(values) and np.array_equal(loaded["dense/kernel"], values["dense/kernel"])
+    assert vs.load(url, names=["conv1/bias"])["conv1/bias"].tolist() == values["conv1/bias"].tolist()
     assert is_varstore_checkpoint(url) and not is_varstore_checkpoint(f"{s3_prefix}/runs/a7/none.{suffix}")
     assert list(staging.iterdir()) == []  # the local staging (upload, Zarr read copy) is gone
 
@@ -73,6 +76,10 @@ def test_storage_options_reach_the_server_without_any_environment(
     np.testing.assert_array_equal(out["w"], np.arange(5.0))
     with vs.open_checkpoint(url, storage_options=options) as reader:
         assert reader.keys() == ["w"]
+    assert vs.load(url, storage_options=options)["w"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    manager = vs.CheckpointManager(f"{s3_prefix}/runs", storage_options=options)
+    manager.save({"w": np.ones(2)}, step=1)
+    assert manager.latest == f"{s3_prefix}/runs/ckpt-1.h5" and is_varstore_checkpoint(manager.latest, options)
 
 
 def test_hdf5_is_read_with_ranged_gets_of_the_index_and_the_variable_only(

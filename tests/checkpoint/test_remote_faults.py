@@ -85,6 +85,7 @@ def test_a_restore_cut_every_time_fails_naming_the_url_and_a_few_cuts_are_retrie
 
 
 def test_the_server_killed_mid_save_leaves_the_old_checkpoint_restorable(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("obstore", reason="the [s3] extra (obstore) is not installed")
     bucket = f"kill-{uuid.uuid4().hex[:8]}"
     try:
         server = start_s3_server(bucket)
