@@ -30,7 +30,10 @@ from varstore.storage._urls import ObjectURL, is_url, parse_url, url_from_path
 from varstore.storage.object_store import ObjectInfo, ObjectStoreClient
 from varstore.storage.protocol import Buffer, ReadAhead
 
-__all__ = ["ObjectReader", "ObjectStorage", "ObjectWriter"]
+__all__ = ["ObjectReader", "ObjectStorage", "ObjectWriter", "UPLOAD_BUFFER_BYTES"]
+
+#: The most bytes a file upload holds in memory (issue 13: a save needs the model plus 64 MiB at most).
+UPLOAD_BUFFER_BYTES = 64 << 20
 
 
 def _bytes_view(data: Buffer) -> memoryview:
@@ -382,11 +385,13 @@ class ObjectStorage:
         return self.client.put_many((self.name_of(key), _bytes_view(data)) for key, data in items)
 
     def upload_file(self, key: str, path: Path) -> str | None:
-        """Uploads a local file as `key`: one PUT up to a part, else a multipart upload (bounded memory)."""
+        """Uploads a local file as `key`: one PUT up to a part, else a multipart upload holding at most
+        UPLOAD_BUFFER_BYTES of parts (the parts in flight, the one being filled, the one being read)."""
         name = self.name_of(key)
         if path.stat().st_size <= self.client.part_size:
             return self.client.put(name, path.read_bytes())
-        return self.client.put_multipart(name, path)
+        in_flight = max(1, min(self.client.max_in_flight, UPLOAD_BUFFER_BYTES // self.client.part_size - 2))
+        return self.client.put_multipart(name, path, max_in_flight=in_flight)
 
     def download_tree(self, prefix: str, target: Path, names: Sequence[str] | None = None) -> int:
         """Copies every object under `prefix` (or the given names under it) into directory `target`,
