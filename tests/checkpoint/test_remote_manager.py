@@ -31,7 +31,7 @@ def test_manager_on_a_url_saves_prunes_and_restores_the_latest(s3_env: dict[str,
     out = {"w": np.ones(4, dtype=np.float32)}
     assert manager.restore_latest(out) is not None and out["w"].tolist() == [300.0] * 4
     handle = manager.save(store, step=400, blocking=False)
-    handle.wait()
+    assert handle.wait() == handle.path == f"{s3_prefix}/runs/a7/ckpt-400.{fmt}"
     assert manager.latest == f"{s3_prefix}/runs/a7/ckpt-400.{fmt}"
 
 

@@ -26,6 +26,7 @@ from varstore.checkpoint.manifest import DEFAULT_PACK_THRESHOLD_BYTES
 from varstore.checkpoint.overwrite import check_replaceable
 from varstore.checkpoint.plan import header as _header, plan_records, planned_layout
 from varstore.storage import Storage
+from varstore.storage._urls import url_from_path
 
 __all__ = ["SaveHandle", "save_async"]
 
@@ -41,17 +42,18 @@ class SaveHandle:
     """
 
     def __init__(self, path: Path, future: Future[Path]) -> None:
-        self.path = path
+        self.path: Path | str = url_from_path(path) or path  # an object-store URL stays a URL
         self._future = future
 
-    def wait(self, timeout_s: float | None = None) -> Path:
+    def wait(self, timeout_s: float | None = None) -> Path | str:
         """Blocks until the checkpoint is durable under `path`; returns it or raises the save's error.
 
         Raises:
           TimeoutError: `timeout_s` (seconds) passed first.
           Any error of the save (as `save_entries`).
         """
-        return self._future.result(timeout=timeout_s)
+        path = self._future.result(timeout=timeout_s)
+        return url_from_path(path) or path
 
     def done(self) -> bool:
         """True once the save finished (successfully or not)."""
