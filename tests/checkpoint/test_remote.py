@@ -231,3 +231,18 @@ def test_a_restore_fetches_each_hdf5_variable_once_with_concurrent_ranged_gets(
     variable_gets = [r for r in gets if r.bytes_out == 64 * KiB]
     assert len(variable_gets) == 6  # every variable once (read ahead, never again by the reader)
     assert len(gets) == 6 + 2  # plus the index header and the manifest
+
+
+def test_a_zarr_checkpoint_is_read_without_fetching_the_variables_not_asked_for(
+        s3_env: dict[str, str], s3_server: S3TestServer, s3_prefix: str, staging: Path) -> None:
+    values = {f"layer{i}/w": np.full(16 * KiB, i, dtype=np.float32) for i in range(6)}  # 64 KiB each
+    url = f"{s3_prefix}/m.zarr"
+    vs.save(url, values, layout="per-variable")
+    s3_server.log.clear()
+    with vs.open_checkpoint(url) as reader:
+        assert reader.read("layer4/w")[0] == 4.0
+        assert len(list(staging.iterdir())) == 1  # the metadata's local copy, while open
+    chunk_gets = [r for r in s3_server.log.matching("GET", path_contains="/c/") if "manifest" not in r.path]
+    assert [r.path.rsplit("m.zarr/", 1)[1] for r in chunk_gets] == ["layer4/w/c/0"]
+    assert sum(r.bytes_out for r in s3_server.log.requests) < 64 * KiB + 16 * KiB  # one variable + metadata
+    assert list(staging.iterdir()) == []  # gone once closed

@@ -435,14 +435,15 @@ def _open_remote(url: os.PathLike[str] | str, format: str | None,
         raise CheckpointError(f"no object storage for {key}")
     name = storage.name_of(key)
     fmt = container_of(storage, name, format)
-    local = stage_for_reading(storage, name, fmt)
+    staged = stage_for_reading(storage, name, fmt)
+    local = None if staged is None else staged[0]
     try:
-        if local is None:
+        if staged is None:
             reader = VarstoreReader(Path(key), fmt, storage=storage)
             reader.backend_source = lambda: io.BufferedReader(storage.open_reader(name), 1 << 16)
         else:
-            reader = VarstoreReader(local, fmt)
-            reader.staged = local
+            reader = VarstoreReader(staged[0], fmt, storage=staged[1])
+            reader.staged = staged[0]
         reader.location = key
     except BaseException:
         if local is not None:

@@ -13,7 +13,9 @@ protocol (docs/guide/object-storage.md, "Commit without rename"):
   requests), and LAST the root `zarr.json` (whose attributes carry the
   manifest's crc32c) written create-only: the commit. Then the marker goes.
 - A Zarr prefix without its root `zarr.json` is never listed, opened or
-  restored (`committed` says whether one is there).
+  restored (`committed` says whether one is there). A Zarr checkpoint is read
+  with its metadata copied into a local temporary directory and its chunks
+  fetched on demand (StagedZarrStorage).
 - The next save under the same parent sweeps what killed writers left:
   incomplete multipart uploads and prefixes with a pending marker and no
   commit, once older than the grace period (SWEEP_GRACE_SECONDS).
@@ -32,20 +34,21 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from varstore.backends import get_backend
-from varstore.checkpoint.manifest import INDEX_HEADER_BYTES, Record, decode_index_header
+from varstore.checkpoint.manifest import INDEX_HEADER_BYTES, MANIFEST_PATH, Record, decode_index_header
 from varstore.checkpoint.write_engine import write_container
 from varstore.errors import (CheckpointError, CheckpointExistsError, CheckpointNotFoundError, NotACheckpointError,
                              VarstoreError)
 from varstore.storage import storage_for
+from varstore.storage.protocol import Buffer, ReadAhead, StorageWriter
 from varstore.storage.local import LocalStorage
 from varstore.storage.object_storage import ObjectStorage
 
-__all__ = ["publish_remote", "check_replaceable_remote", "describe_remote", "committed", "is_checkpoint", "container_of", "stage_for_reading", "remove_staged", "sweep",
+__all__ = ["StagedZarrStorage", "publish_remote", "check_replaceable_remote", "describe_remote", "committed", "is_checkpoint", "container_of", "stage_for_reading", "remove_staged", "sweep",
            "PENDING_MARKER", "COMMIT_OBJECT", "SWEEP_GRACE_SECONDS"]
 
 _log = logging.getLogger("varstore.checkpoint")
@@ -250,12 +253,84 @@ def publish_remote(final: str, storage: ObjectStorage, fmt: str, entries: list[A
     return final
 
 
-def stage_for_reading(storage: ObjectStorage, name: str, fmt: str) -> Path | None:
+class StagedZarrStorage:
+    """Reads a Zarr checkpoint on an object store whose metadata was copied into a local directory.
+
+    A key under that directory is read from the local copy when it is there
+    (every zarr.json, the manifest's chunks) and otherwise from the object it
+    stands for, with ranged GETs (variable chunks, the packed blob); sizes come
+    from the listing, so no HEAD is needed. Read-only.
+    """
+
+    renames = True  # never written through
+
+    def __init__(self, local_root: Path, remote: ObjectStorage, name: str, sizes: dict[str, int]) -> None:
+        self.url = remote.url_of(name)
+        self._root = str(local_root)
+        self._remote = remote
+        self._name = name
+        self._sizes = sizes
+        self._local = LocalStorage()
+
+    def _remote_name(self, key: str) -> str | None:
+        """The object a key under the local root stands for, when its bytes are not local."""
+        key = os.fspath(key)
+        if os.path.exists(key) or not (key == self._root or key.startswith(self._root + os.sep)):
+            return None
+        relative = key[len(self._root):].lstrip(os.sep).replace(os.sep, "/")
+        return f"{self._name}/{relative}" if relative else self._name
+
+    def exists(self, key: str) -> bool:
+        name = self._remote_name(key)
+        return self._local.exists(key) if name is None else name in self._sizes
+
+    def size(self, key: str) -> int:
+        name = self._remote_name(key)
+        if name is None:
+            return self._local.size(key)
+        if name not in self._sizes:
+            raise CheckpointNotFoundError(f"{self._remote.url_of(name)} is missing (a partial copy?)")
+        return self._sizes[name]
+
+    def list(self, prefix: str) -> list[str]:
+        return sorted(self._sizes)
+
+    def read_range(self, key: str, offset: int, length: int, out: Buffer | None = None) -> Buffer:
+        name = self._remote_name(key)
+        if name is None:
+            return self._local.read_range(key, offset, length, out)
+        return self._remote.read_range(name, offset, length, out)
+
+    def read_all(self, key: str) -> bytes:
+        name = self._remote_name(key)
+        return self._local.read_all(key) if name is None else self._remote.read_all(name)
+
+    def writer(self, key: str, *, keep_open: bool = False) -> StorageWriter:
+        raise CheckpointError(f"{self.url} is open for reading only")
+
+    def delete(self, key: str) -> None:
+        raise CheckpointError(f"{self.url} is open for reading only")
+
+    def read_ahead(self, key: str, extents: Sequence[tuple[int, int]], window_bytes: int) -> ReadAhead | None:
+        return None
+
+    def keep_open(self, key: str) -> None:
+        if self._remote_name(key) is None:
+            self._local.keep_open(key)
+
+    def close(self) -> None:
+        self._local.close()
+
+
+def stage_for_reading(storage: ObjectStorage, name: str, fmt: str) -> tuple[Path, StagedZarrStorage] | None:
     """Prepares a committed checkpoint at `name` for reading.
 
-    HDF5 is read in place with ranged GETs (returns None). A Zarr checkpoint
-    is copied into a local temporary directory (every object of the prefix,
-    concurrently); the caller deletes it (returns it) when the reader closes.
+    HDF5 is read in place with ranged GETs (returns None). For a Zarr
+    checkpoint the prefix is listed once and only its metadata (every
+    zarr.json, the manifest's chunks) is copied into a local temporary
+    directory; variable bytes are read from their objects on demand through
+    the returned StagedZarrStorage. The caller deletes the directory
+    (remove_staged) when the reader closes.
 
     Raises:
       CheckpointNotFoundError: nothing committed there (an unfinished save is not a checkpoint).
@@ -268,18 +343,21 @@ def stage_for_reading(storage: ObjectStorage, name: str, fmt: str) -> Path | Non
                f"copied save); save it again or finish the copy" if unfinished else "; check the URL"))
     if not get_backend(fmt).is_directory:
         return None
+    listing = {info.name: info.size for info in storage.list_info(name)
+               if not info.name.endswith("/" + PENDING_MARKER)}
+    manifest_chunks = f"{name}/{MANIFEST_PATH}/c"
+    metadata = [key for key in listing if key.endswith("/" + COMMIT_OBJECT) or key.startswith(manifest_chunks)]
     staging = Path(tempfile.mkdtemp(prefix="varstore-read-"))
     local = staging / (Path(name).name or "checkpoint")
     try:
-        names = [key for key in storage.list(name) if not key.endswith("/" + PENDING_MARKER)]
-        storage.download_tree(name, local, names)
+        storage.download_tree(name, local, metadata)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     if not (local / COMMIT_OBJECT).is_file():
         shutil.rmtree(staging, ignore_errors=True)
         raise NotACheckpointError(f"{storage.url_of(name)} lost its commit object while it was read")
-    return local
+    return local, StagedZarrStorage(local, storage, name, listing)
 
 
 def remove_staged(local: os.PathLike[str] | str) -> None:
