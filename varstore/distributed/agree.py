@@ -30,10 +30,11 @@ def _error_class(name: str) -> type[VarstoreError]:
 
 def raise_first(outcomes: list[tuple[str, str] | None], size: int) -> None:
     """Raises the first failure among gathered outcomes ((class name, message) or None per rank)."""
+    everywhere = len({tuple(o) if o is not None else None for o in outcomes}) == 1
     for rank, outcome in enumerate(outcomes):
         if outcome is not None:
             name, message = outcome
-            prefix = "" if size == 1 else f"rank {rank} of {size}: "
+            prefix = "" if size == 1 or everywhere else f"rank {rank} of {size}: "
             raise _error_class(name)(prefix + message)
 
 
@@ -42,7 +43,7 @@ def agree(comm: Communicator, step: Callable[[], T]) -> T:
 
     Raises:
       The failing rank's VarstoreError class (CheckpointError for any other
-      exception), message prefixed with "rank R of N: "; on the failing rank
+      exception), message prefixed with "rank R of N: " unless every rank failed alike; on the failing rank
       itself the original error is chained as the cause.
     """
     outcome: tuple[str, str] | None = None
