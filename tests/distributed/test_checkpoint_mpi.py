@@ -62,3 +62,21 @@ def test_a_rank_killed_mid_save_leaves_the_previous_checkpoint_and_the_next_job_
         assert result["values"] == [1.0, 1]  # step 1's values, not the half-written step 2
         assert result["temporaries_after"] == []
         assert result["checkpoints"] == ["ckpt-1.h5", "ckpt-3.h5"]
+
+    # varstore ls shows the partitioned variable as one, written by 2 ranks
+    from click.testing import CliRunner
+
+    from varstore_cli.main import cli
+
+    result = CliRunner().invoke(cli, ["ls", str(directory / "ckpt-3.h5")])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].endswith("(varstore-hdf5, version 1.0, step 3, written by 2 ranks)")
+    assert lines[1].split() == ["name", "shape", "dtype", "size", "trainable", "collections"]
+    assert [line.split()[:4] for line in lines[2:4]] == [["embedding", "[8,", "2]", "float32"],
+                                                          ["global_step", "[]", "int64", "8"]]
+    assert ("embedding: partitioned variable, one array from 2 parts (embedding/part_0 ...), "
+            "written by 2 ranks") in lines
+    document = json.loads(CliRunner().invoke(cli, ["ls", "--json", str(directory / "ckpt-3.h5")]).output)
+    assert document["written_by_ranks"] == 2
+    assert document["partitioned"] == {"embedding": ["embedding/part_0", "embedding/part_1"]}
