@@ -197,3 +197,31 @@ def test_manager_saves_partitioned_stores_as_global_arrays(tmp_path):
     with h5py.File(last) as f:
         manifest = json.loads(bytes(f["_varstore/manifest"][...]))
     assert manifest["distributed"]["world_size"] == 1 and manifest["step"] == 2
+
+
+class _Rank:
+    """What ownership needs from a communicator: rank 1 of 2 (no MPI needed to bind a store)."""
+
+    rank, size = 1, 2
+
+
+def test_plain_restore_into_a_bound_store_skips_variables_of_other_ranks(tmp_path):
+    source = vs.VariableStore()
+    source.get_variable("a", [2])
+    source.get_variable("b", [2])
+    source.get_variable("c", [2])
+    values = {"a": np.array([1, 2], np.float32), "b": np.array([3, 4], np.float32),
+              "c": np.array([5, 6], np.float32)}
+    path = vs.checkpoint.save(tmp_path / "model.h5", values, layout="packed")
+    store = vs.VariableStore()
+    with vs.device("/job:ps/task:0"):
+        a = store.get_variable("a", [2])
+    with vs.device("/job:ps/task:1"):
+        b = store.get_variable("b", [2])
+    c = store.get_variable("c", [2])
+    store.initialize(comm=_Rank())
+    result = vs.checkpoint.restore(path, store)
+    assert not a.is_allocated and a.is_owned is False  # rank 0's: never allocated here
+    np.testing.assert_array_equal(b.numpy(), [3, 4])
+    np.testing.assert_array_equal(c.numpy(), [5, 6])
+    assert sorted(result.restored) == ["b", "c"]
