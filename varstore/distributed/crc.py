@@ -3,13 +3,13 @@
 crc32c is linear over GF(2): crc(A + B) = shift(crc(A), len(B)) xor crc(B),
 where shift multiplies by x^(8 len(B)) modulo the Castagnoli polynomial (the
 zlib crc32_combine construction, with the reflected polynomial 0x82F63B78).
-The operator for one length is a 32x32 bit matrix, built once per distinct
-length and cached: the runs of one write all have the same length. No I/O.
+The operators appending 2**k zero bytes are 32x32 bit matrices, built once
+by repeated squaring and cached; one combine costs a few hundred operations
+per set bit of the length. No I/O.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 
 __all__ = ["crc32c_combine", "crc32c_of_runs"]
@@ -32,35 +32,37 @@ def _square(matrix: list[int]) -> list[int]:
     return [_times(matrix, matrix[n]) for n in range(32)]
 
 
-def _shift_slow(crc: int, nbytes: int) -> int:
-    odd = [_POLY] + [1 << n for n in range(31)]  # one zero bit
-    even = _square(odd)  # two zero bits
-    odd = _square(even)  # four zero bits
-    while True:
-        even = _square(odd)
-        if nbytes & 1:
-            crc = _times(even, crc)
-        nbytes >>= 1
-        if not nbytes:
-            return crc
-        odd = _square(even)
-        if nbytes & 1:
-            crc = _times(odd, crc)
-        nbytes >>= 1
-        if not nbytes:
-            return crc
+_POWERS: list[list[int]] = []  # _POWERS[k]: the operator that appends 2**k zero bytes
 
 
-@functools.lru_cache(maxsize=256)
-def _shift_matrix(nbytes: int) -> tuple[int, ...]:
-    return tuple(_shift_slow(1 << k, nbytes) for k in range(32))
+def _power(k: int) -> list[int]:
+    while len(_POWERS) <= k:
+        if not _POWERS:
+            operator = [_POLY] + [1 << n for n in range(31)]  # one zero bit
+            for _ in range(3):  # 2, 4, 8 zero bits: one zero byte
+                operator = _square(operator)
+            _POWERS.append(operator)
+        else:
+            _POWERS.append(_square(_POWERS[-1]))
+    return _POWERS[k]
+
+
+def _shift(crc: int, nbytes: int) -> int:
+    """crc32c state after appending `nbytes` zero bytes to data whose crc32c is `crc` (pre/post inverted)."""
+    k = 0
+    while nbytes and crc:
+        if nbytes & 1:
+            crc = _times(_power(k), crc)
+        nbytes >>= 1
+        k += 1
+    return crc
 
 
 def crc32c_combine(crc1: int, crc2: int, nbytes2: int) -> int:
     """crc32c of A + B from crc1 = crc32c(A), crc2 = crc32c(B) and nbytes2 = len(B) (bytes)."""
     if nbytes2 <= 0:
         return crc1
-    return _times(_shift_matrix(nbytes2), crc1) ^ crc2
+    return _shift(crc1, nbytes2) ^ crc2
 
 
 def crc32c_of_runs(runs: Iterable[tuple[int, int, int]], total: int) -> int | None:

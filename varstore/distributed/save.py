@@ -92,7 +92,7 @@ def _region_value(variables: dict[str, Any], w: WriteItem) -> np.ndarray:
 
 
 def _write_mine(comm: Communicator, store: Any, plan: SavePlan, fmt: str, tmp: Path,
-                extents: dict[str, int | None], chunks: dict[str, tuple[str, list[int] | None]]) -> dict[str, Any]:
+                extents: dict[str, int | None], chunks: dict[str, tuple[str, list[int] | None, int]]) -> dict[str, Any]:
     """Writes this rank's regions; returns what rank 0 needs: run crcs, region crcs, small values, bytes."""
     variables = {v.name: v for v in store.variables()}
     storage = storage_for(tmp)[0]
@@ -129,8 +129,8 @@ def _write_mine(comm: Communicator, store: Any, plan: SavePlan, fmt: str, tmp: P
                 if crcs is not None and len(crcs) > _MAX_RUNS:
                     runs[w.array] = None
             else:
-                array_path, grid = chunks[w.array]
-                written += _write_zarr_chunks(storage, tmp, array_path, spec.shape, grid, w, data)
+                array_path, grid, extra = chunks[w.array]
+                written += _write_zarr_chunks(storage, tmp, array_path, spec.shape, grid, extra, w, data)
                 crcs = runs.setdefault(w.array, [])
                 if crcs is not None:
                     if len(pieces) > _MAX_RUNS:
@@ -153,7 +153,8 @@ def _write_mine(comm: Communicator, store: Any, plan: SavePlan, fmt: str, tmp: P
 
 
 def _write_zarr_chunks(storage: Any, tmp: Path, array: str, shape: tuple[int, ...], chunks: list[int] | None,
-                       w: WriteItem, data: np.ndarray) -> list[Path]:
+                       extra: int, w: WriteItem, data: np.ndarray) -> list[Path]:
+    """Writes the chunk files of region `w` (`extra` trailing storage axes: strings stored as code units)."""
     directory = tmp / array
     grid = tuple(chunks) if chunks is not None else tuple(max(1, n) for n in shape)
     files = []
@@ -162,7 +163,7 @@ def _write_zarr_chunks(storage: Any, tmp: Path, array: str, shape: tuple[int, ..
         position = tuple(r[i] for r, i in zip(starts, index))
         local = tuple(slice(p * c - o, p * c - o + c) for p, c, o in zip(position, grid, w.offset))
         block = np.ascontiguousarray(data[local]) if shape else data
-        file = chunk_path(directory, position)
+        file = chunk_path(directory, position + (0,) * extra)
         file.parent.mkdir(parents=True, exist_ok=True)
         writer = storage.writer(str(file))
         try:
@@ -230,7 +231,7 @@ def _save_rank0(comm: Communicator, store: Any, plan: SavePlan, fmt: str, final:
         writer = backend.open_writer(tmp, INDEX_HEADER_BYTES if single_file else 0)
         prepared["writer"] = writer
         extents: dict[str, int | None] = {}
-        chunks: dict[str, tuple[str, list[int] | None]] = {}
+        chunks: dict[str, tuple[str, list[int] | None, int]] = {}
         for record in records:
             spec = plan.arrays[record.name]
             storage_dtype, storage_shape = storage_layout(record.numpy_dtype, record.shape,
@@ -241,7 +242,8 @@ def _save_rank0(comm: Communicator, store: Any, plan: SavePlan, fmt: str, final:
                 extent = writer.create_array(record.path, storage_dtype, storage_shape, attrs,  # type: ignore[call-arg]
                                              chunks=grid)
                 whole = tuple(max(1, n) for n in spec.chunks) == tuple(max(1, n) for n in spec.shape)
-                chunks[record.name] = (str(record.path), None if whole else list(spec.chunks))
+                chunks[record.name] = (str(record.path), None if whole else list(spec.chunks),
+                                      len(storage_shape) - len(spec.shape))
             else:
                 extent = writer.create_array(record.path, storage_dtype, storage_shape, attrs)
                 extents[record.name] = None if extent is None else extent.offset
