@@ -10,7 +10,7 @@ others will never reach. Knows nothing about checkpoints.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from varstore import errors
 from varstore.distributed.communicator import Communicator
@@ -28,7 +28,7 @@ def _error_class(name: str) -> type[VarstoreError]:
     return CheckpointError
 
 
-def raise_first(outcomes: list[tuple[str, str] | None], size: int) -> None:
+def raise_first(outcomes: list[list[str] | None], size: int) -> None:
     """Raises the first failure among gathered outcomes ((class name, message) or None per rank)."""
     everywhere = len({tuple(o) if o is not None else None for o in outcomes}) == 1
     for rank, outcome in enumerate(outcomes):
@@ -46,7 +46,7 @@ def agree(comm: Communicator, step: Callable[[], T]) -> T:
       exception), message prefixed with "rank R of N: " unless every rank failed alike; on the failing rank
       itself the original error is chained as the cause.
     """
-    outcome: tuple[str, str] | None = None
+    outcome: list[str] | None = None
     result: T | None = None
     failure: BaseException | None = None
     try:
@@ -54,10 +54,10 @@ def agree(comm: Communicator, step: Callable[[], T]) -> T:
     except Exception as err:  # noqa: BLE001 - every failure must reach the other ranks
         failure = err
         name = type(err).__name__ if isinstance(err, VarstoreError) else "CheckpointError"
-        outcome = (name, str(err) if isinstance(err, VarstoreError) else f"{type(err).__name__}: {err}")
-    outcomes = comm.allgather(outcome)
+        outcome = [name, str(err) if isinstance(err, VarstoreError) else f"{type(err).__name__}: {err}"]
+    outcomes = cast("list[list[str] | None]", comm.allgather(outcome))
     try:
-        raise_first(outcomes, comm.size)  # type: ignore[arg-type]
+        raise_first(outcomes, comm.size)
     except VarstoreError as err:
         raise err from failure
     return result  # type: ignore[return-value]

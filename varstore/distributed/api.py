@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from varstore.checkpoint import atomic
 from varstore.checkpoint import manager as _manager
@@ -115,8 +115,8 @@ class CheckpointManager(_manager.CheckpointManager):
         if comm is None and not _partitioned(target):
             return super().save(target, step, **options)
         comm = comm or as_communicator(None)
-        step = int(comm.bcast(int(step)))  # rank 0 owns numbering
-        final = Path(comm.bcast(str(self.directory / f"{self.checkpoint_name}-{step}{self._suffix}")))
+        step = int(cast(int, comm.bcast(int(step))))  # rank 0 owns numbering
+        final = Path(cast(str, comm.bcast(str(self.directory / f"{self.checkpoint_name}-{step}{self._suffix}"))))
         lock = self._lock() if comm.rank == 0 else None
 
         def prepare() -> None:
@@ -145,7 +145,7 @@ class CheckpointManager(_manager.CheckpointManager):
         chosen = comm.bcast(self._first_usable() if comm.rank == 0 else None)
         if chosen is None:
             return None
-        return restore_collective(chosen, target, comm, format=self.format, **options)
+        return restore_collective(cast(str, chosen), target, comm, format=self.format, **options)
 
     def _first_usable(self) -> str | None:
         from varstore.checkpoint.reader import open_varstore

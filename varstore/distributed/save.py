@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -210,7 +210,8 @@ def _save_other(comm: Communicator, store: Any, plan: SavePlan, fmt: str) -> Non
     if where is None:  # rank 0 failed to prepare; it broadcasts the error next
         agree(comm, lambda: None)
         return
-    tmp, extents, chunks = Path(where[0]), where[1], where[2]
+    laid_out = cast("list[Any]", where)
+    tmp, extents, chunks = Path(laid_out[0]), laid_out[1], laid_out[2]
     report = agree(comm, lambda: _write_mine(comm, store, plan, fmt, tmp, extents, chunks))
     comm.gather(report)
     agree(comm, lambda: None)  # rank 0's commit
@@ -239,13 +240,13 @@ def _save_rank0(comm: Communicator, store: Any, plan: SavePlan, fmt: str, final:
             attrs = array_attrs(record)
             if fmt == "zarr":
                 grid = tuple(spec.chunks) + tuple(storage_shape[len(spec.chunks):])
-                extent = writer.create_array(record.path, storage_dtype, storage_shape, attrs,  # type: ignore[call-arg]
-                                             chunks=grid)
+                zarr_writer: Any = writer  # the Zarr writer takes a chunk grid (backends/zarr3)
+                extent = zarr_writer.create_array(str(record.path), storage_dtype, storage_shape, attrs, chunks=grid)
                 whole = tuple(max(1, n) for n in spec.chunks) == tuple(max(1, n) for n in spec.shape)
                 chunks[record.name] = (str(record.path), None if whole else list(spec.chunks),
                                       len(storage_shape) - len(spec.shape))
             else:
-                extent = writer.create_array(record.path, storage_dtype, storage_shape, attrs)
+                extent = writer.create_array(str(record.path), storage_dtype, storage_shape, attrs)
                 extents[record.name] = None if extent is None else extent.offset
                 record.file_offset = None if extent is None else extent.offset
     except BaseException as err:  # noqa: BLE001 - reported to every rank below
@@ -255,10 +256,10 @@ def _save_rank0(comm: Communicator, store: Any, plan: SavePlan, fmt: str, final:
         _abort(prepared, context, failure)
         agree(comm, lambda: _reraise(failure))
         return
-    comm.bcast((str(prepared["tmp"]), extents, chunks))
+    comm.bcast([str(prepared["tmp"]), cast(Any, extents), cast(Any, chunks)])
     try:
         report = agree(comm, lambda: _write_mine(comm, store, plan, fmt, tmp, extents, chunks))
-        reports = comm.gather(report)
+        reports = cast("list[dict[str, Any]] | None", comm.gather(report))
         agree(comm, lambda: _commit(prepared, context, plan, fmt, records, planned, reports, single_file))
     except BaseException as err:
         _abort(prepared, context, err)
