@@ -225,3 +225,18 @@ def test_plain_restore_into_a_bound_store_skips_variables_of_other_ranks(tmp_pat
     np.testing.assert_array_equal(b.numpy(), [3, 4])
     np.testing.assert_array_equal(c.numpy(), [5, 6])
     assert sorted(result.restored) == ["b", "c"]
+
+
+def test_variables_created_after_the_restore_take_their_values_deferred(tmp_path):
+    store = build(2)
+    fill(store)
+    path = vs.save(tmp_path / "model.h5", store)
+    target = vs.VariableStore()
+    with target.variable_scope("model"):
+        target.get_variable("embedding", [10, 3], partitioner=vs.fixed_size_partitioner(2))
+    result = vs.restore(path, target)
+    assert result.deferred == ["global_step", "model/dense/kernel"]
+    with target.variable_scope("model"):
+        kernel = target.get_variable("dense/kernel", [2, 2])
+    np.testing.assert_array_equal(kernel.numpy(), [[1, 2], [3, 4]])
+    np.testing.assert_array_equal(embedding(target), FULL)
