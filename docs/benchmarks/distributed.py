@@ -1,16 +1,17 @@
 """Benchmark (not a test): collective save and restore on N = 1, 2, 4 MPI ranks.
 
-Workloads (float32, values from the store's initializers, generated untimed):
+Workloads (float32, values from the store's initializers, set untimed):
   replicated  W1's 384 transformer variables scaled to ~100 MB, no task: every rank holds a
               copy; the collective save spreads the writes over the ranks.
-  embedding   one ~250 MB embedding [244140, 256] partitioned into N parts on N ps tasks,
-              plus the replicated W1 above (so the file is ~350 MB).
+  embedding   one ~250 MB embedding [244140, 256] (a constant initializer) partitioned into N
+              parts on N ps tasks, plus the replicated W1 above (so the file is ~350 MB).
 For each N: save (durable: every rank fsyncs, rank 0 commits) and restore into the same
 partitioning after the checkpoint's pages were dropped from the page cache
 (posix_fadvise DONTNEED, so restores read the disk where the kernel honours it).
 Then the embedding checkpoint saved by 4 ranks is restored on 2 and on 3 ranks.
 Reports wall time (slowest rank, between barriers), aggregate GB/s (checkpoint bytes /
-time), peak RSS per rank (ru_maxrss) and bytes written per rank (the manifest's record).
+time), peak RSS per rank (ru_maxrss; in brackets its value before the save/restore) and
+bytes written per rank (the manifest's record).
 
     python docs/benchmarks/distributed.py            # prints the markdown table
     python docs/benchmarks/distributed.py --scale 0.1  # a quick look
@@ -56,11 +57,13 @@ def worker(args: argparse.Namespace) -> None:
     with vs.device(vs.replica_device_setter(ps_tasks=comm.size)):
         if args.workload == "embedding":
             rows = int(244140 * args.scale)
-            store.get_variable("embedding", [rows, 256], initializer=vs.initializers.RandomNormal(stddev=0.02),
+            # a constant: its parts are filled without building the global value, so the RSS shows save/restore
+            store.get_variable("embedding", [rows, 256], initializer=vs.initializers.Constant(0.02),
                                partitioner=vs.fixed_size_partitioner(comm.size))
     for name, shape in w1_layout(100 / 1209 * args.scale):
         store.get_variable(name, list(shape), initializer=vs.initializers.RandomNormal(stddev=0.02))
     store.initialize(comm=comm)
+    before = comm.gather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, root=0)
     path = Path(args.path)
     row: dict = {"workload": args.workload, "ranks": comm.size}
     if args.mode == "save":
@@ -85,6 +88,7 @@ def worker(args: argparse.Namespace) -> None:
         row["saved_by"] = section.get("world_size")
         row["bytes_per_rank"] = section.get("bytes_per_rank")
         row["peak_rss"] = rss
+        row["rss_before"] = before
         print(json.dumps(row), flush=True)
 
 
@@ -127,7 +131,7 @@ def main() -> None:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print("| workload | ranks | checkpoint MB | save s | save GB/s | restore s | restore GB/s | "
-          "MB written per rank | peak RSS MB per rank |")
+          "MB written per rank | peak RSS MB per rank (before save/restore) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:
         save = row.get("save_s")
@@ -137,7 +141,7 @@ def main() -> None:
         save_rate = "-" if save is None else f"{row['nbytes'] / save / 1e9:.2f}"
         print(f"| {label} | {row['ranks']} | {_mb(row['nbytes'])} | {save_s} | {save_rate} | "
               f"{row['restore_s']:.2f} | {row['nbytes'] / row['restore_s'] / 1e9:.2f} | {written} | "
-              f"{' / '.join(_mb(r) for r in row['peak_rss'])} |")
+              f"{' / '.join(f'{_mb(r)} ({_mb(b)})' for r, b in zip(row['peak_rss'], row['rss_before']))} |")
 
 
 if __name__ == "__main__":
