@@ -231,6 +231,12 @@ def _save_rank0(comm: Communicator, store: Any, plan: SavePlan, fmt: str, final:
         prepared["tmp"] = tmp
         writer = backend.open_writer(tmp, INDEX_HEADER_BYTES if single_file else 0)
         prepared["writer"] = writer
+        if single_file:  # the data's blocks in one go before HDF5 lays out anything, as write_engine does
+            storage = storage_for(tmp)[0]
+            reserve = storage.writer(str(tmp))
+            reserve.reserve(INDEX_HEADER_BYTES + sum(record.nbytes for record in records))
+            reserve.finish()
+            storage.close()
         extents: dict[str, int | None] = {}
         chunks: dict[str, tuple[str, list[int] | None, int]] = {}
         for record in records:
