@@ -26,6 +26,10 @@ def test_saved_by_n_ranks_restores_on_m_ranks_for_every_pair(tmp_path):
     for rank, result in enumerate(results):  # rank r takes part in every restore on m > r ranks
         assert set(result["checks"]) == {p for p in pairs if int(p.split("->")[1].split(".")[0]) > rank}
         assert all(result["checks"].values()), result["checks"]
+    # save(check_replicas=True) names the diverged replicated variable on every rank and writes nothing
+    assert results[0]["replica_error"] == results[1]["replica_error"]
+    assert "'global_step' (ranks [1] differ from rank 0)" in results[0]["replica_error"]
+    assert results[0]["diverged_written"] is False and "replica_error" not in results[2]
     # a wrong shape raises the same error on every rank of the restoring job
     for m in range(1, 5):
         messages = {results[r]["errors"][str(m)] for r in range(m)}

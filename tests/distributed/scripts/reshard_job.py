@@ -56,6 +56,14 @@ for n in range(1, 5):
                 v.assign(n)
         for suffix in ("h5", "zarr"):
             path = vs.save(out / f"saved-by-{n}.{suffix}", store, comm=comm, step=n)
+        if n == 2:  # the replicas of global_step diverge: every rank raises, nothing is written
+            step = {v.name: v for v in store.variables()}["global_step"]
+            step.assign(100 + comm.rank)
+            try:
+                vs.save(out / "diverged.h5", store, comm=comm, check_replicas=True)
+            except vs.ReplicaDivergenceError as err:
+                result["replica_error"] = str(err)
+            result["diverged_written"] = (out / "diverged.h5").exists()
         comm.Free()
     world.Barrier()
 
