@@ -38,7 +38,7 @@ from varstore.checkpoint.manifest import (
     storage_layout,
 )
 from varstore.checkpoint.overwrite import check_replaceable
-from varstore.checkpoint.plan import array_attrs, header
+from varstore.checkpoint.plan import array_attrs, header, root_attrs
 from varstore.distributed.agree import agree
 from varstore.distributed.checks import check_replicas as check_replica_values
 from varstore.distributed.checks import check_structure
@@ -332,9 +332,7 @@ def _commit(prepared: dict[str, Any], context: Any, plan: SavePlan, fmt: str, re
         out.write_at(extent.offset, manifest)
         out.finish()
         storage.close()
-    root = {f"varstore_{key}" if key in ("format", "format_version", "library_version", "layout") else key: value
-            for key, value in planned.items() if key != "distributed"}
-    root["varstore_manifest_crc32c"] = crc32c_raw(manifest)
+    root = root_attrs({k: v for k, v in planned.items() if k != "distributed"}, crc32c_raw(manifest))
     root["varstore_written_by_ranks"] = plan.world_size
     writer.set_root_attrs(root)
     paths += writer.close()
