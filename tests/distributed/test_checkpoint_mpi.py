@@ -30,6 +30,11 @@ def test_saved_by_n_ranks_restores_on_m_ranks_for_every_pair(tmp_path):
     assert results[0]["replica_error"] == results[1]["replica_error"]
     assert "'global_step' (ranks [1] differ from rank 0)" in results[0]["replica_error"]
     assert results[0]["diverged_written"] is False and "replica_error" not in results[2]
+    # rank 1 cannot read its (lazily restored) value mid-save: both ranks raise its error, nothing is left
+    assert results[0]["save_error"] == results[1]["save_error"]
+    assert results[0]["save_error"].startswith("CorruptCheckpointError: rank 1 of 2: cannot read variable")
+    assert "lazy-source.h5" in results[0]["save_error"]
+    assert results[0]["failed_left"] == results[1]["failed_left"] == []
     # a wrong shape raises the same error on every rank of the restoring job
     for m in range(1, 5):
         messages = {results[r]["errors"][str(m)] for r in range(m)}

@@ -45,6 +45,7 @@ from varstore.distributed.checks import check_structure
 from varstore.distributed.communicator import Communicator, as_communicator
 from varstore.distributed.crc import crc32c_of_runs
 from varstore.distributed.plan import SavePlan, WriteItem, byte_runs, layouts_of, plan_save
+from varstore.errors import VarstoreError
 from varstore.storage import storage_for
 
 __all__ = ["save_collective", "CHECKSUM_RULE"]
@@ -197,10 +198,14 @@ def save_collective(path: os.PathLike[str] | str, store: Any, comm: Any = None, 
     planned = header(fmt, step, metadata, final)
     planned["layout"] = "per-variable"
     planned["distributed"] = _distributed_header(store, plan)
-    if communicator.rank == 0:
-        _save_rank0(communicator, store, plan, fmt, final, records, planned, overwrite)
-    else:
-        _save_other(communicator, store, plan, fmt)
+    try:
+        if communicator.rank == 0:
+            _save_rank0(communicator, store, plan, fmt, final, records, planned, overwrite)
+        else:
+            _save_other(communicator, store, plan, fmt)
+    except VarstoreError:
+        communicator.barrier()  # every rank raised at the same step; return once rank 0 has cleaned up
+        raise
     communicator.barrier()
     return final
 

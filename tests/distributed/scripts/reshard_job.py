@@ -9,6 +9,8 @@ into an M-part job. Every rank prints one JSON line with what it found.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -96,5 +98,28 @@ for m in range(1, 5):
             result["errors"][str(m)] = f"{type(err).__name__}: {err}"
         comm.Free()
     world.Barrier()
+
+# a rank that cannot produce its value mid-save: every rank raises its error, nothing is committed
+comm = sub(2)
+if comm != MPI.COMM_NULL:
+    source = out / "lazy-source.h5"
+    if comm.rank == 0:
+        shutil.copyfile(out / "saved-by-2.h5", source)
+    comm.Barrier()
+    store = build(comm, 2)
+    vs.restore(source, store, comm=comm, lazy=True)  # values stay on disk until used
+    if comm.rank == 0:
+        reader = vs.checkpoint.open_varstore(source)
+        cut = reader.record("model/embedding").file_offset + 5 * COLS * 4  # rank 1's part starts here
+        reader.close()
+        os.truncate(source, cut)
+    comm.Barrier()
+    try:
+        vs.save(out / "failed.h5", store, comm=comm)
+    except vs.VarstoreError as err:
+        result["save_error"] = f"{type(err).__name__}: {err}"
+    result["failed_left"] = sorted(p.name for p in out.iterdir() if p.name.startswith("failed"))
+    comm.Free()
+world.Barrier()
 
 print(json.dumps(result))
