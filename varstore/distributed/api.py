@@ -151,12 +151,7 @@ class CheckpointManager(_manager.CheckpointManager):
         from varstore.checkpoint.reader import open_varstore
         from varstore.errors import CheckpointError
 
-        candidates: list[Path] = []
-        latest = self.latest
-        if latest is not None:
-            candidates.append(latest)
-        candidates += [p for p in reversed(self.checkpoints) if p not in candidates]
-        for path in candidates:
+        for path in self.restore_candidates():
             try:
                 open_varstore(path, self.format).close()
             except CheckpointError:
