@@ -12,7 +12,8 @@ from __future__ import annotations
 from varstore import _core_api, dtypes, errors
 from varstore._version import __version__
 from varstore._core_api import *  # noqa: F401,F403
-from varstore.checkpoint import CheckpointManager, RestoreResult, SaveHandle, restore, save
+from varstore.checkpoint import RestoreResult, SaveHandle
+from varstore.distributed.api import CheckpointManager, restore, save  # comm=: one process or every rank
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo
 from varstore.convert import ConvertReport, convert, detect_format, open_checkpoint
 from varstore.convert.registry import FormatEntry, register_format, unregister_format

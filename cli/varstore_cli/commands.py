@@ -42,13 +42,39 @@ def _elements(info: VariableInfo) -> int:
 
 
 def _checkpoint_json(reader: CheckpointReader) -> dict[str, Any]:
-    return {
+    document = {
         "path": reader.location,
         "format": reader.format,
         "format_version": reader.format_version,
         "step": reader.step,
         "metadata": reader.metadata,
     }
+    section = _distributed(reader)
+    if section is not None:
+        document["written_by_ranks"] = section.get("world_size")
+        document["partitioned"] = {name: [part.get("name") for part in entry.get("parts") or []]
+                                   for name, entry in (section.get("arrays") or {}).items() if entry.get("parts")}
+    return document
+
+
+def _distributed(reader: CheckpointReader) -> dict[str, Any] | None:
+    """The "distributed" section of a varstore checkpoint saved collectively (or with partitioned variables)."""
+    section = getattr(reader, "distributed", None)
+    return section if isinstance(section, dict) else None
+
+
+def _partition_lines(reader: CheckpointReader, names: set[str]) -> list[str]:
+    section = _distributed(reader)
+    if section is None:
+        return []
+    lines = []
+    for name, entry in sorted((section.get("arrays") or {}).items()):
+        parts = entry.get("parts") or []
+        if parts and name in names:
+            writers = sorted({w.get("rank") for w in entry.get("writes") or []})
+            lines.append(f"{name}: partitioned variable, one array from {fmt.plural(len(parts), 'part')} "
+                         f"({parts[0].get('name')} ...), written by {fmt.plural(len(writers), 'rank')}")
+    return lines
 
 
 def _describe(reader: CheckpointReader) -> str:
@@ -57,6 +83,9 @@ def _describe(reader: CheckpointReader) -> str:
         parts.append(f"version {reader.format_version}")
     if reader.step is not None:
         parts.append(f"step {reader.step}")
+    section = _distributed(reader)
+    if section is not None and isinstance(section.get("world_size"), int):
+        parts.append(f"written by {fmt.plural(section['world_size'], 'rank')}")
     return f"{reader.location}  ({', '.join(parts)})"
 
 
@@ -135,6 +164,8 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
         filtered = f" matching '{pattern}'" if pattern is not None else ""
         click.echo(f"total: {fmt.plural(totals['variables'], 'variable')}{filtered}, "
                    f"{fmt.plural(totals['elements'], 'element')}, {fmt.human_size(totals['nbytes'])}")
+        for line in _partition_lines(reader, {i.name for i in infos}):
+            click.echo(line)
         if reader.skipped:
             click.echo(f"skipped {fmt.plural(len(reader.skipped), 'entry', 'entries')}:")
             for line in fmt.table([[s.name, s.reason] for s in reader.skipped]):

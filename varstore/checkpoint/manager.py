@@ -284,6 +284,16 @@ class CheckpointManager:
                 os.fsync(handle.fileno())
 
     # -- restoring
+    def restore_candidates(self) -> list[Path | str]:
+        """The checkpoints restore_latest tries, in order: the "latest" pointer's, then newest step first
+        (URLs, as str, on an object store)."""
+        candidates: list[Path | str] = []
+        latest = self.latest
+        if latest is not None:
+            candidates.append(latest)
+        candidates += [path for _, path in reversed(self._scan()) if path not in candidates]
+        return candidates
+
     def restore_latest(self, target: Any, **restore_options: Any) -> RestoreResult | None:
         """Restores the newest checkpoint that opens cleanly, skipping damaged or incomplete ones.
 
@@ -294,12 +304,7 @@ class CheckpointManager:
         Returns:
           The RestoreResult, or None when the directory has no usable checkpoint.
         """
-        candidates: list[Path | str] = []
-        latest = self.latest
-        if latest is not None:
-            candidates.append(latest)
-        candidates += [path for _, path in reversed(self._scan()) if path not in candidates]
-        for path in candidates:
+        for path in self.restore_candidates():
             try:
                 reader = open_varstore(path, self.format, storage_options=self._storage_options)
             except (NotACheckpointError, CorruptCheckpointError, CheckpointError):

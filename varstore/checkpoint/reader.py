@@ -159,6 +159,11 @@ class VarstoreReader(CheckpointReader):
         self.format_version = header.get("format_version")
         self.library_version = header.get("library_version")
         self.created_utc = header.get("created_utc")
+        #: A collective save's section (world_size, partitioned arrays' parts and writes), or None.
+        self.distributed: dict[str, Any] | None = header.get("distributed") if isinstance(
+            header.get("distributed"), dict) else None
+        #: Whether the backend stores fixed-length bytes natively (HDF5) or as uint8 (Zarr).
+        self.native_bytes_strings = bool(self._backend.native_bytes_strings)
         self._packed: dict[str, Any] = header.get("packed") or {}
         #: "per-variable" or "packed" (root attribute varstore_layout; older files: from the packed blob).
         self.layout = header.get("layout") or ("packed" if self._packed.get("nbytes") else "per-variable")
@@ -328,6 +333,19 @@ class VarstoreReader(CheckpointReader):
           CorruptCheckpointError: naming the variable, the file and both sizes (see locations.py).
         """
         self._bytes.check_stored(record)
+
+    def record_extent(self, record: Record) -> RawExtent | None:
+        """Where an own-array variable's bytes lie (file, offset, bytes), or None when only the
+        backend can read them (a chunked Zarr array, an HDF5 scalar) or it is packed (region reads)."""
+        if self._closed:
+            raise CheckpointError(f"checkpoint '{self.path}' is closed; cannot read '{record.name}'")
+        return None if record.path is None or not record.nbytes else self._bytes.record_extent(record)
+
+    def read_stored_region(self, record: Record, index: tuple[slice, ...], out: npt.NDArray[Any]) -> None:
+        """Fills `out` (stored dtype, the region's stored shape) with region `index` through the backend."""
+        assert record.path is not None
+        read_array: Any = self._store.read_array  # the Zarr backend reads regions; see backends/zarr3
+        read_array(record.path, out, index)
 
     def _extent_of(self, path: str, dtype: np.dtype, shape: tuple[int, ...]) -> RawExtent | None:
         return self._bytes.extent_of(path, dtype, shape)

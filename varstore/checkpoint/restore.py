@@ -33,7 +33,7 @@ from varstore.checkpoint.read_engine import read_into_targets
 from varstore.checkpoint.reader import CheckpointValue, VarstoreReader, open_varstore
 from varstore.errors import DtypeMismatchError, RestoreError, RestoreTargetError, ShapeMismatchError
 
-__all__ = ["restore", "RestoreResult", "map_names", "targets_of"]
+__all__ = ["restore", "RestoreResult", "map_names", "covered_targets", "targets_of"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +83,8 @@ def map_names(names: list[str], assignment_map: Mapping[str, str] | None) -> dic
     return mapped
 
 
-def _covered_targets(targets: list[str], assignment_map: Mapping[str, str] | None) -> list[str]:
+def covered_targets(targets: list[str], assignment_map: Mapping[str, str] | None) -> list[str]:
+    """The target names an assignment_map covers (all of them without one), in order."""
     if assignment_map is None:
         return list(targets)
     exact = set()
@@ -104,7 +105,8 @@ def targets_of(target: Any) -> tuple[dict[str, Any], Any]:
       target: a VariableStore, a mapping of names to Variables or arrays, one Variable, or a list of Variables.
     """
     if hasattr(target, "variables") and callable(target.variables) and not isinstance(target, Mapping):
-        return {v.name: v for v in target.variables()}, target
+        # a store bound to a communicator: only the variables this rank holds (varstore.ownership)
+        return {v.name: v for v in target.variables() if getattr(v, "is_owned", True)}, target
     if isinstance(target, Mapping):
         return dict(target), None
     if hasattr(target, "restore_from"):
@@ -181,7 +183,7 @@ def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
     pairs = [(ckpt, mapped[ckpt]) for ckpt in names if ckpt in mapped and mapped[ckpt] in targets]
     unexpected = [ckpt for ckpt in names if ckpt in mapped and mapped[ckpt] not in targets]
     covered = set(mapped[ckpt] for ckpt, _ in pairs)
-    missing = [name for name in _covered_targets(list(targets), assignment_map) if name not in covered]
+    missing = [name for name in covered_targets(list(targets), assignment_map) if name not in covered]
     if strict and (missing or unexpected):
         raise RestoreError(
             f"restoring '{reader.path}' strictly failed: missing from the checkpoint "
