@@ -128,7 +128,7 @@ def test_pending_restore_fills_a_part(store):
         def read_into(self, out):
             out[...] = 7.0
 
-    store.add_pending_restore(lambda name: Source() if name == "e/part_1" else None)
+    store.add_pending_restore(lambda name, info: Source() if name == "e/part_1" else None)
     parted = store.get_variable("e", [4, 2], partitioner=vs.fixed_size_partitioner(2))
     np.testing.assert_array_equal(parted[1].numpy(), np.full((2, 2), 7.0))
     assert parted[0].numpy().std() > 0
