@@ -155,9 +155,9 @@ class PendingResolver:
         stored = tuple(self.reader.record(ckpt).shape)
         if stored != tuple(info.full_shape):
             raise ShapeMismatchError(
-                f"cannot restore variable '{name}' from '{ckpt}' in '{self.reader.path}': the checkpoint has "
-                f"shape {stored}, the partitioned variable '{info.full_name}' was created with "
-                f"{tuple(info.full_shape)}; create it with the stored shape")
+                f"cannot restore partitioned variable '{info.full_name}' (part '{name}') from "
+                f"'{self.reader.path}': the checkpoint's array '{ckpt}' has shape {stored}, the variable was "
+                f"created with {tuple(info.full_shape)}; create it with the stored shape")
         taken.add(key)
         return RegionSource(self.reader, ckpt, key[0], key[1], self.verify)
 
