@@ -34,7 +34,7 @@ from varstore.checkpoint.read_engine import read_into_targets
 from varstore.checkpoint.reader import CheckpointValue, VarstoreReader, open_varstore
 from varstore.checkpoint.regions import RegionSource
 from varstore.errors import DtypeMismatchError, RestoreError, RestoreTargetError, ShapeMismatchError
-from varstore.value_sources import SliceInfo, ValueSource
+from varstore.value_sources import Resolver, SliceInfo, ValueSource
 
 __all__ = ["restore", "RestoreResult", "PendingResolver", "map_names", "covered_targets", "targets_of"]
 
@@ -250,5 +250,6 @@ def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
     if store is not None and unexpected and hasattr(store, "add_pending_restore"):
         waiting = {mapped[ckpt]: ckpt for ckpt in unexpected}
         deferred = list(waiting)
-        store.add_pending_restore(PendingResolver(reader, waiting, verify))
+        resolver: Resolver = PendingResolver(reader, waiting, verify)  # mypy checks the core's protocol here
+        store.add_pending_restore(resolver)
     return RestoreResult([name for _, name in pairs], missing, unexpected, deferred)
