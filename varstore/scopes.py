@@ -276,9 +276,10 @@ class VariableStore:
         """Makes, names and tracks a new get_variable variable (the caller holds the lock; partitioning calls it per part).
 
         A part passes its `slice_info`: pending restores then find its region
-        of the whole variable's stored value. A variable this rank does not
-        hold drops its source when it joins the store (`ownership.attach`): it
-        reads and allocates nothing.
+        of the whole variable's stored value. Every rank asks for every part
+        (so a wrong shape raises on all ranks alike, never a hang); a variable
+        this rank does not hold drops its source when it joins the store
+        (`ownership.attach`): it reads and allocates nothing.
         """
         full_shape, dt, initializer, source = rules.new_variable_spec(
             full, shape, dtype, init_spec, lambda name: self._pending_source(name, slice_info))

@@ -190,7 +190,9 @@ def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
     Args:
       path: the checkpoint (or an open VarstoreReader).
       target: a VariableStore (its variables now, and, for names left over,
-        variables created in it later: deferred restore), a list of Variables,
+        variables created in it later: deferred restore, the parts of a
+        partitioned variable included, each taking its region of the stored
+        array), a list of Variables,
         or a mapping of names to Variables or writeable NumPy arrays (filled in place).
       assignment_map: {checkpoint scope or name: target scope or name}, TF
         init_from_checkpoint rules; only the names it covers are restored.
