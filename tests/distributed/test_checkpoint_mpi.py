@@ -89,3 +89,18 @@ def test_a_rank_killed_mid_save_leaves_the_previous_checkpoint_and_the_next_job_
     document = json.loads(CliRunner().invoke(cli, ["ls", "--json", str(directory / "ckpt-3.h5")]).output)
     assert document["written_by_ranks"] == 2
     assert document["partitioned"] == {"embedding": ["embedding/part_0", "embedding/part_1"]}
+
+
+def test_deferred_restore_fills_parts_created_later_on_the_ranks_that_own_them(tmp_path):
+    run = run_mpi(SCRIPTS / "deferred_job.py", 2, tmp_path, args=(str(tmp_path),), timeout_s=90)
+    assert run.returncode == 0, run
+    results = run.json_lines()
+    for rank, result in enumerate(results):
+        assert result["initializer_calls"] == 0
+        for suffix in ("h5", "zarr"):
+            got = result[suffix]
+            assert got["deferred"] == ["model/embedding"]
+            assert got["values"] == got["expected"]  # each owned part is its region of the saved array
+            owned = {0: ["model/embedding/part_0", "model/embedding/part_2"], 1: ["model/embedding/part_1"]}[rank]
+            assert sorted(got["values"]) == owned and got["allocated"] == owned  # others take no memory
+    assert results[0]["h5"]["values"]["model/embedding/part_2"][0] == [28.0, 29.0, 30.0, 31.0]

@@ -22,12 +22,12 @@ import numpy as np
 
 from varstore.checkpoint._batch import paused_gc
 from varstore.checkpoint.reader import VarstoreReader, open_varstore
-from varstore.checkpoint.restore import RestoreResult, covered_targets, map_names
+from varstore.checkpoint.regions import RegionSource
+from varstore.checkpoint.restore import PendingResolver, RestoreResult, covered_targets, map_names
 from varstore.distributed.agree import agree
 from varstore.distributed.checks import check_structure
 from varstore.distributed.communicator import as_communicator
 from varstore.distributed.plan import VariableLayout, layouts_of, plan_restore
-from varstore.distributed.regions import RegionSource
 from varstore.errors import RestoreError
 from varstore.value_sources import check_restorable
 
@@ -126,12 +126,7 @@ def restore_collective(path: os.PathLike[str] | str, store: Any, comm: Any = Non
     deferred: list[str] = []
     if waiting and hasattr(store, "add_pending_restore"):
         deferred = sorted(waiting)
-
-        def resolver(full_name: str) -> Any:
-            ckpt = waiting.pop(full_name, None)
-            return None if ckpt is None else reader.source(ckpt, verify=verify)
-
-        store.add_pending_restore(resolver)
+        store.add_pending_restore(PendingResolver(reader, waiting, verify))
     elif not lazy:
         reader.close()
     return dataclasses.replace(result, deferred=deferred)

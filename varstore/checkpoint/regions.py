@@ -7,12 +7,17 @@ extent (HDF5 datasets, single-chunk Zarr arrays); through the backend for a
 chunked Zarr array; a packed (small) variable is read whole and sliced.
 Checks crc32c where it can: the whole array's when the region is all of it,
 and each recorded write region (the manifest's "distributed" section) that
-lies wholly inside the region read. Never writes; never decides which rank
-reads what (plan.py does).
+the region overlaps: from the bytes read when the write lies wholly inside
+the region, else by reading that write whole (a region cut across writes,
+e.g. 3 parts restored from 2 written ones, costs the extra bytes of the
+writes it cuts; verify=False reads only the region). Never writes; never decides which rank
+reads what (varstore.distributed's plan does).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,10 +26,37 @@ import numpy.typing as npt
 from varstore.checkpoint.checksum import crc32c_of
 from varstore.checkpoint.manifest import Record, storage_layout
 from varstore.checkpoint.reader import VarstoreReader
-from varstore.distributed.plan import byte_runs
 from varstore.errors import ChecksumError
 
-__all__ = ["read_region", "RegionSource", "recorded_writes"]
+__all__ = ["byte_runs", "read_region", "RegionSource", "recorded_writes"]
+
+
+def byte_runs(array_shape: Sequence[int], offset: Sequence[int], shape: Sequence[int],
+              itemsize: int) -> list[tuple[int, int]]:
+    """(start, length) in bytes of the C-order runs of region [offset, offset + shape) in an array of `array_shape`.
+
+    One run when the region is whole rows of the outermost sliced axis (the
+    usual axis-0 part); prod(shape[:axis]) runs for a part sliced along `axis`.
+    """
+    ndim = len(array_shape)
+    if ndim == 0:
+        return [(0, itemsize)]
+    if any(n == 0 for n in shape):
+        return []
+    # the innermost axes that the region covers fully form one contiguous block
+    k = ndim
+    while k > 0 and offset[k - 1] == 0 and shape[k - 1] == array_shape[k - 1]:
+        k -= 1
+    if k == 0:
+        return [(0, math.prod(array_shape) * itemsize)]
+    inner = math.prod(array_shape[k:])
+    run = shape[k - 1] * inner * itemsize
+    strides = [math.prod(array_shape[a + 1:]) for a in range(ndim)]
+    runs = []
+    for index in np.ndindex(*shape[:k - 1]):
+        start = sum((offset[a] + index[a]) * strides[a] for a in range(k - 1)) + offset[k - 1] * strides[k - 1]
+        runs.append((start * itemsize, run))
+    return runs
 
 
 def recorded_writes(reader: VarstoreReader, array: str) -> list[tuple[tuple[int, ...], tuple[int, ...], int]]:
@@ -78,12 +110,23 @@ def read_region(reader: VarstoreReader, name: str, offset: tuple[int, ...], shap
 
 def _check_writes(reader: VarstoreReader, record: Record, offset: tuple[int, ...], shape: tuple[int, ...],
                   out: npt.NDArray[Any]) -> None:
+    """Checks every recorded write that overlaps the region; one only partly inside is read whole to check it."""
     for w_offset, w_shape, crc in recorded_writes(reader, record.name):
+        lows = [max(o, wo) for o, wo in zip(offset, w_offset)]
+        highs = [min(o + n, wo + wn) for o, n, wo, wn in zip(offset, shape, w_offset, w_shape)]
+        if any(lo >= hi for lo, hi in zip(lows, highs)) and shape:
+            continue  # no overlap
         inside = all(o <= wo and wo + wn <= o + n for o, n, wo, wn in zip(offset, shape, w_offset, w_shape))
-        if not inside:
-            continue
-        local = tuple(slice(wo - o, wo - o + wn) for o, wo, wn in zip(offset, w_offset, w_shape))
-        found = crc32c_of(np.ascontiguousarray(out[local]))
+        if inside:
+            local = tuple(slice(wo - o, wo - o + wn) for o, wo, wn in zip(offset, w_offset, w_shape))
+            found = crc32c_of(np.ascontiguousarray(out[local]))
+        else:  # e.g. 3 parts restored from 2 written ones: read the whole write, check it, copy the overlap
+            written = np.empty(w_shape, dtype=out.dtype)
+            read_region(reader, record.name, w_offset, w_shape, written, verify=False)
+            found = crc32c_of(written)
+            if found == crc:
+                out[tuple(slice(lo - o, hi - o) for lo, hi, o in zip(lows, highs, offset))] = \
+                    written[tuple(slice(lo - wo, hi - wo) for lo, hi, wo in zip(lows, highs, w_offset))]
         if found != crc:
             raise ChecksumError(
                 f"variable '{record.name}' in '{reader.path}' is corrupt: its region at {list(w_offset)} of shape "
