@@ -1,12 +1,16 @@
-"""Shared test fixtures and markers: fixtures_dir, gpu / slow / minilm skips, hypothesis profiles."""
+"""Shared test fixtures and markers: fixtures_dir, gpu / slow / minilm skips, hypothesis profiles, the S3 test server."""
 
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests._s3server import S3TestServer, start_s3_server
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -42,3 +46,47 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def fixtures_dir() -> Path:
     """The repository's fixtures/ folder (small real checkpoint files with manifests)."""
     return FIXTURES
+
+
+# ------------------------------------------------------------------ the S3 test server (any test directory)
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3TestServer]:
+    """moto's S3 server on 127.0.0.1 with bucket "varstore-test"; skips when it cannot start."""
+    pytest.importorskip("obstore", reason="the [s3] extra (obstore) is not installed")
+    try:
+        server = start_s3_server()
+    except ImportError as err:
+        pytest.skip(f"moto[server] is not installed: {err}")
+    except OSError as err:
+        pytest.skip(f"the moto S3 server did not start: {err}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_prefix(s3_server: S3TestServer) -> Iterator[str]:
+    """A URL under which this test alone writes: s3://varstore-test/<random>; emptied afterwards
+    (moto keeps every object in this process's memory)."""
+    s3_server.log.clear()
+    prefix = f"s3://{s3_server.bucket}/t-{uuid.uuid4().hex[:12]}"
+    yield prefix
+    try:
+        from varstore.storage.object_store import ObjectStoreClient
+
+        client = ObjectStoreClient(prefix, s3_server.storage_options)
+        client.delete([info.name for info in client.list()])
+    except Exception:  # noqa: BLE001 - a stopped server or a test that broke the bucket: nothing to free
+        pass
+
+
+@pytest.fixture
+def s3_env(s3_server: S3TestServer, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The standard AWS_* environment pointing at the test server (dummy credentials)."""
+    from tests._s3server import s3_environment
+
+    env = s3_environment(s3_server)
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env

@@ -21,7 +21,8 @@ from varstore._core_api import *  # noqa: F401,F403
 from varstore.errors import *  # noqa: F401,F403
 
 if TYPE_CHECKING:
-    from varstore.checkpoint import CheckpointManager, RestoreResult, SaveHandle, restore, save
+    from varstore.checkpoint import RestoreResult, SaveHandle
+    from varstore.distributed.api import CheckpointManager, restore, save  # comm=: one process or every rank
     from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo
     from varstore.convert import ConvertReport, convert, detect_format, open_checkpoint
     from varstore.convert.load import load
@@ -31,6 +32,10 @@ if TYPE_CHECKING:
 
 def _checkpoint() -> ModuleType:
     return importlib.import_module("varstore.checkpoint")
+
+
+def _distributed_api() -> ModuleType:
+    return importlib.import_module("varstore.distributed.api")
 
 
 def _reader_api() -> ModuleType:
@@ -56,8 +61,8 @@ def _inspect() -> ModuleType:
 #: Public names imported on first access (module __getattr__): `import varstore` loads the core only,
 #: so a fresh process reaches its first array sooner (issue 11); `varstore.save` etc. work as before.
 _LAZY: dict[str, Callable[[], ModuleType]] = {
-    "save": _checkpoint, "restore": _checkpoint, "RestoreResult": _checkpoint, "SaveHandle": _checkpoint,
-    "CheckpointManager": _checkpoint,
+    "save": _distributed_api, "restore": _distributed_api, "CheckpointManager": _distributed_api,
+    "RestoreResult": _checkpoint, "SaveHandle": _checkpoint,
     "CheckpointReader": _reader_api, "SkippedEntry": _reader_api, "VariableInfo": _reader_api,
     "convert": _convert, "ConvertReport": _convert, "detect_format": _convert, "open_checkpoint": _convert,
     "FormatEntry": _registry, "register_format": _registry, "unregister_format": _registry,

@@ -104,7 +104,7 @@ def _entry(name: str, value: Any) -> SaveEntry:
 
 
 def save(path: PathLike, tree: Any, *, step: int | None = None, metadata: Mapping[str, Any] | None = None,
-         format: str | None = None, checksum: bool = True, pack_threshold_bytes: int | None = None) -> Path:
+         format: str | None = None, checksum: bool = True, pack_threshold_bytes: int | None = None) -> Path | str:
     """Saves a pytree of jax arrays (and NumPy arrays, Python scalars) as a varstore checkpoint.
 
     bfloat16 and float8 arrays are stored bit-exactly (as all dtypes of

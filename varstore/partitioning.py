@@ -364,8 +364,7 @@ def get_partitioned_variable(store: Any, full: str, shape: tuple[int | None, ...
     for index, (offset, part_shape) in enumerate(iter_slices(full_shape, num_slices, slice_dim)):
         info = SaveSliceInfo(full, full_shape, tuple(offset), tuple(part_shape))
         part = store._create(f"{full}/part_{index}", tuple(part_shape), dt, _PartInitializer(source, info),
-                             trainable, collections, device)
-        part._save_slice_info = info
+                             trainable, collections, device, slice_info=info)
         source.parts.append(weakref.ref(part))
         parts.append(part)
     result = PartitionedVariable(full, full_shape, dt, parts, partitions)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Union, overload
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
 
 import numpy.typing as npt
 
@@ -23,14 +23,12 @@ from varstore.collections import GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VA
 from varstore.errors import ScopeError
 from varstore.placement import DeviceSpec
 from varstore.reuse import PartialShape
-from varstore.value_sources import ValueSource
+from varstore.value_sources import Resolver, SliceInfo, ValueSource
 from varstore.variable_scope import FRAMES, InitializerSpec, Reuse, VariableScope
 from varstore.variables import Variable, lazy_variable
 
 __all__ = ["Resolver", "VariableStore"]
 
-#: A pending-restore hook: full variable name -> where to restore it from, or None.
-Resolver = Callable[[str], Union[ValueSource, None]]
 
 
 class VariableStore:
@@ -184,11 +182,11 @@ class VariableStore:
             if source is not None:
                 var.restore_from(source)
 
-    def _pending_source(self, full_name: str) -> ValueSource | None:
+    def _pending_source(self, full_name: str, slice_info: SliceInfo | None = None) -> ValueSource | None:
         with self._lock:
             resolvers = list(reversed(self._resolvers))
         for resolver in resolvers:
-            source = resolver(full_name)
+            source = resolver(full_name, slice_info)
             if source is not None:
                 return source
         return None
@@ -274,11 +272,20 @@ class VariableStore:
 
     def _create(self, full: str, shape: tuple[int | None, ...] | None, dtype: npt.DTypeLike | None,
                 init_spec: InitializerSpec, trainable: bool, collections: Sequence[str] | None,
-                device: DeviceSpec) -> Variable:
-        """Makes, names and tracks a new get_variable variable (the caller holds the lock; partitioning calls it per part)."""
-        full_shape, dt, initializer, source = rules.new_variable_spec(full, shape, dtype, init_spec,
-                                                                      self._pending_source)
+                device: DeviceSpec, slice_info: SliceInfo | None = None) -> Variable:
+        """Makes, names and tracks a new get_variable variable (the caller holds the lock; partitioning calls it per part).
+
+        A part passes its `slice_info`: pending restores then find its region
+        of the whole variable's stored value. Every rank asks for every part
+        (so a wrong shape raises on all ranks alike, never a hang); a variable
+        this rank does not hold drops its source when it joins the store
+        (`ownership.attach`): it reads and allocates nothing.
+        """
+        full_shape, dt, initializer, source = rules.new_variable_spec(
+            full, shape, dtype, init_spec, lambda name: self._pending_source(name, slice_info))
         var = lazy_variable(full, full_shape, dt, initializer, trainable, device)
+        if slice_info is not None:
+            var._save_slice_info = slice_info
         if source is not None:
             var.restore_from(source)
         self._namer.claim(full)
@@ -372,10 +379,13 @@ class VariableStore:
 
     # -------------------------------------------------------- pending restore
     def add_pending_restore(self, resolver: Resolver) -> None:
-        """For each variable created in this store from now on, `resolver(full_name)` may return a ValueSource to restore it from.
+        """For each variable created in this store from now on, `resolver(full_name, slice_info)` may return a ValueSource to restore it from.
 
-        Resolvers are asked newest first; the first source wins and the
-        initializer never runs for that variable.
+        `slice_info` is the part's SliceInfo for a part of a partitioned
+        variable (TF's save_slice_info: full name, full shape, offset, shape),
+        else None (see `value_sources.Resolver`). Resolvers are asked newest
+        first; the first source wins and the initializer never runs for that
+        variable.
         """
         with self._lock:
             self._resolvers.append(resolver)

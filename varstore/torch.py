@@ -81,7 +81,7 @@ def _entry(name: str, value: Any) -> SaveEntry:
 
 def save(path: PathLike, state: Any, *, step: int | None = None,
          metadata: Mapping[str, Any] | None = None, format: str | None = None, checksum: bool = True,
-         pack_threshold_bytes: int | None = None) -> Path:
+         pack_threshold_bytes: int | None = None) -> Path | str:
     """Saves a state dict (or a nested state: model + optimizer + epoch) as a varstore checkpoint.
 
     CPU tensors are written straight from their memory (NumPy views, no copy);

@@ -1,7 +1,9 @@
 """ValueSource: where a restored value comes from, and the check that a source fits a variable.
 
-The protocol the checkpoint layer implements (one checkpoint entry) and the
-one shape / dtype rule a restore obeys (`check_restorable`). Changes no
+The protocols the checkpoint layer implements (ValueSource: one checkpoint
+entry or a region of one; Resolver: a pending restore that finds the source
+of a variable created later, a part of a partitioned variable included) and
+the one shape / dtype rule a restore obeys (`check_restorable`). Changes no
 variable and reads no value; never does file I/O.
 """
 
@@ -15,7 +17,7 @@ import numpy.typing as npt
 from varstore import dtypes
 from varstore.errors import DtypeMismatchError, ShapeMismatchError
 
-__all__ = ["RestoreTarget", "ValueSource", "check_host_value", "check_restorable"]
+__all__ = ["RestoreTarget", "Resolver", "SliceInfo", "ValueSource", "check_host_value", "check_restorable"]
 
 
 @runtime_checkable
@@ -40,6 +42,44 @@ class ValueSource(Protocol):
     def read_into(self, out: npt.NDArray[Any]) -> None:
         """Fills `out` (host, C-contiguous, the variable's shape and dtype), casting from `dtype`."""
 
+
+
+class SliceInfo(Protocol):
+    """Where a part sits in its partitioned variable (partitioning.SaveSliceInfo is one), as tf.Variable.SaveSliceInfo.
+
+    Attributes:
+      full_name: the whole variable's name ("model/embedding").
+      full_shape: the whole variable's shape.
+      var_offset: the part's first index along every axis.
+      var_shape: the part's shape.
+    """
+
+    @property
+    def full_name(self) -> str: ...
+
+    @property
+    def full_shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def var_offset(self) -> tuple[int, ...]: ...
+
+    @property
+    def var_shape(self) -> tuple[int, ...]: ...
+
+
+class Resolver(Protocol):
+    """A pending restore (`VariableStore.add_pending_restore`): where a variable created later gets its value.
+
+    Called once per new variable with its full name and, for a part of a
+    partitioned variable ("model/embedding/part_1"), the part's SliceInfo
+    (None otherwise). Returns a ValueSource of the variable's own shape (for a
+    part: the region `[var_offset, var_offset + var_shape)` of the stored
+    `full_name`, or an entry stored under the part's own name), or None when
+    it knows no value. May raise (ShapeMismatchError, ...): the variable is
+    then not created.
+    """
+
+    def __call__(self, name: str, slice_info: SliceInfo | None) -> ValueSource | None: ...
 
 
 class RestoreTarget(Protocol):

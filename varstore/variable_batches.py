@@ -40,6 +40,9 @@ class VariableState(Protocol):
     def name(self) -> str: ...
 
     @property
+    def is_owned(self) -> bool: ...
+
+    @property
     def shape(self) -> tuple[int, ...]: ...
 
     @property
@@ -97,6 +100,9 @@ def restore_many(variables: Sequence[VariableState], values: Sequence[Any], adop
         restore's reads): a CPU variable without memory takes a C-contiguous
         array of its dtype that owns its data as its buffer, without a copy.
 
+    Variables this process does not hold (a store bound to a communicator,
+    varstore.ownership) are skipped: they never allocate.
+
     Raises:
       ValueError: the two sequences differ in length.
       ShapeMismatchError, DtypeMismatchError: naming the first bad variable (nothing changes).
@@ -108,6 +114,8 @@ def restore_many(variables: Sequence[VariableState], values: Sequence[Any], adop
             check_host_value(variable, value)
     with MATERIALIZE_LOCK:
         for variable, value in zip(variables, values):
+            if not variable.is_owned:  # another rank holds it (varstore.ownership): never allocate it here
+                continue
             buf = variable._buffer
             if (adopt and buf is None and type(value) is np.ndarray and value.dtype == variable._dtype
                     and value.flags.owndata and value.flags.c_contiguous and value.flags.writeable

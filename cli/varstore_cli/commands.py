@@ -23,7 +23,7 @@ from varstore.errors import CheckpointNotFoundError, UnknownVariableError
 from varstore.inspect import diff_checkpoints, scope_tree, variable_stats
 from varstore_cli import formatting as fmt
 from varstore_cli.convert_command import convert_command
-from varstore_cli.options import echo_json, format_option, open_reader, skip_object_arrays_option
+from varstore_cli.options import echo_json, format_option, open_reader, skip_object_arrays_option, storage_option
 
 __all__ = ["COMMANDS", "ATTRIBUTES_SUFFIX"]
 
@@ -42,13 +42,39 @@ def _elements(info: VariableInfo) -> int:
 
 
 def _checkpoint_json(reader: CheckpointReader) -> dict[str, Any]:
-    return {
-        "path": str(reader.path),
+    document = {
+        "path": reader.location,
         "format": reader.format,
         "format_version": reader.format_version,
         "step": reader.step,
         "metadata": reader.metadata,
     }
+    section = _distributed(reader)
+    if section is not None:
+        document["written_by_ranks"] = section.get("world_size")
+        document["partitioned"] = {name: [part.get("name") for part in entry.get("parts") or []]
+                                   for name, entry in (section.get("arrays") or {}).items() if entry.get("parts")}
+    return document
+
+
+def _distributed(reader: CheckpointReader) -> dict[str, Any] | None:
+    """The "distributed" section of a varstore checkpoint saved collectively (or with partitioned variables)."""
+    section = getattr(reader, "distributed", None)
+    return section if isinstance(section, dict) else None
+
+
+def _partition_lines(reader: CheckpointReader, names: set[str]) -> list[str]:
+    section = _distributed(reader)
+    if section is None:
+        return []
+    lines = []
+    for name, entry in sorted((section.get("arrays") or {}).items()):
+        parts = entry.get("parts") or []
+        if parts and name in names:
+            writers = sorted({w.get("rank") for w in entry.get("writes") or []})
+            lines.append(f"{name}: partitioned variable, one array from {fmt.plural(len(parts), 'part')} "
+                         f"({parts[0].get('name')} ...), written by {fmt.plural(len(writers), 'rank')}")
+    return lines
 
 
 def _describe(reader: CheckpointReader) -> str:
@@ -57,7 +83,10 @@ def _describe(reader: CheckpointReader) -> str:
         parts.append(f"version {reader.format_version}")
     if reader.step is not None:
         parts.append(f"step {reader.step}")
-    return f"{reader.path}  ({', '.join(parts)})"
+    section = _distributed(reader)
+    if section is not None and isinstance(section.get("world_size"), int):
+        parts.append(f"written by {fmt.plural(section['world_size'], 'rank')}")
+    return f"{reader.location}  ({', '.join(parts)})"
 
 
 def _resolve_name(reader: CheckpointReader, name: str) -> str:
@@ -70,8 +99,8 @@ def _resolve_name(reader: CheckpointReader, name: str) -> str:
     close = difflib.get_close_matches(name, keys, n=3)
     hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
     raise UnknownVariableError(
-        f"no variable '{name}' in '{reader.path}' ({reader.format}, {fmt.plural(len(keys), 'variable')}); "
-        f"{hint}`varstore ls {reader.path}` lists them")
+        f"no variable '{name}' in '{reader.location}' ({reader.format}, {fmt.plural(len(keys), 'variable')}); "
+        f"{hint}`varstore ls {reader.location}` lists them")
 
 
 # ----------------------------------------------------------------------- ls
@@ -86,6 +115,7 @@ def _resolve_name(reader: CheckpointReader, name: str) -> str:
 @click.option("--checkpoints", "list_checkpoints", is_flag=True,
               help="PATH is a CheckpointManager directory: list its checkpoints (step, time, size; latest marked).")
 @skip_object_arrays_option
+@storage_option
 def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_attributes: bool,
                format_: str | None, list_checkpoints: bool, skip_object_arrays: bool) -> None:
     """List the variables of a checkpoint.
@@ -134,6 +164,8 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
         filtered = f" matching '{pattern}'" if pattern is not None else ""
         click.echo(f"total: {fmt.plural(totals['variables'], 'variable')}{filtered}, "
                    f"{fmt.plural(totals['elements'], 'element')}, {fmt.human_size(totals['nbytes'])}")
+        for line in _partition_lines(reader, {i.name for i in infos}):
+            click.echo(line)
         if reader.skipped:
             click.echo(f"skipped {fmt.plural(len(reader.skipped), 'entry', 'entries')}:")
             for line in fmt.table([[s.name, s.reason] for s in reader.skipped]):
@@ -170,6 +202,7 @@ def _list_checkpoints(path: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.show/1 JSON document.")
 @format_option()
 @skip_object_arrays_option
+@storage_option
 def show_command(path: str, name: str, count: int, as_json: bool, format_: str | None,
                  skip_object_arrays: bool) -> None:
     """Show one variable: metadata, statistics, first values.
@@ -224,6 +257,7 @@ def show_command(path: str, name: str, count: int, as_json: bool, format_: str |
 @click.option("--atol", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Absolute tolerance.")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.diff/1 JSON document.")
+@storage_option
 @click.pass_context
 def diff_command(ctx: click.Context, a: str, b: str, rtol: float, atol: float, as_json: bool) -> None:
     """Compare two checkpoints name by name.
@@ -273,6 +307,7 @@ def _brief(info: VariableInfo) -> str:
 @format_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.verify/1 JSON document.")
 @skip_object_arrays_option
+@storage_option
 def verify_command(path: str, format_: str | None, as_json: bool, skip_object_arrays: bool) -> None:
     """Check a checkpoint's structure and checksums.
 

@@ -18,10 +18,13 @@ from varstore_cli import formatting as fmt
 from varstore_cli.options import (
     FormatOption,
     echo_json,
+    is_url,
     read_format_help,
     reader_options,
     resolve_path,
     skip_object_arrays_option,
+    storage_option,
+    storage_options,
     write_format_help,
 )
 
@@ -125,6 +128,7 @@ def _report_json(report: Any) -> dict[str, Any]:
                    "(500MB, 5GB, 2GiB or bytes).")
 @click.option("--dequantize", is_flag=True, help="GGUF: read Q8_0/Q4_0/Q4_1 tensors as float32 instead of raw blocks.")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.convert/1 JSON document; no progress bar.")
+@storage_option
 def convert_command(src: str, dst: str, from_format: str | None, to_format: str | None, pattern: str | None,
                     renames: tuple[str, ...], separator: str | None, force: bool, skip_object_arrays: bool,
                     dtype: str | None, max_shard_size: str | None, dequantize: bool, as_json: bool) -> None:
@@ -137,7 +141,8 @@ def convert_command(src: str, dst: str, from_format: str | None, to_format: str 
     rename = parse_rename(renames)
     if separator == "":
         raise click.BadParameter("must not be empty", param_hint="'--separator'")
-    src = resolve_path(src)
+    remote_source = is_url(src)
+    src = src if remote_source else resolve_path(src)
     from varstore.convert import convert
 
     progress, close = make_progress(enabled=not as_json and _stderr_is_terminal())
@@ -145,8 +150,9 @@ def convert_command(src: str, dst: str, from_format: str | None, to_format: str 
         options: dict[str, Any] = {"dequantize": True} if dequantize else {}
         report = convert(src, dst, from_format=from_format, to_format=to_format, filter=pattern,
                          rename=rename, dtype=dtype, progress=progress, separator=separator, force=force,
-                         max_shard_size=max_shard_size,
-                         **reader_options(src, from_format, skip_object_arrays), **options)
+                         max_shard_size=max_shard_size, storage_options=storage_options(),
+                         **({} if remote_source else reader_options(src, from_format, skip_object_arrays)),
+                         **options)
     finally:
         close()
     document = _report_json(report)

@@ -24,7 +24,7 @@ import click
 
 from varstore._version import __version__
 from varstore.errors import VarstoreError
-from varstore_cli import commands
+from varstore_cli import commands, options
 from varstore_cli.words import cli_words
 
 __all__ = ["cli", "error_message", "EXIT_OK", "EXIT_DIFFER", "EXIT_ERROR"]
@@ -91,10 +91,14 @@ def _maybe_traceback(ctx: click.Context) -> None:
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="varstore")
 @click.option("--debug", is_flag=True, help="Show the Python traceback of an error.")
+@options.storage_option
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """List, show, diff, verify and convert checkpoints: varstore HDF5/Zarr,
     TensorFlow, Keras, safetensors, npz, plain HDF5 and Zarr.
+
+    Every PATH may also be an object-store URL (s3://bucket/key, gs://, az://);
+    client settings come from AWS_*, GOOGLE_*, AZURE_STORAGE_* or --storage-option.
 
     Exit status: 0 success, 1 `diff` found differences, 2 error.
     """

@@ -1,4 +1,4 @@
-"""What the subcommands share: the --format and --skip-object-arrays options, opening PATH, printing a JSON document.
+"""What the subcommands share: the --format, --skip-object-arrays and --storage-option options, opening PATH, printing a JSON document.
 
 `open_reader` opens a checkpoint through the library (a CheckpointManager
 directory means its latest checkpoint); `echo_json` prints the versioned
@@ -21,13 +21,19 @@ __all__ = [
     "FormatOption",
     "echo_json",
     "format_option",
+    "is_url",
     "open_reader",
     "read_format_help",
     "reader_options",
     "resolve_path",
     "skip_object_arrays_option",
+    "storage_option",
+    "storage_options",
     "write_format_help",
 ]
+
+STORAGE_OPTION_HELP = ("For s3://, gs://, az:// paths: a client setting KEY=VALUE (endpoint, region, "
+                       "access_key_id, ...; repeatable). Settings also come from AWS_*, GOOGLE_*, AZURE_STORAGE_*.")
 
 
 def read_format_help() -> str:
@@ -84,9 +90,47 @@ def reader_options(path: str, format: str | None, skip_object_arrays: bool) -> d
     return {"skip_object_arrays": True} if kind == "npz" else {}
 
 
+def _remember_storage_options(ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> None:
+    if values:
+        from varstore.storage._urls import parse_storage_options
+
+        root = ctx.find_root()
+        root.ensure_object(dict)
+        merged = dict(root.obj.get("storage_options") or {})
+        try:
+            merged.update(parse_storage_options(values))
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="'--storage-option'") from err
+        root.obj["storage_options"] = merged
+
+
+def storage_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Adds --storage-option KEY=VALUE (repeatable; also before the command) for the URLs a command opens."""
+    return click.option("--storage-option", "storage_options", metavar="KEY=VALUE", multiple=True,
+                        expose_value=False, callback=_remember_storage_options,
+                        help=STORAGE_OPTION_HELP)(command)
+
+
+def storage_options() -> dict[str, str] | None:
+    """The --storage-option settings given so far (None when there are none)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return None
+    return (ctx.find_root().obj or {}).get("storage_options") or None
+
+
+def is_url(path: str) -> bool:
+    """True when PATH is an object-store URL (s3://, gs://, az://)."""
+    from varstore.storage import is_remote
+
+    return is_remote(path)
+
+
 def open_reader(path: str, format: str | None = None, skip_object_arrays: bool = False) -> CheckpointReader:
     from varstore.convert import open_checkpoint  # the converters are imported only when needed
 
+    if is_url(path):
+        return open_checkpoint(path, format=format, storage_options=storage_options())
     path = resolve_path(path)
     return open_checkpoint(path, format=format, **reader_options(path, format, skip_object_arrays))
 

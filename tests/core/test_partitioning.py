@@ -128,7 +128,35 @@ def test_pending_restore_fills_a_part(store):
         def read_into(self, out):
             out[...] = 7.0
 
-    store.add_pending_restore(lambda name: Source() if name == "e/part_1" else None)
+    store.add_pending_restore(lambda name, info: Source() if name == "e/part_1" else None)
     parted = store.get_variable("e", [4, 2], partitioner=vs.fixed_size_partitioner(2))
     np.testing.assert_array_equal(parted[1].numpy(), np.full((2, 2), 7.0))
     assert parted[0].numpy().std() > 0
+
+
+def test_resolvers_receive_each_parts_save_slice_info(store):
+    asked = []
+
+    class Region:  # the part's slice of a stored global value, as the checkpoint layer answers
+        origin, dtype = "a test region", np.dtype(np.float32)
+
+        def __init__(self, info):
+            self.info = info
+            self.shape = info.var_shape
+
+        def read_into(self, out):
+            out[...] = np.arange(20, dtype=np.float32).reshape(5, 4)[self.info.index]
+
+    def resolver(name, info):
+        asked.append((name, None if info is None else (info.full_name, info.full_shape, info.var_offset,
+                                                       info.var_shape)))
+        return Region(info) if info is not None and info.full_name == "e" else None
+
+    store.add_pending_restore(resolver)
+    parted = store.get_variable("e", [5, 4], partitioner=vs.fixed_size_partitioner(2), initializer=init.ones())
+    plain = store.get_variable("p", [1])
+    assert asked == [("e/part_0", ("e", (5, 4), (0, 0), (3, 4))), ("e/part_1", ("e", (5, 4), (3, 0), (2, 4))),
+                     ("p", None)]
+    assert parted[1].save_slice_info.var_offset == (3, 0) and not parted[1].is_allocated
+    np.testing.assert_array_equal(parted.numpy(), np.arange(20, dtype=np.float32).reshape(5, 4))
+    assert plain.numpy().shape == (1,)

@@ -157,7 +157,7 @@ def test_pending_restore_resolvers(store):
                "b": ArraySource(np.array([1.0, 2.0, 3.0], np.float32))}
     asked = []
 
-    def resolver(name):
+    def resolver(name, info):
         asked.append(name)
         return sources.get(name)
 
@@ -180,8 +180,8 @@ def test_pending_restore_resolvers(store):
 def test_resolvers_are_asked_newest_first_and_apply_to_plain_variables(store):
     old = ArraySource(np.array([1.0], np.float32))
     new = ArraySource(np.array([2.0], np.float32))
-    store.add_pending_restore(lambda name: old if name in ("v", "only_old") else None)
-    store.add_pending_restore(lambda name: new if name == "v" else None)
+    store.add_pending_restore(lambda name, info: old if name in ("v", "only_old") else None)
+    store.add_pending_restore(lambda name, info: new if name == "v" else None)
     assert store.get_variable("v", [1]).numpy().tolist() == [2.0]
     with store.variable_scope("s"):
         pass
@@ -191,12 +191,12 @@ def test_resolvers_are_asked_newest_first_and_apply_to_plain_variables(store):
 
 def test_pending_restore_for_variables_in_the_default_store():
     default = vs.get_default_store()
-    default.add_pending_restore(lambda name: ArraySource(np.array([4.0], np.float32)) if name == "x" else None)
+    default.add_pending_restore(lambda name, info: ArraySource(np.array([4.0], np.float32)) if name == "x" else None)
     assert Variable([0.0], name="x").numpy().tolist() == [4.0]
     assert vs.get_variable("x2", [1], initializer=vs.initializers.zeros()).numpy().tolist() == [0.0]
 
 
 def test_pending_restore_shape_mismatch_raises_at_creation(store):
-    store.add_pending_restore(lambda name: ArraySource(np.zeros(5, np.float32), origin="'w' in 'x.h5'"))
+    store.add_pending_restore(lambda name, info: ArraySource(np.zeros(5, np.float32), origin="'w' in 'x.h5'"))
     with pytest.raises(ShapeMismatchError, match=r"'w'.*'x.h5'.*\(5,\).*\(2,\)"):
         store.get_variable("w", [2])

@@ -188,5 +188,21 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _peak_rss_kb() -> int:
+    """This process's peak RSS since exec (VmHWM). Not ru_maxrss: Linux carries the parent's RSS
+    high-water mark over fork and exec, so a worker started by a large pytest process would report
+    the parent's size."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 if __name__ == "__main__":
     sys.exit(main(sys.argv))

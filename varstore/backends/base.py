@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -102,5 +102,6 @@ class Backend(Protocol):
         to fill; directory backends ignore it.
         """
 
-    def open_reader(self, path: Path) -> BackendReader:
-        """Opens an existing container read-only."""
+    def open_reader(self, path: Path, source: BinaryIO | None = None) -> BackendReader:
+        """Opens an existing container read-only; `source` (single-file containers only) is a seekable
+        binary file to read instead of `path` (an object read with ranged GETs), `path` then names it."""

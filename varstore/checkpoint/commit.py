@@ -4,8 +4,8 @@ On a storage that renames (a local file system, `Storage.renames`), the
 checkpoint is written into a temporary sibling, every file of it is fsynced
 and it is renamed over the final name (atomic.py does temporaries, fsync and
 rename). A storage without rename (an object store) commits by writing the
-manifest object last instead (see varstore/storage/protocol.py); that
-protocol is not implemented yet and is refused here by name. Decides
+manifest object last instead (see varstore/storage/protocol.py), which
+remote.py implements. Decides
 nothing about what is written (plan.py, write_engine.py).
 """
 
@@ -17,9 +17,11 @@ from typing import Any
 
 from varstore.checkpoint import atomic
 from varstore.checkpoint.manifest import Record
+from varstore.checkpoint.remote import publish_remote
 from varstore.checkpoint.write_engine import write_container
 from varstore.errors import CheckpointError, VarstoreError
 from varstore.storage import Storage, storage_for
+from varstore.storage.object_storage import ObjectStorage
 
 __all__ = ["publish"]
 
@@ -48,9 +50,11 @@ def publish(final: Path, fmt: str, entries: list[Any], records: list[Record], pa
     """
     storage = storage_for(final)[0] if storage is None else storage
     if not storage.renames:
-        raise CheckpointError(
-            f"cannot write checkpoint '{final}' to {storage.url}: committing without rename "
-            f"(manifest object last) is not implemented yet")
+        if not isinstance(storage, ObjectStorage):
+            raise CheckpointError(f"cannot write checkpoint '{final}' to {storage.url}: it commits without rename "
+                                  f"but is not an object store varstore knows how to commit to")
+        publish_remote(str(final), storage, fmt, entries, records, packed_nbytes, header, checksum, release)
+        return final
     try:
         writeback = getattr(storage, "writeback", None)
         if not durable and writeback is not None:

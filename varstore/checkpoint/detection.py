@@ -11,13 +11,15 @@ backends; never decodes the manifest, never reads a variable.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from varstore.backends import get_backend
 from varstore.checkpoint.checksum import crc32c_raw
 from varstore.checkpoint.manifest import FORMAT_NAMES, INDEX_HEADER_BYTES, MANIFEST_PATH, decode_index_header
 from varstore.errors import CheckpointNotFoundError, NotACheckpointError, VarstoreError
-from varstore.storage import Storage, storage_for
+from varstore.checkpoint.remote import is_checkpoint as remote_is_checkpoint
+from varstore.storage import Storage, is_remote, storage_for
 
 __all__ = ["detect_container", "index_header", "manifest_via_index_header", "is_varstore_checkpoint"]
 
@@ -74,13 +76,17 @@ def manifest_via_index_header(storage: Storage, key: str) -> bytes | None:
     return data
 
 
-def is_varstore_checkpoint(path: os.PathLike[str] | str) -> bool:
+def is_varstore_checkpoint(path: os.PathLike[str] | str,
+                           storage_options: Mapping[str, object] | None = None) -> bool:
     """True when `path` is a varstore HDF5 file or Zarr v3 directory.
 
     Checks the magic bytes, then the HDF5 index header or the root attribute
     varstore_format; a file whose attribute is damaged but which holds
     `_varstore/manifest` counts too (open_varstore then raises CorruptCheckpointError).
+    On an object store (a URL), only a committed checkpoint counts (see remote.py).
     """
+    if is_remote(path):
+        return remote_is_checkpoint(path, storage_options)
     path = Path(path)
     try:
         fmt = detect_container(path)

@@ -7,7 +7,9 @@ keep_every_n_hours among the ones that fall off). Saves hold an exclusive
 fcntl.flock on "<directory>/.lock", so two processes saving into one
 directory take turns (or get CheckpointLockedError after `lock_timeout_s`).
 Temporaries ("*.tmp-<pid>-<hex>") are never listed and are swept when their
-writer is gone.
+writer is gone. A directory that is an object-store URL ("s3://bucket/runs/a7")
+has no lock and no rename: the pointer moves by conditional writes and only
+forward (remote_manager.py), each checkpoint commits as remote.py says.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from varstore.backends import FORMATS, format_for_path
 from varstore.checkpoint import atomic
 from varstore.checkpoint.detection import is_varstore_checkpoint
+from varstore.checkpoint.remote_manager import remote_directory
 from varstore.checkpoint.plan import entries_from
 from varstore.checkpoint.reader import open_varstore
 from varstore.checkpoint.restore import RestoreResult, restore, targets_of
@@ -52,12 +55,19 @@ class CheckpointManager:
       lock_timeout_s: how long a save waits for another process's lock
         (seconds); 0 fails at once with CheckpointLockedError; None waits forever.
       clock: returns the current time in seconds since the epoch (tests pass a fake one).
+      storage_options: for a directory that is an object-store URL (s3://, gs://, az://):
+        endpoint, region, credentials (see docs/guide/object-storage.md). There,
+        checkpoints and `latest` are URLs (str), saves take no lock and the
+        "latest" pointer is moved with conditional writes, only forward.
     """
 
     def __init__(self, directory: os.PathLike[str] | str, max_to_keep: int | None = 5,
                  keep_every_n_hours: float | None = None, format: str = "h5",
                  checkpoint_name: str = "ckpt", lock_timeout_s: float | None = 60.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 storage_options: Mapping[str, object] | None = None) -> None:
+        self._remote = remote_directory(directory, storage_options)
+        self._storage_options = storage_options
         self.directory = Path(directory)
         self.max_to_keep = max_to_keep
         self.keep_every_n_hours = keep_every_n_hours
@@ -70,24 +80,33 @@ class CheckpointManager:
         self._created = clock()
 
     # -- listing
-    def _scan(self) -> list[tuple[int, Path]]:
+    def _where(self, name: str) -> Path | str:
+        """Where checkpoint `name` of this directory is: a Path, or a URL (str) on an object store."""
+        return self._remote.location(name) if self._remote is not None else self.directory / name
+
+    def _exists(self, name: str) -> bool:
+        return self._remote.exists(name) if self._remote is not None else (self.directory / name).exists()
+
+    def _scan(self) -> list[tuple[int, Path | str]]:
         try:
-            names = os.listdir(self.directory)
+            names = self._remote.names() if self._remote is not None else os.listdir(self.directory)
         except FileNotFoundError:
             return []
         found = []
         for name in names:
             match = self._pattern.match(name)
             if match:
-                found.append((int(match.group(1)), self.directory / name))
-        return sorted(found)
+                found.append((int(match.group(1)), self._where(name)))
+        return sorted(found, key=lambda item: item[0])
 
     @property
-    def checkpoints(self) -> list[Path]:
+    def checkpoints(self) -> list[Path | str]:
         """Every checkpoint of this manager's name and format in the directory, oldest step first."""
         return [path for _, path in self._scan()]
 
     def _state(self) -> dict[str, Any]:
+        if self._remote is not None:
+            return self._remote.read_state(_POINTER)[0]
         try:
             with open(self.directory / _POINTER, encoding="utf-8") as handle:
                 state = json.load(handle)
@@ -98,18 +117,21 @@ class CheckpointManager:
         return {}
 
     @property
-    def latest(self) -> Path | None:
+    def latest(self) -> Path | str | None:
         """The newest checkpoint: the "latest" pointer's target when it exists, else the highest step."""
         state = self._state()
         name = state.get("latest")
-        if isinstance(name, str) and self._pattern.match(name) and (self.directory / name).exists():
-            return self.directory / name
+        if isinstance(name, str) and self._pattern.match(name) and self._exists(name):
+            return self._where(name)
         scanned = self._scan()
         return scanned[-1][1] if scanned else None
 
     # -- locking
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
+        if self._remote is not None:  # no lock on an object store: conditional writes instead
+            yield
+            return
         self.directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.directory / _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -132,7 +154,7 @@ class CheckpointManager:
     # -- saving
     def save(self, target: Any, step: int, *, metadata: dict[str, Any] | None = None,
              blocking: bool = True, max_snapshot_bytes: int | None = None,
-             **save_options: Any) -> Path | SaveHandle:
+             **save_options: Any) -> Path | str | SaveHandle:
         """Saves `target` as "<checkpoint_name>-<step>", updates "latest", applies retention.
 
         Args:
@@ -154,7 +176,7 @@ class CheckpointManager:
           As varstore.checkpoint.save.
         """
         step = int(step)
-        final = self.directory / f"{self.checkpoint_name}-{step}{self._suffix}"
+        final = self._where(f"{self.checkpoint_name}-{step}{self._suffix}")
         if not blocking:
             lock = self._lock()
             lock.__enter__()
@@ -165,49 +187,52 @@ class CheckpointManager:
                     lock.__exit__(None, None, None)
 
             try:
-                atomic.sweep_directory(self.directory)
+                self._sweep()
 
                 def after(path: Path) -> None:
                     self._after_save(path, step)
 
-                handle = save_async(final, entries_from(target), step=step, metadata=metadata,
+                handle = save_async(Path(final), entries_from(target), step=step, metadata=metadata,
                                     format=self.format, max_snapshot_bytes=max_snapshot_bytes,
-                                    after=after, **save_options)
+                                    after=after, storage=None if self._remote is None else self._remote.storage,
+                                    **save_options)
             except BaseException:
                 unlock()
                 raise
             handle._future.add_done_callback(lambda _: unlock())
             return handle
         with self._lock():
-            atomic.sweep_directory(self.directory)
-            save(final, target, step=step, metadata=metadata, format=self.format, **save_options)
+            self._sweep()
+            save(final, target, step=step, metadata=metadata, format=self.format,
+                 storage_options=self._storage_options, **save_options)
             self._after_save(final, step)
         return final
 
-    def _after_save(self, final: Path, step: int) -> None:
-        """Updates "latest" and applies retention after `final` was saved (lock held)."""
+    def _sweep(self) -> None:
+        if self._remote is not None:
+            self._remote.sweep()
+        else:
+            atomic.sweep_directory(self.directory)
+
+    def _after_save(self, final: Path | str, step: int) -> None:
+        """Updates "latest" and applies retention after `final` was saved (lock held, or a conditional write)."""
         atomic.fault_point("after_rename_before_latest")
         now = self._clock()
-        state = self._state()
-        managed = [entry for entry in state.get("checkpoints", [])
-                   if isinstance(entry, dict) and entry.get("name") != final.name
-                   and (self.directory / str(entry.get("name"))).exists()]
-        managed.append({"name": final.name, "step": step, "time": now})
-        preserved = [p for p in state.get("preserved", []) if (self.directory / str(p)).exists()]
-        last_preserved = float(state.get("last_preserved_time", self._created))
-        doomed = []
-        if self.max_to_keep is not None:
-            while len(managed) > max(self.max_to_keep, 1):
-                entry = managed.pop(0)
-                if (self.keep_every_n_hours is not None
-                        and entry["time"] - self.keep_every_n_hours * 3600.0 >= last_preserved):
-                    last_preserved = entry["time"]
-                    preserved.append(entry["name"])
-                    continue
-                doomed.append(entry["name"])
-        self._write_state({"format_version": "1.0", "latest": final.name, "latest_step": step,
-                           "checkpoints": managed, "preserved": preserved,
-                           "last_preserved_time": last_preserved})
+        name = str(final).rstrip("/").rsplit("/", 1)[-1]
+        doomed: list[str] = []
+
+        def change(state: dict[str, Any]) -> dict[str, Any]:
+            new, dropped = self._next_state(state, name, step, now)
+            doomed[:] = dropped
+            return new
+
+        if self._remote is not None:
+            self._remote.update_state(_POINTER, change)
+            for doomed_name in doomed:
+                if is_varstore_checkpoint(self._remote.location(doomed_name), self._storage_options):
+                    self._remote.delete(doomed_name)  # never what else took the name
+            return
+        self._write_state(change(self._state()))
         for name in doomed:
             if not is_varstore_checkpoint(self.directory / name):
                 continue  # something else took the name since this manager wrote it: never delete that
@@ -221,6 +246,36 @@ class CheckpointManager:
         if doomed:
             atomic.fsync_directory(self.directory)
 
+    def _next_state(self, state: dict[str, Any], final_name: str, step: int,
+                    now: float) -> tuple[dict[str, Any], list[str]]:
+        """The pointer's state after saving `final_name` at `step`, and the checkpoints retention drops."""
+        managed = [entry for entry in state.get("checkpoints", [])
+                   if isinstance(entry, dict) and entry.get("name") != final_name
+                   and self._exists(str(entry.get("name")))]
+        managed.append({"name": final_name, "step": step, "time": now})
+        if self._remote is not None:  # several writers: the order of steps, not of arrival
+            managed.sort(key=lambda entry: int(entry.get("step", 0)))
+        preserved = [p for p in state.get("preserved", []) if self._exists(str(p))]
+        last_preserved = float(state.get("last_preserved_time", self._created))
+        doomed = []
+        if self.max_to_keep is not None:
+            while len(managed) > max(self.max_to_keep, 1):
+                entry = managed.pop(0)
+                if (self.keep_every_n_hours is not None
+                        and entry["time"] - self.keep_every_n_hours * 3600.0 >= last_preserved):
+                    last_preserved = entry["time"]
+                    preserved.append(entry["name"])
+                    continue
+                doomed.append(entry["name"])
+        latest, latest_step = final_name, step
+        previous = state.get("latest_step")
+        if (self._remote is not None and isinstance(previous, int) and previous > step
+                and isinstance(state.get("latest"), str) and self._exists(state["latest"])):
+            latest, latest_step = state["latest"], previous  # another writer is ahead: only forward
+        return ({"format_version": "1.0", "latest": latest, "latest_step": latest_step,
+                 "checkpoints": managed, "preserved": preserved,
+                 "last_preserved_time": last_preserved}, doomed)
+
     def _write_state(self, state: dict[str, Any]) -> None:
         with atomic.atomic_path(self.directory / _POINTER) as tmp:
             with open(tmp, "w", encoding="utf-8") as handle:
@@ -229,6 +284,16 @@ class CheckpointManager:
                 os.fsync(handle.fileno())
 
     # -- restoring
+    def restore_candidates(self) -> list[Path | str]:
+        """The checkpoints restore_latest tries, in order: the "latest" pointer's, then newest step first
+        (URLs, as str, on an object store)."""
+        candidates: list[Path | str] = []
+        latest = self.latest
+        if latest is not None:
+            candidates.append(latest)
+        candidates += [path for _, path in reversed(self._scan()) if path not in candidates]
+        return candidates
+
     def restore_latest(self, target: Any, **restore_options: Any) -> RestoreResult | None:
         """Restores the newest checkpoint that opens cleanly, skipping damaged or incomplete ones.
 
@@ -239,14 +304,9 @@ class CheckpointManager:
         Returns:
           The RestoreResult, or None when the directory has no usable checkpoint.
         """
-        candidates: list[Path] = []
-        latest = self.latest
-        if latest is not None:
-            candidates.append(latest)
-        candidates += [path for _, path in reversed(self._scan()) if path not in candidates]
-        for path in candidates:
+        for path in self.restore_candidates():
             try:
-                reader = open_varstore(path, self.format)
+                reader = open_varstore(path, self.format, storage_options=self._storage_options)
             except (NotACheckpointError, CorruptCheckpointError, CheckpointError):
                 continue
             try:

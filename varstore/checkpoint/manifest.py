@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from varstore import _naming
+from varstore._naming import validate_name as _validate_name
 from varstore import dtypes as _dtypes
 from varstore.errors import CorruptCheckpointError, InvalidNameError, UnsupportedDtypeError
 
@@ -114,7 +114,7 @@ def logical_dtype(name: str) -> np.dtype:
 
 
 # The name rule is defined once, in varstore/_naming.py; re-exported here for the manifest's callers.
-validate_name = _naming.validate_name
+validate_name = _validate_name
 
 
 def storage_layout(dtype: np.dtype, shape: tuple[int, ...],

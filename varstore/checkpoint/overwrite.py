@@ -15,7 +15,11 @@ import os
 from pathlib import Path
 
 from varstore.backends import get_backend
+from varstore.checkpoint.remote import check_replaceable_remote
 from varstore.errors import CheckpointExistsError
+from varstore.storage import Storage, is_remote
+from varstore.storage._urls import url_from_path
+from varstore.storage.object_storage import ObjectStorage
 
 __all__ = ["describe", "check_replaceable", "same_file"]
 
@@ -99,7 +103,7 @@ def describe(path: os.PathLike[str] | str) -> str | None:
 
 
 def check_replaceable(path: os.PathLike[str] | str, fmt: str, overwrite: bool = False,
-                      advice: str = "pass overwrite=True to replace it") -> None:
+                      advice: str = "pass overwrite=True to replace it", storage: Storage | None = None) -> None:
     """Raises unless a checkpoint of format `fmt` ("h5" or "zarr") may be written at `path`.
 
     Args:
@@ -107,12 +111,17 @@ def check_replaceable(path: os.PathLike[str] | str, fmt: str, overwrite: bool = 
       fmt: "h5" (a file) or "zarr" (a directory).
       overwrite: True allows replacing anything (the caller asked explicitly).
       advice: the end of the message (the CLI says "pass --force").
+      storage: where `path` is, when it is an object-store URL (the same rule, checkpoint/remote.py).
 
     Raises:
       CheckpointExistsError: something other than nothing, an empty directory
         (zarr) or a varstore checkpoint of format `fmt` is at `path`.
     """
     if overwrite:
+        return
+    if is_remote(path):
+        check_replaceable_remote(str(url_from_path(path)), fmt,
+                                 storage if isinstance(storage, ObjectStorage) else None, advice)
         return
     found = describe(path)
     if found is None:

@@ -44,7 +44,7 @@ from varstore.errors import (
 from varstore.variables import Variable
 
 __all__ = ["PlannedEntry", "entries_from", "plan_records", "checked_value", "host_value", "header",
-           "planned_layout", "array_attrs"]
+           "planned_layout", "array_attrs", "root_attrs"]
 
 
 class PlannedEntry:
@@ -240,3 +240,10 @@ def array_attrs(record: Record) -> dict[str, Any]:
         attrs["name"] = record.name
     return attrs
 
+
+def root_attrs(header: dict[str, Any], manifest_crc32c: int) -> dict[str, Any]:
+    """The root group's attributes: the header with varstore_-prefixed format keys, and the manifest's crc32c."""
+    root = {f"varstore_{key}" if key in ("format", "format_version", "library_version", "layout") else key: value
+            for key, value in header.items()}
+    root["varstore_manifest_crc32c"] = manifest_crc32c  # readers check the manifest with it
+    return root

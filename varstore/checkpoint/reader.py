@@ -14,11 +14,12 @@ initializers, never writes.
 
 from __future__ import annotations
 
+import io
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -50,7 +51,9 @@ from varstore.errors import (
     UnknownVariableError,
     VarstoreError,
 )
-from varstore.storage import ReadAhead, Storage, storage_for
+from varstore.checkpoint.remote import container_of, remove_staged, stage_for_reading
+from varstore.storage import ReadAhead, Storage, is_remote, storage_for
+from varstore.storage.object_storage import ObjectStorage
 
 #: A loop reading the keys in order has the storage read this many bytes ahead of it.
 LAZY_READ_AHEAD_BYTES = 64 << 20
@@ -131,8 +134,10 @@ class VarstoreReader(CheckpointReader):
         self.format = FORMAT_NAMES[fmt]
         self._backend = get_backend(fmt)
         self._backend_reader: BackendReader | None = None
-        located, self._key = storage_for(path)
-        self.storage: Storage = located if storage is None else storage
+        located, self._key = storage_for(path) if storage is None else (storage, os.fspath(path))
+        self.storage: Storage = located
+        self.staged: Path | None = None  # a local copy of an object-store checkpoint, deleted on close
+        self.backend_source: Callable[[], BinaryIO] | None = None  # a file object over a remote single file
         self.session: ReadSession | None = None
         self._closed = False
         self._direct = False  # offsets in the manifest are trusted (the index header matched)
@@ -160,6 +165,11 @@ class VarstoreReader(CheckpointReader):
         self.format_version = header.get("format_version")
         self.library_version = header.get("library_version")
         self.created_utc = header.get("created_utc")
+        #: A collective save's section (world_size, partitioned arrays' parts and writes), or None.
+        self.distributed: dict[str, Any] | None = header.get("distributed") if isinstance(
+            header.get("distributed"), dict) else None
+        #: Whether the backend stores fixed-length bytes natively (HDF5) or as uint8 (Zarr).
+        self.native_bytes_strings = bool(self._backend.native_bytes_strings)
         self._packed: dict[str, Any] = header.get("packed") or {}
         #: "per-variable" or "packed" (root attribute varstore_layout; older files: from the packed blob).
         self.layout = header.get("layout") or ("packed" if self._packed.get("nbytes") else "per-variable")
@@ -179,7 +189,8 @@ class VarstoreReader(CheckpointReader):
         if self._backend_reader is None:
             if self._closed:
                 raise CheckpointError(f"checkpoint '{self.path}' is closed")
-            self._backend_reader = self._backend.open_reader(self.path)
+            source = None if self.backend_source is None else self.backend_source()
+            self._backend_reader = self._backend.open_reader(self.path, source)
         return self._backend_reader
 
     def _refuse_format(self, found: Any) -> None:
@@ -342,6 +353,9 @@ class VarstoreReader(CheckpointReader):
             self._closed = True
             if self._backend_reader is not None:
                 self._backend_reader.close()
+            staged = getattr(self, "staged", None)
+            if staged is not None:
+                remove_staged(staged)
 
     def __del__(self) -> None:
         try:
@@ -377,6 +391,19 @@ class VarstoreReader(CheckpointReader):
           CorruptCheckpointError: naming the variable, the file and both sizes (see locations.py).
         """
         self._bytes.check_stored(record)
+
+    def record_extent(self, record: Record) -> RawExtent | None:
+        """Where an own-array variable's bytes lie (file, offset, bytes), or None when only the
+        backend can read them (a chunked Zarr array, an HDF5 scalar) or it is packed (region reads)."""
+        if self._closed:
+            raise CheckpointError(f"checkpoint '{self.path}' is closed; cannot read '{record.name}'")
+        return None if record.path is None or not record.nbytes else self._bytes.record_extent(record)
+
+    def read_stored_region(self, record: Record, index: tuple[slice, ...], out: npt.NDArray[Any]) -> None:
+        """Fills `out` (stored dtype, the region's stored shape) with region `index` through the backend."""
+        assert record.path is not None
+        read_array: Any = self._store.read_array  # the Zarr backend reads regions; see backends/zarr3
+        read_array(record.path, out, index)
 
     def _extent_of(self, path: str, dtype: np.dtype, shape: tuple[int, ...]) -> RawExtent | None:
         return self._bytes.extent_of(path, dtype, shape)
@@ -462,18 +489,26 @@ class VarstoreReader(CheckpointReader):
         return False
 
 
-def open_varstore(path: os.PathLike[str] | str, format: str | None = None) -> VarstoreReader:
+def open_varstore(path: os.PathLike[str] | str, format: str | None = None, *,
+                  storage_options: Mapping[str, object] | None = None) -> VarstoreReader:
     """Opens a varstore HDF5 file or Zarr v3 directory read-only; reads metadata only.
 
     Args:
-      path: the checkpoint.
-      format: "h5" or "zarr"; None detects it from the contents.
+      path: the checkpoint, or an object-store URL ("s3://bucket/runs/a7/model.h5", gs://, az://).
+        On an object store, HDF5 is read in place with ranged GETs (the index header, then only
+        the bytes of the variables read); a Zarr checkpoint is copied into a local temporary
+        directory first (deleted when the reader is closed).
+      format: "h5" or "zarr"; None detects it from the contents (the suffix for URLs).
+      storage_options: for URLs: endpoint, region, credentials (see docs/guide/object-storage.md).
 
     Raises:
-      CheckpointNotFoundError: nothing at `path`.
+      CheckpointNotFoundError: nothing at `path` (on an object store: no commit object).
       NotACheckpointError: not HDF5/Zarr, or not written by varstore.
       CorruptCheckpointError: truncated or damaged metadata.
+      ObjectStoreError: the object store failed after retries (naming the URL).
     """
+    if is_remote(path):
+        return _open_remote(path, format, storage_options)
     path = Path(path)
     fmt = detect_container(path) if format is None else get_backend(format).name
     try:
@@ -482,3 +517,28 @@ def open_varstore(path: os.PathLike[str] | str, format: str | None = None) -> Va
         raise
     except OSError as err:
         raise CorruptCheckpointError(f"cannot read checkpoint '{path}': {err}") from err
+
+
+def _open_remote(url: os.PathLike[str] | str, format: str | None,
+                 storage_options: Mapping[str, object] | None) -> VarstoreReader:
+    """open_varstore for an object-store URL: commit object checked, HDF5 in place, Zarr staged locally."""
+    storage, key = storage_for(url, storage_options)
+    if not isinstance(storage, ObjectStorage):  # storage_for gives one for every URL
+        raise CheckpointError(f"no object storage for {key}")
+    name = storage.name_of(key)
+    fmt = container_of(storage, name, format)
+    staged = stage_for_reading(storage, name, fmt)
+    local = None if staged is None else staged[0]
+    try:
+        if staged is None:
+            reader = VarstoreReader(Path(key), fmt, storage=storage)
+            reader.backend_source = lambda: io.BufferedReader(storage.open_reader(name), 1 << 16)
+        else:
+            reader = VarstoreReader(staged[0], fmt, storage=staged[1])
+            reader.staged = staged[0]
+        reader.location = key
+    except BaseException:
+        if local is not None:
+            remove_staged(local)
+        raise
+    return reader

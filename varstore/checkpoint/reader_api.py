@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from varstore.storage._urls import url_from_path
+
 
 __all__ = ["VariableInfo", "SkippedEntry", "CheckpointReader", "checked_out"]
 
@@ -94,6 +96,8 @@ class CheckpointReader(abc.ABC):
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        #: Where the checkpoint is, for people: the path, or the object-store URL it was opened from.
+        self.location: str = url_from_path(path) or str(self.path)
         self.step: int | None = None
         self.metadata: dict[str, Any] = {}
         self.format_version: str | None = None

@@ -15,7 +15,8 @@ after it was read into place) leaves those read so far with their new
 values (docs/errors.md; run reader.verify() first for all-or-nothing).
 lazy=True, and variables created later in the store (deferred restore),
 keep a ValueSource so their initializers never run and reading waits for
-first use. The reading itself is read_engine's one call; this module decides
+first use (a part of a partitioned variable created later gets the region of
+its whole variable's stored array: `PendingResolver`). The reading itself is read_engine's one call; this module decides
 names, targets and what is valid, and never reads bytes.
 """
 
@@ -31,9 +32,11 @@ import numpy as np
 from varstore.checkpoint._batch import paused_gc
 from varstore.checkpoint.read_engine import read_into_targets
 from varstore.checkpoint.reader import CheckpointValue, VarstoreReader, open_varstore
+from varstore.checkpoint.regions import RegionSource
 from varstore.errors import DtypeMismatchError, RestoreError, RestoreTargetError, ShapeMismatchError
+from varstore.value_sources import Resolver, SliceInfo, ValueSource
 
-__all__ = ["restore", "RestoreResult", "map_names", "targets_of"]
+__all__ = ["restore", "RestoreResult", "PendingResolver", "map_names", "covered_targets", "targets_of"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +86,8 @@ def map_names(names: list[str], assignment_map: Mapping[str, str] | None) -> dic
     return mapped
 
 
-def _covered_targets(targets: list[str], assignment_map: Mapping[str, str] | None) -> list[str]:
+def covered_targets(targets: list[str], assignment_map: Mapping[str, str] | None) -> list[str]:
+    """The target names an assignment_map covers (all of them without one), in order."""
     if assignment_map is None:
         return list(targets)
     exact = set()
@@ -104,12 +108,58 @@ def targets_of(target: Any) -> tuple[dict[str, Any], Any]:
       target: a VariableStore, a mapping of names to Variables or arrays, one Variable, or a list of Variables.
     """
     if hasattr(target, "variables") and callable(target.variables) and not isinstance(target, Mapping):
-        return {v.name: v for v in target.variables()}, target
+        # a store bound to a communicator: only the variables this rank holds (varstore.ownership)
+        return {v.name: v for v in target.variables() if getattr(v, "is_owned", True)}, target
     if isinstance(target, Mapping):
         return dict(target), None
     if hasattr(target, "restore_from"):
         return {target.name: target}, None
     return {v.name: v for v in target}, None
+
+
+class PendingResolver:
+    """A deferred restore (varstore.value_sources.Resolver): checkpoint values for variables created later.
+
+    `waiting` maps target names (after the assignment_map) to stored names.
+    A variable takes the value of its name once. A part of a partitioned
+    variable whose full name waits gets a RegionSource of its slice of the
+    stored global array (read on first use, checked against the crc32c of the
+    recorded writes it overlaps); each region once. A part whose own name was
+    stored (phase-1 checkpoints) takes that entry directly.
+    """
+
+    def __init__(self, reader: VarstoreReader, waiting: dict[str, str], verify: bool = True) -> None:
+        self.reader = reader
+        self.waiting = waiting
+        self.verify = verify
+        self._taken: dict[str, set[tuple[tuple[int, ...], tuple[int, ...]]]] = {}
+
+    def __call__(self, name: str, slice_info: SliceInfo | None) -> ValueSource | None:
+        """The source of new variable `name` (a part when `slice_info` is given), or None.
+
+        Raises:
+          ShapeMismatchError: a part's whole variable has another shape than the
+            stored array (names the part, the variable, the file and both shapes).
+        """
+        if slice_info is not None and slice_info.full_name in self.waiting:
+            return self._region(name, slice_info)
+        ckpt = self.waiting.pop(name, None)
+        return None if ckpt is None else self.reader.source(ckpt, verify=self.verify)
+
+    def _region(self, name: str, info: SliceInfo) -> ValueSource | None:
+        ckpt = self.waiting[info.full_name]
+        key = (tuple(info.var_offset), tuple(info.var_shape))
+        taken = self._taken.setdefault(info.full_name, set())
+        if key in taken:
+            return None
+        stored = tuple(self.reader.record(ckpt).shape)
+        if stored != tuple(info.full_shape):
+            raise ShapeMismatchError(
+                f"cannot restore partitioned variable '{info.full_name}' (part '{name}') from "
+                f"'{self.reader.path}': the checkpoint's array '{ckpt}' has shape {stored}, the variable was "
+                f"created with {tuple(info.full_shape)}; create it with the stored shape")
+        taken.add(key)
+        return RegionSource(self.reader, ckpt, key[0], key[1], self.verify)
 
 
 def _check_array(name: str, array: Any, source: CheckpointValue) -> None:
@@ -134,13 +184,16 @@ def _check_array(name: str, array: Any, source: CheckpointValue) -> None:
 
 def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
             assignment_map: Mapping[str, str] | None = None, strict: bool = False, lazy: bool = False,
-            verify: bool = True, format: str | None = None) -> RestoreResult:
+            verify: bool = True, format: str | None = None,
+            storage_options: Mapping[str, object] | None = None) -> RestoreResult:
     """Restores variables from a varstore checkpoint, never running their initializers.
 
     Args:
-      path: the checkpoint (or an open VarstoreReader).
+      path: the checkpoint, an object-store URL ("s3://bucket/runs/a7/model.zarr"), or an open VarstoreReader.
       target: a VariableStore (its variables now, and, for names left over,
-        variables created in it later: deferred restore), a list of Variables,
+        variables created in it later: deferred restore, the parts of a
+        partitioned variable included, each taking its region of the stored
+        array), a list of Variables,
         or a mapping of names to Variables or writeable NumPy arrays (filled in place).
       assignment_map: {checkpoint scope or name: target scope or name}, TF
         init_from_checkpoint rules; only the names it covers are restored.
@@ -151,6 +204,7 @@ def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
         restored Variable is initialized when restore returns.
       verify: check each variable's crc32c as it is read.
       format: "h5"/"zarr", or None to detect.
+      storage_options: for URLs: endpoint, region, credentials (see open_varstore).
 
     Returns:
       RestoreResult with restored, missing, unexpected and deferred names.
@@ -165,20 +219,21 @@ def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
       CheckpointNotFoundError, NotACheckpointError, CorruptCheckpointError: see open_varstore.
     """
     with paused_gc():
-        return _restore(path, target, assignment_map, strict, lazy, verify, format)
+        return _restore(path, target, assignment_map, strict, lazy, verify, format, storage_options)
 
 
 def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
              assignment_map: Mapping[str, str] | None, strict: bool, lazy: bool, verify: bool,
-             format: str | None) -> RestoreResult:
-    reader = path if isinstance(path, VarstoreReader) else open_varstore(path, format)
+             format: str | None, storage_options: Mapping[str, object] | None = None) -> RestoreResult:
+    reader = (path if isinstance(path, VarstoreReader)
+              else open_varstore(path, format, storage_options=storage_options))
     names = reader.keys()
     mapped = map_names(names, assignment_map)
     targets, store = targets_of(target)
     pairs = [(ckpt, mapped[ckpt]) for ckpt in names if ckpt in mapped and mapped[ckpt] in targets]
     unexpected = [ckpt for ckpt in names if ckpt in mapped and mapped[ckpt] not in targets]
     covered = set(mapped[ckpt] for ckpt, _ in pairs)
-    missing = [name for name in _covered_targets(list(targets), assignment_map) if name not in covered]
+    missing = [name for name in covered_targets(list(targets), assignment_map) if name not in covered]
     if strict and (missing or unexpected):
         raise RestoreError(
             f"restoring '{reader.path}' strictly failed: missing from the checkpoint "
@@ -200,10 +255,6 @@ def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
     if store is not None and unexpected and hasattr(store, "add_pending_restore"):
         waiting = {mapped[ckpt]: ckpt for ckpt in unexpected}
         deferred = list(waiting)
-
-        def resolver(full_name: str) -> CheckpointValue | None:
-            ckpt = waiting.pop(full_name, None)
-            return None if ckpt is None else reader.source(ckpt, verify=verify)
-
+        resolver: Resolver = PendingResolver(reader, waiting, verify)  # mypy checks the core's protocol here
         store.add_pending_restore(resolver)
     return RestoreResult([name for _, name in pairs], missing, unexpected, deferred)

@@ -25,6 +25,8 @@ from varstore.checkpoint.entry import SnapshotEntry
 from varstore.checkpoint.manifest import DEFAULT_PACK_THRESHOLD_BYTES
 from varstore.checkpoint.overwrite import check_replaceable
 from varstore.checkpoint.plan import header as _header, plan_records, planned_layout
+from varstore.storage import Storage
+from varstore.storage._urls import url_from_path
 
 __all__ = ["SaveHandle", "save_async"]
 
@@ -40,17 +42,18 @@ class SaveHandle:
     """
 
     def __init__(self, path: Path, future: Future[Path]) -> None:
-        self.path = path
+        self.path: Path | str = url_from_path(path) or path  # an object-store URL stays a URL
         self._future = future
 
-    def wait(self, timeout_s: float | None = None) -> Path:
+    def wait(self, timeout_s: float | None = None) -> Path | str:
         """Blocks until the checkpoint is durable under `path`; returns it or raises the save's error.
 
         Raises:
           TimeoutError: `timeout_s` (seconds) passed first.
           Any error of the save (as `save_entries`).
         """
-        return self._future.result(timeout=timeout_s)
+        path = self._future.result(timeout=timeout_s)
+        return url_from_path(path) or path
 
     def done(self) -> bool:
         """True once the save finished (successfully or not)."""
@@ -116,7 +119,8 @@ def save_async(final: Path, entries: list[Any], *, step: int | None = None,
                checksum: bool = True, pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
                max_snapshot_bytes: int | None = None,
                after: Callable[[Path], object] | None = None,
-               overwrite: bool = False, layout: str | None = None, durable: bool = True) -> SaveHandle:
+               overwrite: bool = False, layout: str | None = None, storage: Storage | None = None,
+               durable: bool = True) -> SaveHandle:
     """Snapshots `entries` into host memory and writes them in a background thread.
 
     Returns once every value has been copied (so the caller may mutate its
@@ -132,7 +136,7 @@ def save_async(final: Path, entries: list[Any], *, step: int | None = None,
       As `save_entries`, for names, dtypes and metadata (before anything is copied).
     """
     fmt = format_for_path(final, format)
-    check_replaceable(final, fmt, overwrite)
+    check_replaceable(final, fmt, overwrite, storage=storage)
     records = plan_records(entries)
     header = _header(fmt, step, metadata, final)
     packed_nbytes = planned_layout(header, records, layout, pack_threshold_bytes)
@@ -142,7 +146,7 @@ def save_async(final: Path, entries: list[Any], *, step: int | None = None,
     def run() -> Path:
         try:
             path = publish(final, fmt, list(snapshots), records, packed_nbytes, header, checksum,
-                           budget.release, durable=durable)
+                           budget.release, storage=storage, durable=durable)
             if after is not None:
                 after(path)
             return path

@@ -34,7 +34,7 @@ from varstore.checkpoint.manifest import (
 )
 from varstore.checkpoint.packed import pack_window
 from varstore.checkpoint.entry import SnapshotEntry
-from varstore.checkpoint.plan import PlannedEntry, array_attrs, checked_value, host_value
+from varstore.checkpoint.plan import PlannedEntry, array_attrs, checked_value, host_value, root_attrs
 from varstore.storage import Storage, StorageWriter, storage_for
 from varstore.variables import host_views
 
@@ -236,10 +236,7 @@ def write_container(tmp: Path, fmt: str, entries: list[Any], records: list[Recor
                                      {"description": "JSON index of every variable; see docs"})
         if extent is not None:
             writes.submit(extent, manifest, single_file)
-        root = {f"varstore_{key}" if key in ("format", "format_version", "library_version", "layout") else key: value
-                for key, value in header.items()}
-        root["varstore_manifest_crc32c"] = crc32c_raw(manifest)  # readers check the manifest with it
-        writer.set_root_attrs(root)
+        writer.set_root_attrs(root_attrs(header, crc32c_raw(manifest)))
         writes.drain()
         paths = writer.close()
         if single_file and extent is not None:

@@ -23,6 +23,7 @@ from varstore.checkpoint.manifest import DEFAULT_PACK_THRESHOLD_BYTES
 from varstore.checkpoint.overwrite import check_replaceable
 from varstore.checkpoint.plan import PlannedEntry, entries_from, header, plan_records, planned_layout
 from varstore.checkpoint.snapshot import SaveHandle, save_async
+from varstore.storage import is_remote, storage_for
 
 __all__ = ["save", "save_entries", "save_async", "entries_from", "SaveHandle"]
 
@@ -31,13 +32,17 @@ def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry | Pla
                  metadata: Mapping[str, Any] | None = None, format: str | None = None,
                  checksum: bool = True,
                  pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
-                 overwrite: bool = False, layout: str | None = None, durable: bool = True) -> Path:
+                 overwrite: bool = False, layout: str | None = None,
+                 storage_options: Mapping[str, object] | None = None, durable: bool = True) -> Path | str:
     """Writes a checkpoint from SaveEntries, fetching each value only when it is written.
 
     Args:
-      path: final path: "x.h5"/"x.hdf5" (HDF5 file) or "x.zarr" (Zarr v3 directory).
-        An existing varstore checkpoint of the same format there is replaced atomically;
-        anything else there raises CheckpointExistsError unless `overwrite`.
+      path: final path: "x.h5"/"x.hdf5" (HDF5 file) or "x.zarr" (Zarr v3 directory),
+        or an object-store URL ("s3://bucket/runs/a7/x.zarr", gs://, az://; committed
+        without rename, see docs/guide/object-storage.md). An existing varstore
+        checkpoint of the same format there is replaced (atomically, except a Zarr
+        prefix on an object store, which stops being a checkpoint until the new one
+        commits); anything else there raises CheckpointExistsError unless `overwrite`.
       entries: the variables, in the order to store them; names must be unique.
       step: global step to record (int), or None.
       metadata: JSON-compatible dict to record.
@@ -52,6 +57,8 @@ def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry | Pla
       layout: "per-variable" (every variable its own dataset/array at its name),
         "packed" (small variables in one blob), or None: "packed" above
         layout.PER_VARIABLE_MAX_VARIABLES (4,096) variables, else "per-variable".
+      storage_options: for URLs: endpoint, region, credentials (see docs/guide/object-storage.md);
+        None takes them from the standard environment (AWS_*, GOOGLE_*, AZURE_STORAGE_*).
       durable: True (default) fsyncs every file and directory before the rename
         and the parent directory after it, so the checkpoint survives a power
         loss once this returns. False skips fsync and early write-back: the
@@ -60,7 +67,7 @@ def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry | Pla
         the final path may hold neither (see docs/reliability.md).
 
     Returns:
-      The final path.
+      The final path (a str for a URL).
 
     Raises:
       InvalidNameError, UnsupportedDtypeError, ShapeMismatchError, DtypeMismatchError,
@@ -68,30 +75,36 @@ def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry | Pla
       UnsupportedFormatError: unknown format or suffix.
       CheckpointExistsError: `path` holds something else (see `overwrite`); it is left untouched.
       CheckpointError: the file system refused (the final path is left as it was).
+      ObjectStoreError: the object store refused or failed after retries (nothing new is listed).
     """
     final = Path(path)
+    storage, where = storage_for(path, storage_options)
     fmt = format_for_path(final, format)
-    check_replaceable(final, fmt, overwrite)
+    check_replaceable(final, fmt, overwrite, storage=storage)
     with paused_gc():
         entries = list(entries)
         records = plan_records(entries)
         planned_header = header(fmt, step, metadata, final)
         packed_nbytes = planned_layout(planned_header, records, layout, pack_threshold_bytes)
-        return publish(final, fmt, entries, records, packed_nbytes, planned_header, checksum, durable=durable)
+        published = publish(final, fmt, entries, records, packed_nbytes, planned_header, checksum,
+                            storage=storage, durable=durable)
+        return where if is_remote(where) else published
 
 
 def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
          metadata: Mapping[str, Any] | None = None, format: str | None = None, checksum: bool = True,
          pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES,
          blocking: bool = True, max_snapshot_bytes: int | None = None,
-         overwrite: bool = False, layout: str | None = None, durable: bool = True) -> Path | SaveHandle:
+         overwrite: bool = False, layout: str | None = None,
+         storage_options: Mapping[str, object] | None = None, durable: bool = True) -> Path | str | SaveHandle:
     """Saves variables to an HDF5 file or Zarr v3 directory, atomically and checksummed.
 
     Args:
-      path: "model.h5"/"model.hdf5" or "model.zarr" (or pass `format`).
+      path: "model.h5"/"model.hdf5" or "model.zarr" (or pass `format`), or an
+        object-store URL such as "s3://bucket/runs/a7/model.zarr" (as `save_entries`).
       target: a VariableStore (all its variables), a mapping of names to
         Variables or arrays, or a list of Variables.
-      step, metadata, format, checksum, pack_threshold_bytes, overwrite, layout, durable: as
+      step, metadata, format, checksum, pack_threshold_bytes, overwrite, layout, storage_options, durable: as
         `save_entries` (overwrite=False never replaces what is not a varstore
         checkpoint of the same format; layout="packed" opts in to the packed layout).
       blocking: False copies every value into host memory (a snapshot, so the
@@ -104,7 +117,7 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
         writing the copies already taken, until the last value is copied.
 
     Returns:
-      The final path, or a SaveHandle when `blocking` is False.
+      The final path (a str for a URL), or a SaveHandle when `blocking` is False.
 
     Raises:
       As `save_entries`; object arrays raise UnsupportedDtypeError naming the variable.
@@ -115,7 +128,8 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
         if blocking:
             return save_entries(path, entries, step=step, metadata=metadata, format=format, checksum=checksum,
                                 pack_threshold_bytes=pack_threshold_bytes, overwrite=overwrite, layout=layout,
-                                durable=durable)
+                                storage_options=storage_options, durable=durable)
         return save_async(Path(path), entries, step=step, metadata=metadata, format=format, checksum=checksum,
                           pack_threshold_bytes=pack_threshold_bytes, max_snapshot_bytes=max_snapshot_bytes,
-                          overwrite=overwrite, layout=layout, durable=durable)
+                          overwrite=overwrite, layout=layout, storage=storage_for(path, storage_options)[0],
+                          durable=durable)

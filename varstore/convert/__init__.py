@@ -14,8 +14,11 @@ shows progress through the `progress` callback.
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
-from collections.abc import Callable, Iterable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,9 @@ from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry
 from varstore.convert import registry as _registry
 from varstore.convert.registry import FormatEntry, WriteRequest, register_format, unregister_format
 from varstore.convert.rename import rename_pairs, rewrite
-from varstore.errors import ConversionError
+from varstore.errors import ConversionError, UnsupportedFormatError
+from varstore.storage import is_remote, storage_for
+from varstore.storage._urls import url_from_path
 
 __all__ = ["open_checkpoint", "convert", "ConvertReport", "detect_format", "READ_FORMATS", "WRITE_FORMATS",
            "FormatEntry", "WriteRequest", "register_format", "unregister_format", "formats"]
@@ -66,7 +71,36 @@ def detect_format(path: os.PathLike[str] | str) -> str:
     return _registry.detected_name(path)
 
 
-def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None,
+def _open_remote(url: os.PathLike[str] | str, format: str | None,
+                 storage_options: Mapping[str, object] | None, options: dict[str, Any]) -> CheckpointReader:
+    """open_checkpoint for an object-store URL: varstore's formats, and safetensors through ranged GETs."""
+    from varstore.checkpoint.reader import open_varstore
+    from varstore.storage.object_storage import ObjectStorage
+
+    storage, key = storage_for(url, storage_options)
+    suffix = Path(key).suffix.lower()
+    if format is not None:
+        name = _registry.reader_format(format).name
+    else:
+        name = {".h5": "varstore", ".hdf5": "varstore", ".zarr": "varstore", "": "varstore",
+                ".safetensors": "safetensors"}.get(suffix, suffix)
+    if name in ("varstore", "varstore-hdf5", "varstore-zarr") and not options:
+        fmt = {"varstore-hdf5": "h5", "varstore-zarr": "zarr"}.get(name)
+        return open_varstore(key, fmt, storage_options=storage_options)
+    if name == "safetensors" and isinstance(storage, ObjectStorage) and not options:
+        from varstore.convert.safetensors import SafetensorsReader
+
+        object_name = storage.name_of(key)
+        size = storage.size(object_name)
+        return SafetensorsReader(key, size=size,
+                                 opener=lambda: io.BufferedReader(storage.open_reader(object_name), 1 << 16))
+    raise UnsupportedFormatError(
+        f"cannot open {key} as {name or 'this format'}: on an object store varstore reads its own checkpoints "
+        f"(.h5, .zarr) and .safetensors; copy the file to a local disk to open it")
+
+
+def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
+                    storage_options: Mapping[str, object] | None = None,
                     **options: Any) -> CheckpointReader:
     """Opens a checkpoint of any registered format, read-only and lazily.
 
@@ -81,6 +115,9 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None,
         any HDF5 file or Zarr v2/v3 group; or a registered format's file.
       format: skip detection: a registered name or alias ("tf", "keras",
         "keras3", "keras2", "safetensors", "npz", "hdf5", "zarr", "varstore", ...).
+      storage_options: for object-store URLs (s3://, gs://, az://): endpoint, region,
+        credentials; see docs/guide/object-storage.md. On a URL varstore opens its own
+        .h5 (ranged GETs) and .zarr checkpoints, and .safetensors (ranged GETs).
       **options: passed to the reader: `strip_attributes=True` (TF2 names
         without "/.ATTRIBUTES/VARIABLE_VALUE"), `skip_object_arrays=True` (npz),
         `dequantize=True` (gguf: Q8_0/Q4_0/Q4_1 as float32).
@@ -95,8 +132,12 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None,
         naming a global outside the allow-list (malicious, or a whole nn.Module),
         npz object arrays; no code of the file is ever run.
       CorruptCheckpointError / ChecksumError: damaged metadata.
-      UnsupportedFormatError: an unknown `format` name, or an unsupported feature.
+      UnsupportedFormatError: an unknown `format` name, or an unsupported feature (on an
+        object store: a format other than varstore's and safetensors, naming the URL).
+      ObjectStoreError: the object store failed after retries (naming the URL).
     """
+    if is_remote(path):
+        return _open_remote(path, format, storage_options, options)
     if format is None:
         return _registry.open_detected(path, **options)
     entry = _registry.reader_format(format)
@@ -119,8 +160,8 @@ class ConvertReport:
       notes: remarks about how values were stored (e.g. bfloat16 kept as bits in npz).
     """
 
-    source: Path
-    destination: Path
+    source: Path | str
+    destination: Path | str
     source_format: str
     destination_format: str
     variables: int
@@ -130,10 +171,26 @@ class ConvertReport:
     notes: tuple[str, ...] = ()
 
 
-def _check_destination(src: Path, dst: Path, force: bool) -> None:
+def _check_destination(src: Path, dst: Path, force: bool,
+                       storage_options: Mapping[str, object] | None = None) -> None:
     """convert never writes over its source, and replaces an existing destination only with force."""
     from varstore.checkpoint.overwrite import describe, same_file
     from varstore.errors import CheckpointExistsError
+
+    if is_remote(dst):
+        from varstore.checkpoint.remote import describe_remote
+        from varstore.storage.object_storage import ObjectStorage
+
+        if is_remote(src) and str(src) == str(dst):
+            raise CheckpointExistsError(f"{url_from_path(dst)} is the source itself; convert never writes over its "
+                                        f"source, even with force: choose another destination")
+        storage, key = storage_for(dst, storage_options)
+        found = describe_remote(storage, storage.name_of(key)) if isinstance(storage, ObjectStorage) else None
+        if found is not None and not force:
+            raise CheckpointExistsError(
+                f"{key} exists and is {found}; convert does not replace an existing destination: "
+                f"choose another URL or pass force=True to replace it", path=key, found=found)
+        return
 
     if same_file(src, dst):
         raise CheckpointExistsError(
@@ -171,7 +228,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
             rename: Iterable[tuple[str, str] | str] = (), dtype: Any = None,
             progress: ProgressCallback | None = None, separator: str | None = None, force: bool = False,
             max_shard_size: int | str | None = None,
-            **options: Any) -> ConvertReport:
+            storage_options: Mapping[str, object] | None = None, **options: Any) -> ConvertReport:
     """Copies the variables of one checkpoint into a new one, one variable in memory at a time.
 
     Values are copied bit-exactly unless `dtype` casts floating variables.
@@ -202,10 +259,16 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       max_shard_size: for a sharded safetensors destination (implied when
         given without to_format): bytes per shard, int or "500MB"/"5GB"/"2GiB"
         (default 5GB); `dst` is then the directory to create.
+      storage_options: for object-store URLs on either side (endpoint, region, credentials).
       **options: passed to open_checkpoint (strip_attributes, skip_object_arrays, dequantize).
 
+    Either side may be an object-store URL (s3://, gs://, az://): the source as
+    open_checkpoint reads URLs; a .h5/.zarr destination is committed as vs.save
+    does; any other destination format is written to a local temporary file
+    and uploaded (one object, or a prefix for a sharded directory; the local copy is deleted).
+
     Returns:
-      A ConvertReport.
+      A ConvertReport (source and destination as given: a str for a URL).
 
     Raises:
       Everything open_checkpoint raises; UnsupportedFormatError for an
@@ -215,15 +278,17 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       destination cannot hold a dtype (safetensors has no strings);
       the checkpoint layer's errors for invalid names.
     """
+    src_label = url_from_path(src) or Path(src)
+    dst_label = url_from_path(dst) or Path(dst)
     src, dst = Path(src), Path(dst)
     write_options: dict[str, Any] = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
     dest = _destination_format(dst, to_format, write_options)
     pairs = rename_pairs(rename)
-    _check_destination(src, dst, force)
+    _check_destination(src, dst, force, storage_options)
     cast = _dtypes.as_dtype(dtype) if dtype is not None else None
     if cast is not None and not _dtypes.is_floating(cast):
         raise ConversionError(f"dtype={dtype!r} is not a floating-point dtype; convert casts floats only")
-    with open_checkpoint(src, from_format, **options) as reader:
+    with open_checkpoint(src, from_format, storage_options=storage_options, **options) as reader:
         names = reader.filter(filter) if filter is not None else reader.keys()
         plan: list[tuple[str, str, np.dtype, np.dtype, Any]] = []
         seen: dict[str, str] = {}
@@ -262,9 +327,35 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
         assert dest.write is not None  # writer_format / writer_for_path return writable entries only
         request = WriteRequest(source=src, source_format=reader.format, step=reader.step,
                                metadata=reader.metadata if isinstance(reader.metadata, dict) else {},
-                               overwrite=force, options=write_options)
-        notes = dest.write(dst, entries, request)
+                               overwrite=force, options=write_options, storage_options=storage_options)
+        if is_remote(dst) and dest.name not in ("varstore-hdf5", "varstore-zarr"):
+            notes = _write_and_upload(dest, dst, entries, request, storage_options)
+        else:
+            notes = dest.write(dst, entries, request)
         return ConvertReport(
-            source=src, destination=dst, source_format=reader.format, destination_format=dest.names_for_writing()[0],
+            source=src_label, destination=dst_label, source_format=reader.format, destination_format=dest.names_for_writing()[0],
             variables=len(entries), bytes=done[0], skipped=tuple(reader.skipped),
             renamed={name: new for name, new, *_ in plan if new != name}, notes=tuple(notes))
+
+
+def _write_and_upload(dest: FormatEntry, dst: Path, entries: list[SaveEntry], request: WriteRequest,
+                      storage_options: Mapping[str, object] | None) -> Sequence[str]:
+    """A foreign format to a URL: written to a local temporary file, uploaded as one object, the file deleted."""
+    from varstore.storage.object_storage import ObjectStorage
+
+    assert dest.write is not None
+    storage, key = storage_for(dst, storage_options)
+    if not isinstance(storage, ObjectStorage):  # storage_for gives one for every URL
+        raise UnsupportedFormatError(f"no object storage for {key}")
+    staging = Path(tempfile.mkdtemp(prefix="varstore-convert-"))
+    try:
+        local = staging / dst.name
+        notes = dest.write(local, entries, request)
+        if local.is_dir():  # a sharded destination: every file under the URL as a prefix
+            for path in sorted(p for p in local.rglob("*") if p.is_file()):
+                storage.upload_file(f"{key}/{path.relative_to(local).as_posix()}", path)
+        else:
+            storage.upload_file(key, local)
+        return notes
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

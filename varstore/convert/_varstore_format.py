@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from varstore.storage._urls import url_from_path
+
 if TYPE_CHECKING:
     from varstore.checkpoint.entry import SaveEntry
     from varstore.checkpoint.reader_api import CheckpointReader
@@ -42,7 +44,8 @@ def open_reader(path: Path, *, probe: Probe | None = None, **options: Any) -> Ch
 def _write(path: Path, entries: Sequence[SaveEntry], request: WriteRequest, fmt: str) -> Sequence[str]:
     from varstore.checkpoint import save_entries
 
-    metadata: dict[str, Any] = {"converted_from": str(request.source), "source_format": request.source_format}
+    source = url_from_path(request.source) or str(request.source)  # a URL stays a URL
+    metadata: dict[str, Any] = {"converted_from": source, "source_format": request.source_format}
     if isinstance(request.metadata, dict):
         try:
             json.dumps(request.metadata)
@@ -50,7 +53,7 @@ def _write(path: Path, entries: Sequence[SaveEntry], request: WriteRequest, fmt:
         except (TypeError, ValueError):
             pass
     save_entries(path, entries, step=request.step, metadata=metadata, format=fmt,
-                 overwrite=request.overwrite)
+                 overwrite=request.overwrite, storage_options=request.storage_options)
     return ()
 
 

@@ -31,6 +31,7 @@ class WriteRequest:
       metadata: the source reader's metadata (JSON-compatible or not; the writer decides what it keeps).
       overwrite: the caller allowed replacing an existing destination (convert's `force`); a
         writer that refuses existing paths itself (varstore's save_entries) is told so.
+      storage_options: object-store client settings for a URL destination (varstore's writers).
       options: writer options the caller passed (`max_shard_size` for sharded
         safetensors); a writer rejects options it does not know.
     """
@@ -40,6 +41,7 @@ class WriteRequest:
     step: int | None
     metadata: Mapping[str, Any]
     overwrite: bool = False
+    storage_options: Mapping[str, object] | None = None
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -61,23 +61,31 @@ class SafetensorsReader(CheckpointReader):
 
     format = "safetensors"
 
-    def __init__(self, path: os.PathLike[str] | str, base: int = 0) -> None:
+    def __init__(self, path: os.PathLike[str] | str, base: int = 0, *,
+                 opener: Callable[[], BinaryIO] | None = None, size: int | None = None) -> None:
         """Reads and validates the header only.
 
         `base` is where the safetensors bytes start inside the file (a blob
         embedded in another container, as PyTorch DCP writes); they run to its end.
+
+        Args:
+          path: the file (named in messages).
+          base: see above (bytes).
+          opener, size: a seekable binary file over the bytes and their length, for a
+            file that is not local (an object-store URL read with ranged GETs).
 
         Raises:
           CorruptCheckpointError: truncated file, bad header JSON, offsets
             outside the data section, or byte counts that contradict shapes.
         """
         super().__init__(Path(path))
-        label = f"safetensors file '{self.path}'"
+        label = f"safetensors file '{self.location}'"
+        self._open: Callable[[], BinaryIO] = opener or (lambda: open(self.path, "rb"))
         try:
-            size = self.path.stat().st_size - base
+            size = (self.path.stat().st_size if size is None else size) - base
             if base < 0 or size < 0:
                 raise CorruptCheckpointError(f"{label}: offset {base} lies outside the file")
-            with open(self.path, "rb") as f:
+            with self._open() as f:
                 f.seek(base)
                 head = f.read(8)
                 if len(head) < 8:
@@ -164,7 +172,7 @@ class SafetensorsReader(CheckpointReader):
         flat = result.reshape(-1).view(np.uint8)
         if self._file is None:
             try:
-                self._file = open(self.path, "rb")  # noqa: SIM115 (closed in close())
+                self._file = self._open()  # closed in close()
             except OSError as err:
                 raise CorruptCheckpointError(f"cannot reopen safetensors file '{self.path}': {err}") from err
         self._file.seek(self._data_start + tensor.begin)

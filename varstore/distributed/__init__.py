@@ -1,8 +1,9 @@
 """Multi-process variable stores over MPI (or any Communicator): ownership checks, consistency checks, save/restore plans.
 
-The only package that imports mpi4py (lazily, in communicator.py). Phase 1
-of issue 12: the collective save/restore that executes these plans lands
-with vs.save(..., comm=) / vs.restore(..., comm=) in the checkpoint engine.
+The only package that imports mpi4py (lazily, in communicator.py). The
+collective save (save.py) and restore (restore.py) execute the plans
+(plan.py); api.py gives them their public names: vs.save(..., comm=),
+vs.restore(..., comm=), vs.CheckpointManager(..., comm=).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from varstore.distributed.communicator import (
     SingleProcess,
     as_communicator,
 )
+from varstore.distributed.restore import restore_collective
+from varstore.distributed.save import save_collective
 from varstore.distributed.plan import (
     ArraySpec,
     ReadItem,
@@ -33,5 +36,5 @@ __all__ = [
     "Communicator", "Message", "ReduceOp", "MPICommunicator", "SingleProcess", "as_communicator",
     "check_structure", "check_replicas", "describe_structure", "replica_checksums",
     "VariableLayout", "layouts_of", "ArraySpec", "WriteItem", "SavePlan", "plan_save",
-    "ReadItem", "RestorePlan", "plan_restore", "byte_runs",
+    "ReadItem", "RestorePlan", "plan_restore", "byte_runs", "save_collective", "restore_collective",
 ]

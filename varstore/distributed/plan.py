@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from varstore import dtypes
+from varstore.checkpoint.regions import byte_runs
 from varstore.errors import DtypeMismatchError, PartitionError, ShapeMismatchError
 
 __all__ = ["VariableLayout", "layouts_of", "ArraySpec", "WriteItem", "SavePlan", "plan_save",
@@ -124,34 +125,6 @@ class SavePlan:
         for w in self.writes:
             totals[w.rank] += math.prod(w.shape) * dtypes.as_dtype(self.arrays[w.array].dtype).itemsize
         return totals
-
-
-def byte_runs(array_shape: Sequence[int], offset: Sequence[int], shape: Sequence[int],
-              itemsize: int) -> list[tuple[int, int]]:
-    """(start, length) in bytes of the C-order runs of region [offset, offset + shape) in an array of `array_shape`.
-
-    One run when the region is whole rows of the outermost sliced axis (the
-    usual axis-0 part); prod(shape[:axis]) runs for a part sliced along `axis`.
-    """
-    ndim = len(array_shape)
-    if ndim == 0:
-        return [(0, itemsize)]
-    if any(n == 0 for n in shape):
-        return []
-    # the innermost axes that the region covers fully form one contiguous block
-    k = ndim
-    while k > 0 and offset[k - 1] == 0 and shape[k - 1] == array_shape[k - 1]:
-        k -= 1
-    if k == 0:
-        return [(0, math.prod(array_shape) * itemsize)]
-    inner = math.prod(array_shape[k:])
-    run = shape[k - 1] * inner * itemsize
-    strides = [math.prod(array_shape[a + 1:]) for a in range(ndim)]
-    runs = []
-    for index in np.ndindex(*shape[:k - 1]):
-        start = sum((offset[a] + index[a]) * strides[a] for a in range(k - 1)) + offset[k - 1] * strides[k - 1]
-        runs.append((start * itemsize, run))
-    return runs
 
 
 def _check_tiling(array: str, shape: tuple[int, ...], parts: list[VariableLayout]) -> None:

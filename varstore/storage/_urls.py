@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from varstore.errors import InvalidURLError
 
-__all__ = ["ObjectURL", "ResolvedURL", "is_url", "parse_url", "resolve", "Redactor"]
+__all__ = ["ObjectURL", "ResolvedURL", "is_url", "parse_url", "resolve", "Redactor", "url_from_path", "parse_storage_options"]
 
 # scheme -> provider
 _SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "azure": "azure",
@@ -74,6 +74,26 @@ def is_url(path: object) -> bool:
         return False
     match = _URL.match(path)
     return match is not None and match.group("scheme").lower() in _SCHEMES
+
+
+_PATH_SPELLED = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):/(?P<rest>[^/].*)$", re.DOTALL)
+
+
+def url_from_path(location: object) -> str | None:
+    """The URL a `pathlib.Path` made from an object-store URL stands for, else None.
+
+    `Path("s3://bucket/k")` is spelled "s3:/bucket/k" (one slash); this gives back
+    "s3://bucket/k". A URL string is returned as it is; a local path gives None.
+    """
+    text = str(location) if isinstance(location, (str, os.PathLike)) else None
+    if text is None:
+        return None
+    if is_url(text):
+        return text
+    match = _PATH_SPELLED.match(text)
+    if match is not None and match.group("scheme").lower() in _SCHEMES:
+        return f"{match.group('scheme')}://{match.group('rest')}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -211,3 +231,19 @@ def resolve(url: str | ObjectURL, storage_options: Mapping[str, object] | None =
     secrets += tuple(os.environ[variable] for pairs in _ENVIRONMENT.values() for variable, key in pairs
                      if key in _SECRET_KEYS and os.environ.get(variable))
     return ResolvedURL(parsed, config, allow_http, Redactor(secrets))
+
+
+def parse_storage_options(items: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """`storage_options` from "KEY=VALUE" texts (the CLI's --storage-option); later keys win.
+
+    Raises:
+      InvalidURLError: a text without "=" or without a key; the text is not shown (it may be a secret).
+    """
+    options: dict[str, str] = {}
+    for number, item in enumerate(items, start=1):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidURLError(f"storage option #{number} is not of the form KEY=VALUE "
+                                  f"(its text is not shown: it may hold a secret)")
+        options[key.strip()] = value
+    return options

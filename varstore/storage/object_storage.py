@@ -1,29 +1,45 @@
-"""ObjectStorage: the storage seam ("where bytes go") over an object store. PROVISIONAL.
+"""ObjectStorage: the Storage protocol (varstore/storage/protocol.py) over one object-store bucket.
 
-Sketch for issue 13 phase 1. The `Storage` protocol lands with issue10engine
-(varstore/storage/__init__.py); phase 2 adapts this class to the protocol's final method names
-and wires it into save/restore/open_checkpoint/convert/CheckpointManager. What it already does:
-exists, size, list(prefix), positional reads into caller buffers, a writer with positional
-writes + finish/abort, batch delete, and the commit step an object store can do without rename
-(a create-only PUT of the manifest object; see docs/guide/object-storage.md).
-
-It must not know checkpoint formats or manifests; it moves bytes under one root URL.
+Moves bytes under one root URL (s3://, gs://, az://) through ObjectStoreClient:
+positional reads are ranged GETs into caller buffers, a writer collects one
+object's bytes and uploads it on `finish()` (one PUT, or a multipart upload),
+`put_if` is the conditional write the manager's pointer uses. Keys are names
+under the root, or full URLs under it (also as `pathlib.Path` spells them,
+"s3:/bucket/key"). It must not know checkpoint formats or manifests; the
+commit protocol (manifest object last) is the checkpoint layer's
+(varstore/checkpoint/remote.py).
 """
 
 from __future__ import annotations
 
 import builtins
-
+import collections
 import io
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from types import TracebackType
 
-from varstore.errors import ObjectStoreError
-from varstore.storage.object_store import ObjectInfo, ObjectStoreClient
-from varstore.storage._urls import ObjectURL
+import numpy as np
 
-__all__ = ["ObjectReader", "ObjectStorage", "ObjectWriter"]
+from varstore.errors import (ConditionalWriteError, CorruptCheckpointError, InvalidURLError, ObjectNotFoundError,
+                             ObjectStoreError)
+from varstore.storage._urls import ObjectURL, is_url, parse_url, url_from_path
+from varstore.storage.object_store import ObjectInfo, ObjectStoreClient
+from varstore.storage.protocol import Buffer, ReadAhead
+
+__all__ = ["ObjectReader", "ObjectStorage", "ObjectWriter", "UPLOAD_BUFFER_BYTES"]
+
+#: The most bytes a file upload holds in memory (issue 13: a save needs the model plus 64 MiB at most).
+UPLOAD_BUFFER_BYTES = 64 << 20
+
+
+def _bytes_view(data: Buffer) -> memoryview:
+    if isinstance(data, np.ndarray):
+        return np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
+    return memoryview(data).cast("B")
 
 
 class ObjectWriter:
@@ -37,31 +53,36 @@ class ObjectWriter:
     """
 
     def __init__(self, client: ObjectStoreClient, name: str) -> None:
+        self.key = name
         self._client = client
         self._name = name
         self._spool = tempfile.SpooledTemporaryFile(max_size=client.part_size, prefix="varstore-upload-")
         self._size = 0
         self._closed = False
+        self.etag: str | None = None
 
     @property
     def size(self) -> int:
         """Bytes written so far (the highest offset reached)."""
         return self._size
 
-    def write_at(self, offset: int, data: bytes | bytearray | memoryview) -> None:
-        """Writes `data` at byte `offset` (a gap reads as zeros)."""
+    def reserve(self, nbytes: int) -> None:
+        """Nothing to reserve on an object store (the protocol's hint)."""
+
+    def write_at(self, offset: int, data: Buffer) -> None:
+        """Writes `data` (bytes-like or a C-contiguous array's bytes) at byte `offset` (a gap reads as zeros)."""
         self._check_open()
-        view = memoryview(data).cast("B")
+        view = _bytes_view(data)
         self._spool.seek(offset)
         self._spool.write(view)
         self._size = max(self._size, offset + len(view))
 
-    def write(self, data: bytes | bytearray | memoryview) -> None:
+    def write(self, data: Buffer) -> None:
         """Appends `data` after the highest offset written so far."""
         self.write_at(self._size, data)
 
-    def finish(self) -> str | None:
-        """Uploads the object; returns its etag. The writer is closed afterwards.
+    def finish(self) -> None:
+        """Uploads the object (its etag is then `self.etag`). The writer is closed afterwards.
 
         Raises:
           ObjectStoreError: the upload failed (after retries); nothing is left under the name.
@@ -70,8 +91,9 @@ class ObjectWriter:
         try:
             if self._size <= self._client.part_size:
                 self._spool.seek(0)
-                return self._client.put(self._name, self._spool.read(self._size))
-            return self._client.put_multipart(self._name, self._parts)
+                self.etag = self._client.put(self._name, self._spool.read(self._size))
+            else:
+                self.etag = self._client.put_multipart(self._name, self._parts)
         finally:
             self._close()
 
@@ -153,68 +175,249 @@ class ObjectReader(io.RawIOBase):
         return length
 
 
+class _ObjectReadAhead:
+    """Fetches planned extents of one object concurrently (at most max_in_flight GETs), at most
+    `window_bytes` ahead of what the reader consumed; read_range takes a fetched extent instead of a GET."""
+
+    def __init__(self, storage: ObjectStorage, name: str, extents: Sequence[tuple[int, int]],
+                 window_bytes: int) -> None:
+        self._storage = storage
+        self._name = name
+        self._todo = collections.deque(extents)
+        self._window = max(int(window_bytes), 1)
+        self._ahead = 0  # bytes fetched or being fetched, not yet consumed
+        self._sizes: dict[int, int] = {}
+        self._consumed: set[int] = set()  # read before their turn came (read directly)
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=storage.client.max_in_flight,
+                                        thread_name_prefix="varstore-read-ahead")
+        self._stopped = False
+        self._fill()
+
+    def _fetch(self, offset: int, length: int) -> bytearray:
+        buffer = bytearray(length)
+        self._storage.client.get_range(self._name, offset, length, out=buffer)
+        return buffer
+
+    def _fill(self) -> None:
+        with self._lock:
+            while self._todo and not self._stopped and self._ahead < self._window:
+                offset, length = self._todo.popleft()
+                if offset in self._consumed:
+                    continue
+                self._ahead += length
+                self._sizes[offset] = length
+                self._storage._prefetched[(self._name, offset, length)] = self._pool.submit(self._fetch, offset, length)
+
+    def done(self, offset: int) -> None:
+        """The extent at `offset` was consumed: the window moves on."""
+        with self._lock:
+            if offset in self._sizes:
+                self._ahead -= self._sizes.pop(offset)
+            else:
+                self._consumed.add(offset)
+        self._fill()
+
+    def stop(self) -> None:
+        """Cancels what was not fetched, drops what was not consumed, waits for the GETs in flight."""
+        with self._lock:
+            self._stopped = True
+            self._todo.clear()
+        for key in [k for k in list(self._storage._prefetched) if k[0] == self._name]:
+            future = self._storage._prefetched.pop(key, None)
+            if future is not None:
+                future.cancel()
+        self._pool.shutdown(wait=True)
+
+
 class ObjectStorage:
-    """Bytes under one object-store URL, the shape of the Storage protocol (provisional).
+    """The Storage protocol (and ConditionalStorage) over an object store, rooted at one URL.
 
     Args:
-      url: root URL, e.g. "s3://bucket/runs/a7/model.zarr".
-      storage_options: endpoint, region, credentials (see ObjectStoreClient).
+      url: root URL, e.g. "s3://bucket" or "s3://bucket/runs/a7".
+      storage_options: endpoint, region, credentials (see varstore.storage._urls.resolve).
       client: an existing client to share (its root must be `url`).
+
+    Attributes:
+      renames: False: a checkpoint is committed by writing its manifest object last.
+      client: the ObjectStoreClient (request and byte counters).
     """
+
+    renames = False
 
     def __init__(self, url: str | ObjectURL, storage_options: Mapping[str, object] | None = None, *,
                  client: ObjectStoreClient | None = None) -> None:
         self.client = client or ObjectStoreClient(url, storage_options)
+        self.url: str = str(self.client.url)  # the root URL (no credentials)
+        self._prefetched: dict[tuple[str, int, int], Future[bytearray]] = {}
 
     def __repr__(self) -> str:
-        return f"ObjectStorage({str(self.client.url)!r})"
+        return f"ObjectStorage({self.url!r})"
 
-    def exists(self, name: str) -> bool:
-        return self.client.exists(name)
-
-    def size(self, name: str) -> int:
-        return self.client.size(name)
-
-    def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
-        return self.client.list(prefix)
-
-    def read_into(self, name: str, offset: int, out: memoryview | bytearray) -> int:
-        """Fills `out` with the bytes of `name` at `offset` (one ranged GET). Returns len(out)."""
-        view = memoryview(out).cast("B")
-        self.client.get_range(name, offset, len(view), out=view)
-        return len(view)
-
-    def read(self, name: str) -> bytes:
-        return self.client.get(name)
-
-    def open_reader(self, name: str) -> ObjectReader:
-        """A seekable file object over `name` (ranged GETs). Raises ObjectNotFoundError when absent."""
-        return ObjectReader(self.client, name)
-
-    def open_writer(self, name: str) -> ObjectWriter:
-        return ObjectWriter(self.client, name)
-
-    def write_many(self, items: Sequence[tuple[str, bytes]]) -> int:
-        """Small objects (Zarr chunks) uploaded concurrently, bounded by the client's max_in_flight."""
-        return self.client.put_many(items)
-
-    def delete(self, names: Sequence[str]) -> None:
-        self.client.delete(names)
-
-    def commit(self, name: str, data: bytes) -> str | None:
-        """The commit step: creates `name` (the manifest) only if absent, after all data objects.
+    def name_of(self, key: str) -> str:
+        """The name under the root of `key`: a relative name, or a full URL (also Path-spelled) under the root.
 
         Raises:
-          ConditionalWriteError: a manifest is already there (another writer committed first).
+          InvalidURLError: a URL outside this storage's root.
         """
-        return self.client.put_if_absent(name, data)
+        key = str(key)
+        url = key if is_url(key) else url_from_path(key)
+        if url is None:
+            return key.strip("/")
+        where, root = parse_url(url), self.client.url
+        if where.bucket != root.bucket or not (not root.key or where.key == root.key
+                                               or where.key.startswith(root.key + "/")):
+            raise InvalidURLError(f"{url} is not under {root}")
+        return where.key[len(root.key):].strip("/")
 
-    def replace_if_unchanged(self, name: str, data: bytes, etag: str | None) -> str | None:
-        """Moves a pointer object (the manager's `latest`): create when `etag` is None, else If-Match."""
-        if etag is None:
-            return self.client.put_if_absent(name, data)
-        return self.client.put_if_match(name, data, etag)
+    def url_of(self, key: str) -> str:
+        """The full URL of `key`, for messages."""
+        return self.client.url_of(self.name_of(key))
 
-    def sweep(self, prefix: str = "", older_than: float = 3600.0) -> builtins.list[str]:
+    # ------------------------------------------------------------ the Storage protocol
+    def exists(self, key: str) -> bool:
+        """True when an object is stored under `key`."""
+        return self.client.exists(self.name_of(key))
+
+    def size(self, key: str) -> int:
+        """Bytes of the object under `key`. Raises ObjectNotFoundError (a FileNotFoundError) when absent."""
+        return self.client.size(self.name_of(key))
+
+    def list(self, prefix: str = "") -> builtins.list[str]:
+        """Names of the objects under `prefix` (a "directory": `prefix/...`), sorted."""
+        return sorted(info.name for info in self.list_info(prefix))
+
+    def list_info(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        """What the listing says about each object under `prefix` (sizes, times, etags)."""
+        return self.client.list(self.name_of(prefix) if prefix else "")
+
+    def read_range(self, key: str, offset: int, length: int, out: Buffer | None = None) -> Buffer:
+        """Fills `out` (or a new bytearray) with `length` bytes at `offset` of `key`: one ranged GET.
+
+        Raises:
+          ObjectNotFoundError: nothing under `key`.
+          CorruptCheckpointError: the object ends before `offset + length`.
+        """
+        name = self.name_of(key)
+        target: Buffer = bytearray(length) if out is None else out
+        view = _bytes_view(target)
+        fetched = self._prefetched.pop((name, offset, length), None) if self._prefetched else None
+        if fetched is not None:
+            try:
+                view[:length] = fetched.result()
+                return target
+            except Exception:  # noqa: BLE001 - a failed read-ahead: read it again below (and raise there)
+                pass
+        if length:
+            try:
+                self.client.get_range(name, offset, length, out=view[:length])
+            except ObjectNotFoundError:
+                raise
+            except ObjectStoreError as err:
+                size = self.client.size(name)
+                if offset + length <= size:
+                    raise
+                raise CorruptCheckpointError(
+                    f"{self.client.url_of(name)} holds {size} bytes, {offset + length} were expected "
+                    f"(truncated or partly copied); save it again") from err
+        return target
+
+    def read_all(self, key: str) -> bytes:
+        """The whole object under `key` (one GET)."""
+        return self.client.get(self.name_of(key))
+
+    def writer(self, key: str, *, keep_open: bool = False) -> ObjectWriter:
+        """A writer uploading `key` on finish() (see ObjectWriter); `keep_open` changes nothing here."""
+        return ObjectWriter(self.client, self.name_of(key))
+
+    def delete(self, key: str) -> None:
+        """Deletes the object under `key` and every object under `key/` (missing ones are fine)."""
+        name = self.name_of(key)
+        names = [info.name for info in self.client.list(name)] if name else []
+        if self.client.exists(name):
+            names.append(name)
+        self.client.delete(names)
+
+    def read_ahead(self, key: str, extents: Sequence[tuple[int, int]], window_bytes: int) -> ReadAhead | None:
+        """Fetches the planned (offset, nbytes) extents of `key` concurrently (at most max_in_flight
+        ranged GETs, at most `window_bytes` ahead of the reader); read_range then takes them."""
+        if not extents:
+            return None
+        return _ObjectReadAhead(self, self.name_of(key), extents, window_bytes)
+
+    def keep_open(self, key: str) -> None:
+        """Nothing to keep open (connections are pooled by the client); checks `key` exists."""
+        self.client.size(self.name_of(key))
+
+    def close(self) -> None:
+        """Nothing cached to release; the storage stays usable."""
+
+    # ------------------------------------------------------------ ConditionalStorage
+    def version(self, key: str) -> str | None:
+        """The ETag of `key`, or None when nothing is there."""
+        name = self.name_of(key)
+        if not self.client.exists(name):
+            return None
+        return self.client.head(name).etag
+
+    def put_if(self, key: str, data: bytes, match: str | None) -> str:
+        """Writes `data` only if `key` is still at version `match` (None: only if absent); returns the new ETag.
+
+        Raises:
+          FileExistsError: the condition failed (another writer got there first); chained from
+            ConditionalWriteError naming the URL.
+        """
+        name = self.name_of(key)
+        try:
+            etag = (self.client.put_if_absent(name, data) if match is None
+                    else self.client.put_if_match(name, data, match))
+        except ConditionalWriteError as err:
+            raise FileExistsError(str(err)) from err
+        return etag or ""
+
+    # ------------------------------------------------------------ beyond the protocol
+    def put(self, key: str, data: Buffer) -> str | None:
+        """One PUT of a small object; returns its ETag."""
+        return self.client.put(self.name_of(key), _bytes_view(data))
+
+    def put_many(self, items: Iterable[tuple[str, Buffer]]) -> int:
+        """Small objects (Zarr chunks) uploaded concurrently, at most the client's max_in_flight at once."""
+        return self.client.put_many((self.name_of(key), _bytes_view(data)) for key, data in items)
+
+    def upload_file(self, key: str, path: Path) -> str | None:
+        """Uploads a local file as `key`: one PUT up to a part, else a multipart upload holding at most
+        UPLOAD_BUFFER_BYTES of parts (the parts in flight, the one being filled, the one being read)."""
+        name = self.name_of(key)
+        if path.stat().st_size <= self.client.part_size:
+            return self.client.put(name, path.read_bytes())
+        in_flight = max(1, min(self.client.max_in_flight, UPLOAD_BUFFER_BYTES // self.client.part_size - 2))
+        return self.client.put_multipart(name, path, max_in_flight=in_flight)
+
+    def download_tree(self, prefix: str, target: Path, names: Sequence[str] | None = None) -> int:
+        """Copies every object under `prefix` (or the given names under it) into directory `target`,
+        concurrently (at most the client's max_in_flight GETs); returns the bytes copied."""
+        root = self.name_of(prefix)
+        if names is None:
+            names = [info.name for info in self.client.list(root)]
+        total = 0
+
+        def fetch(name: str) -> int:
+            relative = name[len(root):].lstrip("/") if root else name
+            local = target.joinpath(*relative.split("/"))
+            local.parent.mkdir(parents=True, exist_ok=True)
+            data = self.client.get(name)
+            local.write_bytes(data)
+            return len(data)
+
+        with ThreadPoolExecutor(max_workers=self.client.max_in_flight, thread_name_prefix="varstore-get") as pool:
+            for nbytes in pool.map(fetch, names):
+                total += nbytes
+        return total
+
+    def open_reader(self, key: str) -> ObjectReader:
+        """A seekable file object over `key` (ranged GETs). Raises ObjectNotFoundError when absent."""
+        return ObjectReader(self.client, self.name_of(key))
+
+    def sweep_uploads(self, prefix: str = "", older_than: float = 3600.0) -> builtins.list[str]:
         """Aborts incomplete multipart uploads under `prefix` older than `older_than` seconds."""
-        return self.client.abort_incomplete_uploads(prefix, older_than)
+        return self.client.abort_incomplete_uploads(self.name_of(prefix) if prefix else "", older_than)

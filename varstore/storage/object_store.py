@@ -253,7 +253,8 @@ class ObjectStoreClient:
         """
         return self._put(name, data, {"e_tag": etag})
 
-    def put_multipart(self, name: str, source: Callable[[], Iterable[Buffer]] | str | Path) -> str | None:
+    def put_multipart(self, name: str, source: Callable[[], Iterable[Buffer]] | str | Path, *,
+                      max_in_flight: int | None = None) -> str | None:
         """Uploads a large object as a multipart upload with bounded memory.
 
         Memory: at most about (max_in_flight + 1) * part_size bytes are held, whatever the
@@ -264,6 +265,7 @@ class ObjectStoreClient:
         Args:
           source: a local file path, or a callable returning a fresh iterable of byte chunks
             (called again for each retry, so a retry re-reads from the start).
+          max_in_flight: parts uploaded at once (default: the client's max_in_flight).
 
         Returns:
           The etag of the completed object.
@@ -292,7 +294,7 @@ class ObjectStoreClient:
 
         result = self._call("PUT", name, lambda: obs.put(
             self._store, self._key(name), counted(), use_multipart=True, chunk_size=part_size,
-            max_concurrency=self.max_in_flight))
+            max_concurrency=max_in_flight or self.max_in_flight))
         self._add_written(written)
         return result.get("e_tag")
 

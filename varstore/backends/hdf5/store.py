@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -172,8 +172,16 @@ class Hdf5Writer:
 class Hdf5Reader:
     """Reads one HDF5 file read-only; see BackendReader."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, source: BinaryIO | None = None) -> None:
         self.path = Path(path)
+        if source is not None:  # an object read with ranged GETs; varstore checked the commit already
+            try:
+                self._file = h5py.File(source, "r")
+                self._userblock: int | None = None
+            except (OSError, ValueError, RuntimeError) as err:
+                raise CorruptCheckpointError(
+                    f"cannot open HDF5 object '{path}' (truncated or damaged?): {err}") from err
+            return
         if not self.path.exists():
             raise CheckpointNotFoundError(f"no checkpoint at '{self.path}'")
         if not self.path.is_file():
@@ -183,7 +191,7 @@ class Hdf5Reader:
                 f"'{self.path}' is not an HDF5 file (no HDF5 signature at its start)")
         try:
             self._file = h5py.File(self.path, "r", locking=False)
-            self._userblock: int | None = None
+            self._userblock = None
         except (OSError, ValueError, RuntimeError) as err:
             raise CorruptCheckpointError(
                 f"cannot open HDF5 file '{self.path}' (truncated or damaged?): {err}") from err
@@ -299,8 +307,8 @@ class Hdf5Backend:
         """Creates the file; `header_bytes` reserves an HDF5 user block the caller may fill (bytes)."""
         return Hdf5Writer(path, header_bytes)
 
-    def open_reader(self, path: Path) -> Hdf5Reader:
-        return Hdf5Reader(path)
+    def open_reader(self, path: Path, source: BinaryIO | None = None) -> Hdf5Reader:
+        return Hdf5Reader(path, source)
 
 
 BACKEND = Hdf5Backend()

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from varstore.backends.zarr3.store import BACKEND, Zarr3Backend, Zarr3Reader, Zarr3Writer, chunk_file
+from varstore.backends.zarr3.store import BACKEND, Zarr3Backend, Zarr3Reader, Zarr3Writer, chunk_file, chunk_path
 
-__all__ = ["BACKEND", "Zarr3Backend", "Zarr3Reader", "Zarr3Writer", "chunk_file"]
+__all__ = ["BACKEND", "Zarr3Backend", "Zarr3Reader", "Zarr3Writer", "chunk_file", "chunk_path"]

@@ -17,7 +17,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -31,7 +31,7 @@ from varstore.errors import (
     UnsupportedDtypeError,
 )
 
-__all__ = ["Zarr3Backend", "Zarr3Writer", "Zarr3Reader", "BACKEND", "chunk_file"]
+__all__ = ["Zarr3Backend", "Zarr3Writer", "Zarr3Reader", "BACKEND", "chunk_file", "chunk_path"]
 
 _CORE_TYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                "float16", "float32", "float64", "complex64", "complex128"}
@@ -52,8 +52,14 @@ def chunk_file(array_dir: Path, ndim: int) -> Path:
     return array_dir.joinpath("c", *(["0"] * ndim))
 
 
-def array_metadata(dtype: np.dtype, shape: tuple[int, ...], attrs: dict[str, Any]) -> dict[str, Any]:
-    """The zarr.json document of a single-chunk, uncompressed array.
+def chunk_path(array_dir: Path, index: tuple[int, ...]) -> Path:
+    """The file of the chunk at grid position `index` under the default "/"-separated chunk key encoding."""
+    return array_dir.joinpath("c", *(str(i) for i in index))
+
+
+def array_metadata(dtype: np.dtype, shape: tuple[int, ...], attrs: dict[str, Any],
+                   chunks: tuple[int, ...] | None = None) -> dict[str, Any]:
+    """The zarr.json document of an uncompressed array: one chunk, or a regular grid of `chunks`.
 
     Raises:
       UnsupportedDtypeError: `dtype` is not a Zarr v3 core data type.
@@ -69,7 +75,7 @@ def array_metadata(dtype: np.dtype, shape: tuple[int, ...], attrs: dict[str, Any
         "shape": list(shape),
         "data_type": dtype.name,
         "chunk_grid": {"name": "regular",
-                       "configuration": {"chunk_shape": [max(1, n) for n in shape]}},
+                       "configuration": {"chunk_shape": [max(1, n) for n in (chunks or shape)]}},
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
         "fill_value": _fill_value(dtype),
         "codecs": [codec],
@@ -109,14 +115,17 @@ class Zarr3Writer:
         self._written += [directory, directory / "zarr.json"]
 
     def create_array(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
-                     attrs: dict[str, Any]) -> RawExtent | None:
+                     attrs: dict[str, Any], chunks: tuple[int, ...] | None = None) -> RawExtent | None:
+        """See BackendWriter; `chunks` (a multi-writer save) gives a regular grid whose chunk
+        files the writers create (chunk_path), and no extent is returned."""
         self._ensure_group(path.rpartition("/")[0])
         directory = self.path / path
         directory.mkdir()
-        _write_json(directory / "zarr.json", array_metadata(dtype, shape, attrs))
+        whole = chunks is None or tuple(max(1, n) for n in chunks) == tuple(max(1, n) for n in shape)
+        _write_json(directory / "zarr.json", array_metadata(dtype, shape, attrs, None if whole else chunks))
         self._written += [directory, directory / "zarr.json"]
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if nbytes == 0:
+        if nbytes == 0 or not whole:
             return None
         chunk = chunk_file(directory, len(shape))
         if shape:
@@ -251,7 +260,9 @@ class Zarr3Reader:
                 f"'{extent.file}' holds {len(data)} bytes, expected {extent.nbytes} (truncated?)")
         return data
 
-    def read_array(self, path: str, out: npt.NDArray[Any]) -> None:
+    def read_array(self, path: str, out: npt.NDArray[Any],
+                   index: tuple[slice, ...] | None = None) -> None:
+        """Fills `out` with the array at `path` (stored dtype and shape), or with its region `index`."""
         try:
             import zarr
         except ImportError as err:  # pragma: no cover - zarr is a core dependency
@@ -262,7 +273,7 @@ class Zarr3Reader:
                 self._inside(path, Path(directory) / name)
         try:
             array = zarr.open_array(str(self.path / path), mode="r")
-            out[...] = array[...]
+            out[...] = array[...] if index is None else array[index]
         except Exception as err:  # noqa: BLE001 - zarr raises many unrelated types
             raise CorruptCheckpointError(
                 f"cannot read array '{path}' of '{self.path}' through zarr: {err}") from err
@@ -292,7 +303,9 @@ class Zarr3Backend:
         """Creates the directory; `header_bytes` is ignored (a directory has no file header)."""
         return Zarr3Writer(path)
 
-    def open_reader(self, path: Path) -> Zarr3Reader:
+    def open_reader(self, path: Path, source: BinaryIO | None = None) -> Zarr3Reader:
+        if source is not None:
+            raise NotACheckpointError(f"'{path}': a Zarr directory cannot be read from a single file object")
         return Zarr3Reader(path)
 
 

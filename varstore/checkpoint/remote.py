@@ -1,0 +1,365 @@
+"""Checkpoints on an object store: the commit without rename, the sweep, and what a reader may open.
+
+Object stores have no rename and no fsync, so a save to a URL cannot write a
+temporary and rename it (atomic.py's protocol). This module is the other
+protocol (docs/guide/object-storage.md, "Commit without rename"):
+
+- The container is laid out by the same write engine into a local staging
+  directory (a temporary, deleted when the save ends, also on error), then
+  uploaded: an HDF5 checkpoint is ONE object (a single PUT, or a multipart
+  upload with bounded memory) that appears whole or not at all; a Zarr
+  checkpoint is many objects: a `_varstore/pending` marker, then every chunk
+  and array `zarr.json` concurrently (at most the client's max_in_flight
+  requests), and LAST the root `zarr.json` (whose attributes carry the
+  manifest's crc32c) written create-only: the commit. Then the marker goes.
+- A Zarr prefix without its root `zarr.json` is never listed, opened or
+  restored (`committed` says whether one is there). A Zarr checkpoint is read
+  with its metadata copied into a local temporary directory and its chunks
+  fetched on demand (StagedZarrStorage).
+- The next save under the same parent sweeps what killed writers left:
+  incomplete multipart uploads and prefixes with a pending marker and no
+  commit, once older than the grace period (SWEEP_GRACE_SECONDS).
+
+Decides nothing about what is written (plan.py, write_engine.py) and never
+talks to the client library directly (storage/object_storage.py does).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from varstore.backends import get_backend
+from varstore.checkpoint.manifest import INDEX_HEADER_BYTES, MANIFEST_PATH, Record, decode_index_header
+from varstore.checkpoint.write_engine import write_container
+from varstore.errors import (CheckpointError, CheckpointExistsError, CheckpointNotFoundError, NotACheckpointError,
+                             VarstoreError)
+from varstore.storage import storage_for
+from varstore.storage.protocol import Buffer, ReadAhead, StorageWriter
+from varstore.storage.local import LocalStorage
+from varstore.storage.object_storage import ObjectStorage
+
+__all__ = ["StagedZarrStorage", "publish_remote", "check_replaceable_remote", "describe_remote", "committed", "is_checkpoint", "container_of", "stage_for_reading", "remove_staged", "sweep",
+           "PENDING_MARKER", "COMMIT_OBJECT", "SWEEP_GRACE_SECONDS"]
+
+_log = logging.getLogger("varstore.checkpoint")
+
+#: A Zarr checkpoint's "save started, not finished" marker, relative to its prefix.
+PENDING_MARKER = "_varstore/pending"
+#: A Zarr checkpoint's commit object, relative to its prefix (written last, create-only).
+COMMIT_OBJECT = "zarr.json"
+#: Seconds an abandoned upload or uncommitted prefix is left alone before a save sweeps it
+#: (so a concurrent writer's save in progress is never touched).
+SWEEP_GRACE_SECONDS = 3600.0
+
+
+def _parent(name: str) -> str:
+    return name.rsplit("/", 1)[0] if "/" in name else ""
+
+
+def container_of(storage: ObjectStorage, name: str, format: str | None = None) -> str:
+    """The container ("h5" or "zarr") at `name`: by `format`, the suffix, else what is stored there.
+
+    Raises:
+      CheckpointNotFoundError: nothing committed at `name`, naming the URL.
+    """
+    if format is not None:
+        return get_backend(format).name
+    suffix = Path(name).suffix.lower()
+    if suffix == ".zarr":
+        return "zarr"
+    if suffix in (".h5", ".hdf5"):
+        return "h5"
+    if storage.exists(f"{name}/{COMMIT_OBJECT}"):
+        return "zarr"
+    if storage.exists(name):
+        return "h5"
+    raise CheckpointNotFoundError(f"no checkpoint at {storage.url_of(name)}: no object and no committed "
+                                  f"Zarr prefix there; check the URL")
+
+
+def committed(storage: ObjectStorage, name: str, fmt: str) -> bool:
+    """True when a finished checkpoint is at `name`: the HDF5 object, or the Zarr prefix's commit object."""
+    return storage.exists(f"{name}/{COMMIT_OBJECT}" if get_backend(fmt).is_directory else name)
+
+
+def is_checkpoint(url: os.PathLike[str] | str, storage_options: Mapping[str, object] | None = None) -> bool:
+    """True when a committed varstore checkpoint is at `url` (index header, or the commit object's attributes)."""
+    try:
+        storage, key = storage_for(url, storage_options)
+        if not isinstance(storage, ObjectStorage):
+            return False
+        name = storage.name_of(key)
+        fmt = container_of(storage, name)
+        if get_backend(fmt).is_directory:
+            attrs = json.loads(storage.read_all(f"{name}/{COMMIT_OBJECT}")).get("attributes") or {}
+            return attrs.get("varstore_format") is not None
+        head = bytes(storage.read_range(name, 0, min(INDEX_HEADER_BYTES, storage.size(name))))
+        return decode_index_header(head) is not None
+    except (VarstoreError, OSError, ValueError):
+        return False
+
+
+def sweep(storage: ObjectStorage, parent: str, *, grace_seconds: float | None = None,
+          now: float | None = None) -> list[str]:
+    """Removes what killed saves left under `parent`, once older than the grace period.
+
+    Incomplete multipart uploads (S3) are aborted; a prefix with a pending
+    marker and no commit object is deleted. A prefix without a marker (a copy
+    in progress, another tool's data) is never touched.
+
+    Returns:
+      What was removed: upload names and "<prefix>/" for deleted prefixes.
+    """
+    grace = SWEEP_GRACE_SECONDS if grace_seconds is None else grace_seconds
+    now = time.time() if now is None else now
+    removed = list(storage.client.abort_incomplete_uploads(
+        parent, older_than=grace, now=_dt.datetime.fromtimestamp(now, _dt.timezone.utc)))
+    suffix = "/" + PENDING_MARKER
+    for info in storage.list_info(parent):
+        if not info.name.endswith(suffix):
+            continue
+        prefix = info.name[:-len(suffix)]
+        if now - info.last_modified.timestamp() < grace or storage.exists(f"{prefix}/{COMMIT_OBJECT}"):
+            continue
+        _log.info("sweeping the unfinished save at %s", storage.url_of(prefix))
+        storage.delete(prefix)
+        removed.append(prefix + "/")
+    return removed
+
+
+def _files(root: Path) -> Iterator[tuple[str, Path]]:
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            yield "/".join(path.relative_to(root).parts), path
+
+
+def _upload_tree(storage: ObjectStorage, name: str, local: Path) -> None:
+    """Uploads a staged Zarr directory under `name`, commit object last (see the module docstring)."""
+    commit = f"{name}/{COMMIT_OBJECT}"
+    before = set(storage.list(name))
+    if commit in before:
+        storage.delete(commit)  # the old checkpoint stops being one before any of its objects change
+    token = json.dumps({"writer": secrets.token_hex(8), "started_utc": time.time()}).encode()
+    storage.put(f"{name}/{PENDING_MARKER}", token)
+    small: list[tuple[str, Path]] = []
+    large: list[tuple[str, Path]] = []
+    for relative, path in _files(local):
+        if relative == COMMIT_OBJECT:
+            continue
+        (large if path.stat().st_size > storage.client.part_size else small).append((relative, path))
+    storage.put_many((f"{name}/{relative}", path.read_bytes()) for relative, path in small)
+    for relative, path in large:
+        storage.upload_file(f"{name}/{relative}", path)
+    try:
+        storage.put_if(commit, (local / COMMIT_OBJECT).read_bytes(), None)
+    except FileExistsError as err:
+        raise CheckpointError(f"another writer committed {storage.url_of(name)} while this save was "
+                              f"uploading; this save is discarded: {err}") from err
+    written = {f"{name}/{relative}" for relative, _ in _files(local)}
+    storage.delete(f"{name}/{PENDING_MARKER}")
+    stale = sorted(before - written - {f"{name}/{PENDING_MARKER}"})
+    if stale:
+        storage.client.delete(stale)
+
+
+def describe_remote(storage: ObjectStorage, name: str) -> str | None:
+    """What is at `name` in words ("a varstore Zarr checkpoint", "an object that is not ...", ...); None: nothing."""
+    under = storage.list(name)
+    commit = f"{name}/{COMMIT_OBJECT}"
+    if storage.exists(name):
+        size = storage.size(name)
+        head = bytes(storage.read_range(name, 0, min(INDEX_HEADER_BYTES, size)))
+        if decode_index_header(head) is not None:
+            return "a varstore HDF5 checkpoint"
+        return f"an object that is not a varstore checkpoint ({size} bytes)"
+    if commit in under:
+        attrs = json.loads(storage.read_all(commit) or b"{}").get("attributes") or {}
+        if attrs.get("varstore_format") is not None:
+            return "a varstore Zarr checkpoint"
+        return "a Zarr hierarchy varstore did not write"
+    if not under:
+        return None
+    if f"{name}/{PENDING_MARKER}" in under:
+        return "an unfinished varstore save"
+    return f"{len(under)} objects that are not a varstore checkpoint (no commit object {COMMIT_OBJECT})"
+
+
+def check_replaceable_remote(url: str, fmt: str, storage: ObjectStorage | None = None,
+                             advice: str = "pass overwrite=True to replace it") -> None:
+    """The overwrite rule (checkpoint/overwrite.py) on an object store: only nothing, an unfinished
+    varstore save or a varstore checkpoint of format `fmt` may be replaced.
+
+    Raises:
+      CheckpointExistsError: naming the URL and what is there.
+    """
+    if storage is None:
+        located, _ = storage_for(url)
+        if not isinstance(located, ObjectStorage):
+            return
+        storage = located
+    name = storage.name_of(url)
+    found = describe_remote(storage, name)
+    words = "Zarr" if get_backend(fmt).is_directory else "HDF5"
+    if found in (None, "an unfinished varstore save", f"a varstore {words} checkpoint"):
+        return
+    if found.startswith("a varstore "):
+        found = f"{found} (not {words})"
+    raise CheckpointExistsError(f"cannot save a varstore {words} checkpoint to {storage.url_of(name)}: "
+                                f"{found} is there; delete it, choose another URL, or {advice}",
+                                path=storage.url_of(name), found=found)
+
+
+def publish_remote(final: str, storage: ObjectStorage, fmt: str, entries: list[Any], records: list[Record],
+                   packed_nbytes: int, header: dict[str, Any], checksum: bool,
+                   release: Callable[[int], None] | None = None) -> str:
+    """Writes a planned checkpoint to the object store at URL `final` and commits it (manifest object last).
+
+    Either the whole new checkpoint is committed under `final` afterwards,
+    or (on any error) nothing new is listed there. A local staging directory
+    holds the container while it is uploaded and is deleted before returning.
+
+    Returns:
+      `final` (the URL).
+
+    Raises:
+      ObjectStoreError: the store refused or failed after retries (naming the URL).
+      Any error of writing (as save_entries).
+    """
+    name = storage.name_of(final)
+    swept = sweep(storage, _parent(name))
+    if swept:
+        _log.info("swept %d abandoned uploads under %s", len(swept), storage.url_of(_parent(name)))
+    staging = Path(tempfile.mkdtemp(prefix="varstore-stage-"))
+    try:
+        local = staging / (Path(name).name or "checkpoint")
+        write_container(local, fmt, entries, records, packed_nbytes, header, checksum, release,
+                        make_durable=lambda paths: None, storage=LocalStorage())
+        if get_backend(fmt).is_directory:
+            _upload_tree(storage, name, local)
+        else:
+            storage.upload_file(name, local)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+class StagedZarrStorage:
+    """Reads a Zarr checkpoint on an object store whose metadata was copied into a local directory.
+
+    A key under that directory is read from the local copy when it is there
+    (every zarr.json, the manifest's chunks) and otherwise from the object it
+    stands for, with ranged GETs (variable chunks, the packed blob); sizes come
+    from the listing, so no HEAD is needed. Read-only.
+    """
+
+    renames = True  # never written through
+
+    def __init__(self, local_root: Path, remote: ObjectStorage, name: str, sizes: dict[str, int]) -> None:
+        self.url = remote.url_of(name)
+        self._root = str(local_root)
+        self._remote = remote
+        self._name = name
+        self._sizes = sizes
+        self._local = LocalStorage()
+
+    def _remote_name(self, key: str) -> str | None:
+        """The object a key under the local root stands for, when its bytes are not local."""
+        key = os.fspath(key)
+        if os.path.exists(key) or not (key == self._root or key.startswith(self._root + os.sep)):
+            return None
+        relative = key[len(self._root):].lstrip(os.sep).replace(os.sep, "/")
+        return f"{self._name}/{relative}" if relative else self._name
+
+    def exists(self, key: str) -> bool:
+        name = self._remote_name(key)
+        return self._local.exists(key) if name is None else name in self._sizes
+
+    def size(self, key: str) -> int:
+        name = self._remote_name(key)
+        if name is None:
+            return self._local.size(key)
+        if name not in self._sizes:
+            raise CheckpointNotFoundError(f"{self._remote.url_of(name)} is missing (a partial copy?)")
+        return self._sizes[name]
+
+    def list(self, prefix: str) -> list[str]:
+        return sorted(self._sizes)
+
+    def read_range(self, key: str, offset: int, length: int, out: Buffer | None = None) -> Buffer:
+        name = self._remote_name(key)
+        if name is None:
+            return self._local.read_range(key, offset, length, out)
+        return self._remote.read_range(name, offset, length, out)
+
+    def read_all(self, key: str) -> bytes:
+        name = self._remote_name(key)
+        return self._local.read_all(key) if name is None else self._remote.read_all(name)
+
+    def writer(self, key: str, *, keep_open: bool = False) -> StorageWriter:
+        raise CheckpointError(f"{self.url} is open for reading only")
+
+    def delete(self, key: str) -> None:
+        raise CheckpointError(f"{self.url} is open for reading only")
+
+    def read_ahead(self, key: str, extents: Sequence[tuple[int, int]], window_bytes: int) -> ReadAhead | None:
+        return None
+
+    def keep_open(self, key: str) -> None:
+        if self._remote_name(key) is None:
+            self._local.keep_open(key)
+
+    def close(self) -> None:
+        self._local.close()
+
+
+def stage_for_reading(storage: ObjectStorage, name: str, fmt: str) -> tuple[Path, StagedZarrStorage] | None:
+    """Prepares a committed checkpoint at `name` for reading.
+
+    HDF5 is read in place with ranged GETs (returns None). For a Zarr
+    checkpoint the prefix is listed once and only its metadata (every
+    zarr.json, the manifest's chunks) is copied into a local temporary
+    directory; variable bytes are read from their objects on demand through
+    the returned StagedZarrStorage. The caller deletes the directory
+    (remove_staged) when the reader closes.
+
+    Raises:
+      CheckpointNotFoundError: nothing committed there (an unfinished save is not a checkpoint).
+    """
+    if not committed(storage, name, fmt):
+        unfinished = bool(storage.list(name)) if get_backend(fmt).is_directory else False
+        raise CheckpointNotFoundError(
+            f"no checkpoint at {storage.url_of(name)}"
+            + (f": objects are there but no commit object {COMMIT_OBJECT} (an unfinished or partly "
+               f"copied save); save it again or finish the copy" if unfinished else "; check the URL"))
+    if not get_backend(fmt).is_directory:
+        return None
+    listing = {info.name: info.size for info in storage.list_info(name)
+               if not info.name.endswith("/" + PENDING_MARKER)}
+    manifest_chunks = f"{name}/{MANIFEST_PATH}/c"
+    metadata = [key for key in listing if key.endswith("/" + COMMIT_OBJECT) or key.startswith(manifest_chunks)]
+    staging = Path(tempfile.mkdtemp(prefix="varstore-read-"))
+    local = staging / (Path(name).name or "checkpoint")
+    try:
+        storage.download_tree(name, local, metadata)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if not (local / COMMIT_OBJECT).is_file():
+        shutil.rmtree(staging, ignore_errors=True)
+        raise NotACheckpointError(f"{storage.url_of(name)} lost its commit object while it was read")
+    return local, StagedZarrStorage(local, storage, name, listing)
+
+
+def remove_staged(local: os.PathLike[str] | str) -> None:
+    """Deletes a directory stage_for_reading made (its temporary parent included)."""
+    shutil.rmtree(Path(local).parent, ignore_errors=True)

@@ -1,0 +1,132 @@
+"""Collective restore: every rank reads only the regions of the variables it holds, from any checkpoint.
+
+Executes a plan_restore plan (plan.py): the checkpoint's global arrays
+(after an assignment_map, TF init_from_checkpoint rules as
+varstore.restore) are matched with the job's variables; each rank reads the
+regions of its owned and replicated variables (regions.py) from a
+checkpoint written by any number of ranks, with any partitioning or none,
+or one that stores the parts under their own names (phase-1 files).
+Validation runs on every rank and its outcome is allgathered (agree.py), so
+every rank raises the same error or all proceed; a failed restore changes
+nothing. Never writes checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from varstore.checkpoint._batch import paused_gc
+from varstore.checkpoint.reader import VarstoreReader, open_varstore
+from varstore.checkpoint.regions import RegionSource
+from varstore.checkpoint.restore import PendingResolver, RestoreResult, covered_targets, map_names
+from varstore.distributed.agree import agree
+from varstore.distributed.checks import check_structure
+from varstore.distributed.communicator import as_communicator
+from varstore.distributed.plan import VariableLayout, layouts_of, plan_restore
+from varstore.errors import RestoreError
+from varstore.value_sources import check_restorable
+
+__all__ = ["restore_collective"]
+
+
+def _planned(reader: VarstoreReader, store: Any, rank: int, assignment_map: Mapping[str, str] | None,
+             strict: bool, verify: bool) -> tuple[list[tuple[Any, Any]], RestoreResult, dict[str, str]]:
+    names = reader.keys()
+    mapped = map_names(names, assignment_map)
+    saved: dict[str, tuple[tuple[int, ...], str]] = {}
+    source_of: dict[str, str] = {}
+    for ckpt in names:
+        if ckpt in mapped:
+            record = reader.record(ckpt)
+            saved[mapped[ckpt]] = (record.shape, record.dtype)
+            source_of[mapped[ckpt]] = ckpt
+    layouts: list[VariableLayout] = []
+    for layout in layouts_of(store):
+        if layout.array not in saved and layout.name in saved:  # a part saved under its own name
+            layout = dataclasses.replace(layout, array=layout.name, array_shape=layout.shape,
+                                         offset=(0,) * len(layout.shape))
+        layouts.append(layout)
+    covered = set(covered_targets(sorted({layout.array for layout in layouts}), assignment_map))
+    plan = plan_restore(saved, [layout for layout in layouts if layout.array in covered], rank)
+    unexpected_targets = sorted(plan.unexpected)
+    unexpected = [source_of[t] for t in unexpected_targets]
+    missing = list(plan.missing)
+    if strict and (missing or unexpected):
+        raise RestoreError(
+            f"restoring '{reader.path}' strictly failed: missing from the checkpoint "
+            f"(variables without a value): {missing}; unexpected in the checkpoint "
+            f"(values without a variable): {unexpected}; pass strict=False to restore the "
+            f"intersection or an assignment_map to rename", missing=missing, unexpected=unexpected)
+    variables = {v.name: v for v in store.variables()}
+    pairs = []
+    for item in plan.reads:
+        variable = variables[item.variable]
+        ckpt = source_of[item.array]
+        source: Any = RegionSource(reader, ckpt, item.offset, item.shape, verify)
+        check_restorable(variable, source)
+        pairs.append((variable, source))
+    restored = [layout.name for layout in layouts if layout.array in covered and layout.array in saved]
+    result = RestoreResult(restored, missing, unexpected, [])
+    waiting = {t: source_of[t] for t in unexpected_targets}
+    return pairs, result, waiting
+
+
+def _apply(pairs: list[tuple[Any, Any]], lazy: bool) -> None:
+    from varstore.variables import restore_many
+
+    if lazy:
+        for variable, source in pairs:
+            variable.restore_from(source, lazy=True)
+        return
+    fresh = [(v, s) for v, s in pairs if not v.is_allocated]
+    values = []
+    for variable, source in fresh:  # read and check into new memory before any variable changes
+        value = np.empty(source.shape, dtype=source.dtype)
+        source.read_into(value)
+        values.append(value)
+    for variable, source in pairs:
+        if variable.is_allocated:
+            variable.restore_from(source)
+    restore_many([v for v, _ in fresh], values, adopt=True)
+
+
+def restore_collective(path: os.PathLike[str] | str, store: Any, comm: Any = None, *,
+                       assignment_map: Mapping[str, str] | None = None, strict: bool = False,
+                       lazy: bool = False, verify: bool = True, format: str | None = None) -> RestoreResult:
+    """Restores a store collectively: every rank of `comm` calls it and reads only what it holds.
+
+    See varstore.restore(..., comm=) for the arguments.
+
+    Returns:
+      The RestoreResult (the same names on every rank; `restored` lists every
+      variable of the job that got a value, on whichever rank holds it).
+
+    Raises:
+      On EVERY rank the same error (prefixed "rank R of N: " when one rank found it):
+      DistributedMismatchError (the stores differ), RestoreError (strict),
+      ShapeMismatchError / DtypeMismatchError (naming the variable and the file),
+      ChecksumError, CheckpointNotFoundError, NotACheckpointError, CorruptCheckpointError.
+    """
+    communicator = as_communicator(comm)
+    check_structure(store, communicator)
+    with paused_gc():
+        reader = agree(communicator, lambda: open_varstore(path, format))
+        try:
+            pairs, result, waiting = agree(communicator, lambda: _planned(
+                reader, store, communicator.rank, assignment_map, strict, verify))
+            agree(communicator, lambda: _apply(pairs, lazy))
+        except BaseException:
+            reader.close()
+            raise
+    deferred: list[str] = []
+    if waiting and hasattr(store, "add_pending_restore"):
+        deferred = sorted(waiting)
+        store.add_pending_restore(PendingResolver(reader, waiting, verify))
+    elif not lazy:
+        reader.close()
+    return dataclasses.replace(result, deferred=deferred)
