@@ -27,9 +27,9 @@ def test_zarr_loop_in_key_order_reads_ahead_then_stops(tmp_path: Path) -> None:
         (str(tmp_path / "ck.zarr" / names[2] / "c" / "0" / "0"), 256)]
     for i, name in enumerate(names[:3]):
         np.testing.assert_array_equal(reader[name], VALUES[name])
-        assert (reader._ahead is not None) == (i >= 1)  # from the second read in order on
+        assert (reader._order.ahead is not None) == (i >= 1)  # from the second read in order on
     np.testing.assert_array_equal(reader[names[0]], VALUES[names[0]])  # a jump back stops it
-    assert reader._ahead is None and _threads() == 0
+    assert reader._order.ahead is None and _threads() == 0
     for name in names:
         np.testing.assert_array_equal(reader[name], VALUES[name])
     reader.close()
@@ -77,7 +77,7 @@ def test_packed_loop_and_load_read_the_blob_once_and_check_every_value(tmp_path:
     save(path, SMALL, layout="packed")
     with open_varstore(path) as reader:
         got = {name: reader[name] for name in reader.keys()}
-        assert reader._blob is not None  # the loop read the blob whole
+        assert reader._order.blob is not None  # the loop read the blob whole
     loaded = varstore.load(path)
     for values in (got, loaded):
         assert list(values) == list(SMALL)

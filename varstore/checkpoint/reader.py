@@ -15,7 +15,6 @@ initializers, never writes.
 from __future__ import annotations
 
 import io
-import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy.typing as npt
 
 from varstore.backends import BackendReader, RawExtent, get_backend
 from varstore.checkpoint.checksum import crc32c_of, crc32c_raw
+from varstore.checkpoint.key_order import KeyOrder, copy_packed
 from varstore.checkpoint.locations import VariableBytes
 from varstore.checkpoint.detection import (
     detect_container,
@@ -54,11 +54,6 @@ from varstore.errors import (
 from varstore.checkpoint.remote import container_of, remove_staged, stage_for_reading
 from varstore.storage import ReadAhead, Storage, is_remote, storage_for
 from varstore.storage.object_storage import ObjectStorage
-
-#: A loop reading the keys in order has the storage read this many bytes ahead of it.
-LAZY_READ_AHEAD_BYTES = 64 << 20
-#: Such a loop reads the packed blob of small variables whole (once) when it has at most this many bytes.
-LAZY_PACKED_CACHE_BYTES = 64 << 20
 
 __all__ = ["VarstoreReader", "CheckpointValue", "ReadSession", "open_varstore", "is_varstore_checkpoint"]
 
@@ -178,10 +173,7 @@ class VarstoreReader(CheckpointReader):
         self._columns: ManifestColumns = columns
         self._records: dict[int, Record] = {}
         self._names = columns.names
-        self._last = -2  # index of the last variable read on its own (lazy reads), for read-ahead
-        self._ahead: ReadAhead | None = None  # read-ahead of a loop reading the keys in order
-        self._following = False  # a loop reading the keys in order was seen (read-ahead tried once)
-        self._blob: bytearray | None = None  # the packed blob, read once for such a loop
+        self._order = KeyOrder(self)  # loops reading the keys in order (key_order.py)
 
     @property
     def _store(self) -> BackendReader:
@@ -275,17 +267,12 @@ class VarstoreReader(CheckpointReader):
              verify: bool = True) -> npt.NDArray[Any]:
         record = self.record(name)
         if self.session is None:
-            self._follow(name)
+            self._order.follow(self._columns.index[name])
         if out is None:
-            blob = self._blob if self.session is None and record.path is None else None
-            if blob is None:
-                self.check_stored(record)  # before allocating what the manifest claims
-            elif int(record.offset or 0) + record.nbytes > len(blob):
-                raise CorruptCheckpointError(
-                    f"variable '{name}' in '{self.path}' lies outside the packed blob: it claims bytes "
-                    f"{record.offset}..{int(record.offset or 0) + record.nbytes}, the blob has {len(blob)}")
-            else:
-                return self._copy_packed(record, blob, verify)
+            blob = self._order.blob if self.session is None and record.path is None else None
+            if blob is not None:  # a loop in key order over packed variables: out of the blob read once
+                return copy_packed(record, blob, verify, str(self.path), self.checksum_error)
+            self.check_stored(record)  # before allocating what the manifest claims
         out = checked_out(name, record.shape, record.numpy_dtype, out)
         self.fill(record, out, verify)
         return out
@@ -320,28 +307,10 @@ class VarstoreReader(CheckpointReader):
         start = getattr(self.storage, "read_ahead_files", None)
         return start(files, window) if files and start is not None else None
 
-    def _follow(self, name: str) -> None:
-        """Reads ahead of a loop over the keys in order (from its second read on); stops when it jumps."""
-        index = self._columns.index[name]
-        if index != self._last + 1:
-            self._stop_ahead()
-            self._following = False
-        elif not self._following and index + 1 < len(self._names):
-            self._following = True  # once per run of reads in order: planning looks at every later name
-            self._ahead = self.start_read_ahead(self._names[index:], LAZY_READ_AHEAD_BYTES)
-            if self._blob is None and self._columns.columns["path"][index] is None:
-                # small variables packed in one blob: one read for the whole loop, not one per variable
-                self._blob = self.packed_blob(LAZY_PACKED_CACHE_BYTES)
-        self._last = index
-
-    def _stop_ahead(self) -> None:
-        ahead, self._ahead = getattr(self, "_ahead", None), None
-        if ahead is not None:
-            ahead.stop()
-
     def close(self) -> None:
-        self._stop_ahead()
-        self._blob = None
+        order = getattr(self, "_order", None)
+        if order is not None:
+            order.close()
         session = getattr(self, "session", None)
         if session is not None and session.read_ahead is not None:
             session.read_ahead.stop()  # before its descriptor is closed
@@ -438,7 +407,7 @@ class VarstoreReader(CheckpointReader):
                         record.path, out.reshape(-1).view(storage_dtype).reshape(storage_shape))
                 else:
                     self._bytes.read_extent(extent, 0, out, where, check_size=True)
-                    ahead = self._ahead if session is None else session.read_ahead
+                    ahead = self._order.ahead if session is None else session.read_ahead
                     if ahead is not None:
                         ahead.done(extent.offset)
         if verify and record.checksum is not None:
@@ -448,25 +417,10 @@ class VarstoreReader(CheckpointReader):
             if found != record.checksum:
                 self.checksum_error(record, found)
 
-    def _copy_packed(self, record: Record, blob: bytearray, verify: bool) -> npt.NDArray[Any]:
-        """A new array of a packed variable out of the cached blob, its checksum checked on the blob first."""
-        start, nbytes = int(record.offset or 0), record.nbytes
-        dtype = record.numpy_dtype
-        count = math.prod(record.shape)
-        if count * dtype.itemsize != nbytes:
-            raise CorruptCheckpointError(
-                f"variable '{record.name}' in '{self.path}': the manifest says {nbytes} bytes, its shape "
-                f"{record.shape} and dtype {record.dtype} make {count * dtype.itemsize}")
-        if verify and record.checksum is not None:
-            found = crc32c_raw(memoryview(blob)[start:start + nbytes]) if nbytes else 0
-            if found != record.checksum:
-                self.checksum_error(record, found)
-        return np.frombuffer(blob, dtype, count, start).reshape(record.shape).copy()
-
     def _fill_packed(self, record: Record, out: npt.NDArray[Any], where: str, session: ReadSession | None) -> bool:
         """Fills a packed variable; True when its checksum was already checked on the session's blob."""
         start = int(record.offset or 0)
-        blob = self._blob if session is None else session.packed
+        blob = self._order.blob if session is None else session.packed
         if blob is not None:
             if start + record.nbytes > len(blob):
                 raise CorruptCheckpointError(f"{where} lies outside the packed blob")

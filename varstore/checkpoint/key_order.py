@@ -1,0 +1,109 @@
+"""A lazy reader's loops over the keys in order: read-ahead of what comes next, the packed blob read once.
+
+`KeyOrder` watches the single reads of one VarstoreReader (reader.py): from
+the second read in key order on it starts the storage's read-ahead over every
+later variable, once per run of reads in order, and reads the packed blob of
+small variables whole when the loop is on packed variables; a jump stops the
+read-ahead. `copy_packed` makes a new array of one packed variable out of that
+blob, its crc32c checked on the blob first. Never writes; owns no thread (the
+storage's read-ahead does).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from varstore.checkpoint.checksum import crc32c_raw
+from varstore.checkpoint.manifest import ManifestColumns, Record
+from varstore.errors import CorruptCheckpointError
+from varstore.storage import ReadAhead
+
+__all__ = ["KeyOrder", "copy_packed", "LAZY_READ_AHEAD_BYTES", "LAZY_PACKED_CACHE_BYTES"]
+
+#: A loop reading the keys in order has the storage read this many bytes ahead of it.
+LAZY_READ_AHEAD_BYTES = 64 << 20
+#: Such a loop reads the packed blob of small variables whole (once) when it has at most this many bytes.
+LAZY_PACKED_CACHE_BYTES = 64 << 20
+
+
+class OrderedReader(Protocol):
+    """What KeyOrder needs of its reader (VarstoreReader implements it)."""
+
+    @property
+    def manifest(self) -> ManifestColumns: ...
+
+    def start_read_ahead(self, names: list[str], window: int) -> ReadAhead | None: ...
+
+    def packed_blob(self, limit: int = ...) -> bytearray | None: ...
+
+
+class KeyOrder:
+    """Follows one reader's single reads (see the module docstring).
+
+    Attributes:
+      ahead: the running read-ahead of a loop in key order, or None.
+      blob: the packed blob, read once for such a loop, or None.
+    """
+
+    def __init__(self, reader: OrderedReader) -> None:
+        self._reader = reader
+        self._last = -2
+        self._following = False
+        self.ahead: ReadAhead | None = None
+        self.blob: bytearray | None = None
+
+    def follow(self, index: int) -> None:
+        """Notes a read of the variable at manifest position `index`."""
+        if index != self._last + 1:
+            self.stop()
+            self._following = False
+        elif not self._following and index + 1 < len(self._reader.manifest.names):
+            self._following = True  # once per run of reads in order: planning looks at every later name
+            reader = self._reader
+            self.ahead = reader.start_read_ahead(reader.manifest.names[index:], LAZY_READ_AHEAD_BYTES)
+            if self.blob is None and reader.manifest.columns["path"][index] is None:
+                # small variables packed in one blob: one read for the whole loop, not one per variable
+                self.blob = reader.packed_blob(LAZY_PACKED_CACHE_BYTES)
+        self._last = index
+
+    def stop(self) -> None:
+        """Stops the read-ahead (before the reader's descriptors are closed)."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None:
+            ahead.stop()
+
+    def close(self) -> None:
+        """Stops the read-ahead and lets the blob go."""
+        self.stop()
+        self.blob = None
+
+
+def copy_packed(record: Record, blob: bytearray, verify: bool, where: str,
+                checksum_error: Callable[[Record, int], Any]) -> npt.NDArray[Any]:
+    """A new array of a packed variable out of `blob`, its checksum checked on the blob first.
+
+    Raises:
+      CorruptCheckpointError: its bytes lie outside the blob or disagree with its shape and dtype.
+      Whatever `checksum_error(record, found)` raises for a damaged value (a ChecksumError).
+    """
+    start, nbytes = int(record.offset or 0), record.nbytes
+    if start + nbytes > len(blob):
+        raise CorruptCheckpointError(
+            f"variable '{record.name}' in '{where}' lies outside the packed blob: it claims bytes "
+            f"{start}..{start + nbytes}, the blob has {len(blob)}")
+    dtype = record.numpy_dtype
+    count = math.prod(record.shape)
+    if count * dtype.itemsize != nbytes:
+        raise CorruptCheckpointError(
+            f"variable '{record.name}' in '{where}': the manifest says {nbytes} bytes, its shape "
+            f"{record.shape} and dtype {record.dtype} make {count * dtype.itemsize}")
+    if verify and record.checksum is not None:
+        found = crc32c_raw(memoryview(blob)[start:start + nbytes]) if nbytes else 0
+        if found != record.checksum:
+            checksum_error(record, found)
+    return np.frombuffer(blob, dtype, count, start).reshape(record.shape).copy()
