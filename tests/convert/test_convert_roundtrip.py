@@ -12,6 +12,7 @@ import pytest
 from convert_manifests import CHECKPOINT_FIXTURES, expected_dtype, value_sha256, variables
 
 from varstore import dtypes
+from varstore.checkpoint import write_engine
 from varstore.checkpoint.entry import SaveEntry
 from varstore.convert import ConvertReport, convert, open_checkpoint
 from varstore.convert.safetensors import write_safetensors
@@ -184,4 +185,8 @@ def test_convert_streams_one_variable_at_a_time(fixtures_dir: Path, tmp_path: Pa
     monkeypatch.setattr(convert_module, "open_checkpoint", tracking_open)
     report = convert(fixtures_dir / "keras3/model.weights.h5", tmp_path / f"s{suffix}")
     assert report.variables == 28
-    assert most[0] <= 1  # the previous value was released before the next read
+    # safetensors and npz write each value before the next read; varstore's own formats hand values to
+    # the write engine's background thread, which holds at most _MAX_PENDING queued writes (how many
+    # are still queued depends on the machine's load, so only the bound is deterministic).
+    bound = 1 if suffix in (".safetensors", ".npz") else write_engine._MAX_PENDING + 1
+    assert most[0] <= bound < report.variables

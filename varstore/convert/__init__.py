@@ -229,7 +229,8 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
             progress: ProgressCallback | None = None, separator: str | None = None, force: bool = False,
             max_shard_size: int | str | None = None,
             storage_options: Mapping[str, object] | None = None, **options: Any) -> ConvertReport:
-    """Copies the variables of one checkpoint into a new one, one variable in memory at a time.
+    """Copies the variables of one checkpoint into a new one, streaming: one variable in memory at a time
+    (for varstore .h5/.zarr destinations, plus at most the write engine's 8 queued writes).
 
     Values are copied bit-exactly unless `dtype` casts floating variables.
     Names are kept as the source reports them, then renamed by `rename`.
