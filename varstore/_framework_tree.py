@@ -17,9 +17,11 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Union
 
 from varstore._naming import validate_name
+from varstore.checkpoint.entry import SaveEntry
 from varstore.errors import InvalidMetadataError, InvalidNameError
 
 __all__ = [
+    "save_flat",
     "TREE_KEY",
     "ALIASES_KEY",
     "RESERVED_PREFIX",
@@ -225,3 +227,37 @@ def check_user_metadata(metadata: Mapping[str, Any] | None, where: str) -> dict[
                 f"metadata for '{where}': the key {key!r} is reserved for varstore (keys starting "
                 f"with {RESERVED_PREFIX!r}); choose another name")
     return out
+
+
+def save_flat(path: Any, flat: Flat, metadata: dict[str, Any], *, alias_key: Callable[[Any], Any],
+              entry: Callable[[str, Any], SaveEntry], step: int | None, format: str | None,
+              checksum: bool, pack_threshold_bytes: int | None) -> Any:
+    """Saves a flattened tree with varstore.checkpoint.save_entries: each storage once, structure in metadata.
+
+    Shared by varstore.torch.save and varstore.jax.save. A leaf whose
+    `alias_key(value)` (None: never an alias) equals an earlier leaf's is not
+    written again; `metadata[ALIASES_KEY]` maps its name to the first name. A
+    tree that is not plain string-keyed dicts records its skeleton under
+    TREE_KEY. Returns what save_entries returns (the final path or URL).
+    """
+    from varstore.checkpoint import save_entries
+
+    entries: list[SaveEntry] = []
+    aliases: dict[str, str] = {}
+    first: dict[Any, str] = {}
+    for name, value in flat.arrays.items():
+        key = alias_key(value)
+        if key is not None and key in first:
+            aliases[name] = first[key]
+            continue
+        if key is not None:
+            first[key] = name
+        entries.append(entry(name, value))
+    if not flat.is_plain:
+        metadata[TREE_KEY] = flat.skeleton
+    if aliases:
+        metadata[ALIASES_KEY] = aliases
+    options: dict[str, Any] = {}
+    if pack_threshold_bytes is not None:
+        options["pack_threshold_bytes"] = pack_threshold_bytes
+    return save_entries(path, entries, step=step, metadata=metadata, format=format, checksum=checksum, **options)

@@ -36,7 +36,7 @@ except ImportError as err:  # pragma: no cover - exercised only without jax
 
 from varstore import _framework_tree as _tree
 from varstore import dtypes as _dtypes
-from varstore.checkpoint import VarstoreReader, open_varstore, save_entries
+from varstore.checkpoint import VarstoreReader, open_varstore
 from varstore.checkpoint import restore as _restore
 from varstore.checkpoint.entry import SaveEntry
 from varstore.errors import (
@@ -131,24 +131,10 @@ def save(path: PathLike, tree: Any, *, step: int | None = None, metadata: Mappin
     """
     flat = _tree.flatten(tree, _classify)
     meta = _tree.check_user_metadata(metadata, str(path))
-    entries: list[SaveEntry] = []
-    aliases: dict[str, str] = {}
-    first: dict[int, str] = {}
-    for name, value in flat.arrays.items():
-        if isinstance(value, jax.Array):
-            if id(value) in first:
-                aliases[name] = first[id(value)]
-                continue
-            first[id(value)] = name
-        entries.append(_entry(name, value))
-    if not flat.is_plain:
-        meta[_tree.TREE_KEY] = flat.skeleton
-    if aliases:
-        meta[_tree.ALIASES_KEY] = aliases
-    options: dict[str, Any] = {}
-    if pack_threshold_bytes is not None:
-        options["pack_threshold_bytes"] = pack_threshold_bytes
-    return save_entries(path, entries, step=step, metadata=meta, format=format, checksum=checksum, **options)
+    return _tree.save_flat(
+        path, flat, meta, entry=_entry, step=step, format=format, checksum=checksum,
+        pack_threshold_bytes=pack_threshold_bytes,
+        alias_key=lambda value: id(value) if isinstance(value, jax.Array) else None)
 
 
 def _open(path: PathLike | VarstoreReader, format: str | None) -> tuple[VarstoreReader, bool]:

@@ -41,7 +41,7 @@ except ImportError as err:  # pragma: no cover - exercised only without torch
 from varstore import _framework_tree as _tree
 from varstore import _torch_convert as _convert
 from varstore import dtypes as _dtypes
-from varstore.checkpoint import RestoreResult, VarstoreReader, open_varstore, save_entries
+from varstore.checkpoint import RestoreResult, VarstoreReader, open_varstore
 from varstore.checkpoint import restore as _restore
 from varstore.checkpoint.entry import SaveEntry
 from varstore.errors import DtypeMismatchError, RestoreError, ShapeMismatchError
@@ -113,25 +113,10 @@ def save(path: PathLike, state: Any, *, step: int | None = None,
     """
     flat = _tree.flatten(_state_of(state), _classify)
     meta = _tree.check_user_metadata(metadata, str(path))
-    entries: list[SaveEntry] = []
-    aliases: dict[str, str] = {}
-    first: dict[Any, str] = {}
-    for name, value in flat.arrays.items():
-        key = _convert.alias_key(value) if isinstance(value, torch.Tensor) else None
-        if key is not None and key in first:
-            aliases[name] = first[key]
-            continue
-        if key is not None:
-            first[key] = name
-        entries.append(_entry(name, value))
-    if not flat.is_plain:
-        meta[_tree.TREE_KEY] = flat.skeleton
-    if aliases:
-        meta[_tree.ALIASES_KEY] = aliases
-    options: dict[str, Any] = {}
-    if pack_threshold_bytes is not None:
-        options["pack_threshold_bytes"] = pack_threshold_bytes
-    return save_entries(path, entries, step=step, metadata=meta, format=format, checksum=checksum, **options)
+    return _tree.save_flat(
+        path, flat, meta, entry=_entry, step=step, format=format, checksum=checksum,
+        pack_threshold_bytes=pack_threshold_bytes,
+        alias_key=lambda value: _convert.alias_key(value) if isinstance(value, torch.Tensor) else None)
 
 
 def _open(path: PathLike | VarstoreReader, format: str | None) -> tuple[VarstoreReader, bool]:
