@@ -18,7 +18,6 @@ import ctypes
 import errno
 import os
 import re
-import shutil
 import signal
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from varstore.errors import CheckpointError
+from varstore.storage.local import remove_path  # one definition; atomic re-exports it for the manager
 
 __all__ = [
     "FAULT_POINTS",
@@ -71,17 +71,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def remove_path(path: Path) -> None:
-    """Removes a file or directory tree; a missing path is fine."""
-    try:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink()
-    except FileNotFoundError:
-        pass
 
 
 def sweep_stale(final: Path) -> list[Path]:

@@ -25,7 +25,8 @@ import numpy as np
 from varstore.errors import CorruptCheckpointError
 from varstore.storage.protocol import Buffer
 
-__all__ = ["LocalStorage", "LocalWriter", "LocalReadAhead", "LocalFilesReadAhead", "pread_into", "pwrite_all", "start_writeback"]
+__all__ = ["LocalStorage", "LocalWriter", "LocalReadAhead", "LocalFilesReadAhead", "pread_into", "pwrite_all", "start_writeback",
+           "remove_path"]
 
 #: Bytes per preadv/pwrite call (Linux caps single transfers near 2 GiB).
 _MAX_IO = 1 << 30
@@ -358,14 +359,7 @@ class LocalStorage:
         return LocalWriter(self, key, os.open(self._os_path(key), os.O_WRONLY | os.O_CREAT, 0o644), False)
 
     def delete(self, key: str) -> None:
-        path = self.path(key)
-        try:
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink()
-        except FileNotFoundError:
-            pass
+        remove_path(self.path(key))
 
     def close(self) -> None:
         with self._lock:
@@ -374,3 +368,14 @@ class LocalStorage:
             self._reserved.clear()
         for fd in fds:
             os.close(fd)
+
+
+def remove_path(path: Path) -> None:
+    """Removes a file or directory tree (a symlink itself, never its target); a missing path is fine."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink()
+    except FileNotFoundError:
+        pass
