@@ -22,9 +22,10 @@ def test_zarr_loop_in_key_order_reads_ahead_then_stops(tmp_path: Path) -> None:
     save(tmp_path / "ck.zarr", VALUES)
     reader = open_varstore(tmp_path / "ck.zarr")
     names = reader.keys()
-    assert reader.hint_files(names[1:3]) == [
-        (str(tmp_path / "ck.zarr" / names[1] / "c" / "0" / "0"), 256),
-        (str(tmp_path / "ck.zarr" / names[2] / "c" / "0" / "0"), 256)]
+    root = tmp_path / "ck.zarr"
+    assert reader.hint_files(names[1:3]) == [  # metadata (0: the whole file) and the chunk, for each
+        (str(root / names[1] / "zarr.json"), 0), (str(root / names[1] / "c" / "0" / "0"), 256),
+        (str(root / names[2] / "zarr.json"), 0), (str(root / names[2] / "c" / "0" / "0"), 256)]
     for i, name in enumerate(names[:3]):
         np.testing.assert_array_equal(reader[name], VALUES[name])
         assert (reader._order.ahead is not None) == (i >= 1)  # from the second read in order on
@@ -40,7 +41,8 @@ def test_read_ahead_never_skips_the_checksum(tmp_path: Path) -> None:
     save(tmp_path / "ck.zarr", VALUES)
     with open_varstore(tmp_path / "ck.zarr") as reader:
         names = reader.keys()
-        chunk = Path(reader.hint_files([names[3]])[0][0])
+        chunk = Path(reader.hint_files([names[3]])[1][0])
+    assert chunk.name == "0" and chunk.parent.name == "0"
     data = bytearray(chunk.read_bytes())
     data[5] ^= 0x10
     chunk.write_bytes(bytes(data))

@@ -80,6 +80,7 @@ def load_varstore(path: os.PathLike[str] | str | VarstoreReader, names: list[str
         selected = select_names(reader.keys(), names, filter, reader)
         packed = _load_packed(reader, selected, verify)
         out: dict[str, npt.NDArray[Any]] = {}
+        reader.locate([name for name in selected if name not in packed])  # Zarr: metadata read in parallel
         for name in selected:
             if name in packed:
                 continue

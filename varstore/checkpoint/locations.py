@@ -64,11 +64,39 @@ class VariableBytes:
                 extents.append((file_offsets[i], sizes[i]))
         return self._key, extents
 
-    def hint_files(self, manifest: ManifestColumns, names: list[str]) -> list[tuple[str, int]]:
-        """(file, nbytes) of the named own-array variables of a one-file-per-array container (Zarr chunk
-        files), in order: where the bytes will be read from if the arrays are as varstore writes them.
+    def locate(self, manifest: ManifestColumns, names: list[str]) -> None:
+        """Finds the extents of the named own-array variables at once, where the backend can (Zarr:
+        `raw_extents` reads every array's metadata with several threads); a cache warm-up only.
 
-        A read-ahead hint only: nothing is checked here (the reads check sizes and checksums).
+        Variables whose metadata fails a check are left to `record_extent`,
+        which raises the error naming that variable.
+        """
+        many = getattr(self._store(), "raw_extents", None) if self._backend.is_directory else None
+        if many is None:
+            return
+        index, paths = manifest.index, manifest.columns["path"]
+        requests = []
+        for name in names:
+            i = index.get(name)
+            if i is None or paths[i] is None or paths[i] in self._extents:
+                continue
+            record = manifest.record(i)
+            if not record.nbytes:
+                continue
+            storage_dtype, storage_shape = storage_layout(
+                record.numpy_dtype, record.shape, self._backend.native_bytes_strings)
+            requests.append((str(paths[i]), storage_dtype, storage_shape))
+        if len(requests) > 1:
+            self._extents.update(many(requests))
+
+    def hint_files(self, manifest: ManifestColumns, names: list[str]) -> list[tuple[str, int]]:
+        """(file, bytes) to read ahead for the named own-array variables of a Zarr directory, in order.
+
+        A variable whose extent is known gives its chunk file; any other gives
+        its zarr.json (0: the whole small file) and the chunk file where
+        varstore writes it (`chunk_file`), so the read-ahead warms the
+        metadata the reader checks before its read. A hint only: nothing is
+        checked here (the reads check metadata, sizes and checksums).
         """
         if not self._backend.is_directory or self._backend.name != "zarr":
             return []
@@ -82,9 +110,17 @@ class VariableBytes:
             i = index.get(name)
             if i is None or paths[i] is None or not sizes[i]:
                 continue
+            extent = self._extents.get(str(paths[i]), False)
+            if extent is None:
+                continue  # read through the backend
+            if extent:
+                files.append((str(extent.file), extent.offset + extent.nbytes))
+                continue
             record = manifest.record(i)
             _, storage_shape = storage_layout(record.numpy_dtype, record.shape, self._backend.native_bytes_strings)
-            files.append((str(chunk_file(root / str(paths[i]), len(storage_shape))), int(sizes[i])))
+            directory = root / str(paths[i])
+            files += [(str(directory / "zarr.json"), 0),
+                      (str(chunk_file(directory, len(storage_shape))), int(sizes[i]))]
         return files
 
     def packed_nbytes(self) -> int:

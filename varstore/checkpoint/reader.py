@@ -295,11 +295,8 @@ class VarstoreReader(CheckpointReader):
             self.session = previous
 
     def start_read_ahead(self, names: list[str], window: int) -> ReadAhead | None:
-        """Starts the storage's read-ahead over the bytes of `names` (to be read in this order), or None.
-
-        A single-file checkpoint with trusted offsets reads ahead inside its
-        file; a Zarr directory announces its chunk files (when the storage can).
-        """
+        """Starts the storage's read-ahead over the bytes of `names` (to be read in this order), or None:
+        inside a single file with trusted offsets, else over a Zarr directory's files (hint_files)."""
         planned = self.direct_extents(names)
         if planned is not None:
             return self.storage.read_ahead(planned[0], planned[1], window)
@@ -338,8 +335,12 @@ class VarstoreReader(CheckpointReader):
         manifest records (a single-file checkpoint opened through its index header), in order; else None."""
         return self._bytes.direct_extents(self._columns, names)
 
+    def locate(self, names: list[str]) -> None:
+        """Looks up where the named variables' bytes are, all at once (see VariableBytes.locate)."""
+        self._bytes.locate(self._columns, names)
+
     def hint_files(self, names: list[str]) -> list[tuple[str, int]]:
-        """(file, nbytes) where the named variables' bytes are expected in a Zarr directory (read-ahead hints)."""
+        """(file, bytes) to read ahead for the named variables of a Zarr directory (VariableBytes.hint_files)."""
         return self._bytes.hint_files(self._columns, names)
 
     def packed_blob(self, limit: int = 256 << 20) -> bytearray | None:

@@ -143,36 +143,76 @@ class LocalReadAhead:
 
 
 class LocalFilesReadAhead:
-    """A thread announcing whole files to the kernel (POSIX_FADV_WILLNEED), at most `window` bytes ahead.
+    """Threads announcing whole files to the kernel (POSIX_FADV_WILLNEED), at most `window` bytes ahead.
 
     For containers with one file per value (Zarr chunk files): the files are
     read in the planned order, so `done(offset)` consumes the next planned
-    file whatever the offset; `stop()` ends the thread and waits for it. A
-    file that cannot be opened is skipped (the reader reports it).
+    file of non-zero size whatever the offset (entries of size 0 are small
+    companions announced whole, such as an array's zarr.json, and count for
+    nothing). Opening a file on a cold cache waits on the disk for each
+    directory and inode on its path, so `threads` threads open every planned
+    file in order (announcing the companions), however far ahead, several
+    such waits in flight; one more thread announces the values' bytes behind
+    them, at most `window` bytes ahead of the reader. `stop()` ends the
+    threads and waits for them. A file that cannot be opened is skipped (the
+    reader reports it).
     """
 
-    def __init__(self, files: Sequence[tuple[str, int]], window: int) -> None:
-        self._sizes = [nbytes for _, nbytes in files]
-        self._next = 0
+    def __init__(self, files: Sequence[tuple[str, int]], window: int, threads: int = 6) -> None:
+        self._files = list(files)
+        self._opened = [False] * len(self._files)
+        self._taken = 0  # files handed to an opening thread
+        self._issued = 0  # value bytes announced
+        self._next = 0  # the next planned file the reader consumes
         self._consumed = 0
+        self._window = window
         self._stopped = False
         self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, args=(list(files), window),
-                                        name="varstore-readahead", daemon=True)
-        self._thread.start()
+        openers = max(1, min(threads, len(self._files)))
+        self._threads = [threading.Thread(target=self._open_ahead, name="varstore-readahead", daemon=True)
+                         for _ in range(openers)]
+        self._threads.append(threading.Thread(target=self._announce, name="varstore-readahead", daemon=True))
+        for thread in self._threads:
+            thread.start()
 
-    def _run(self, files: list[tuple[str, int]], window: int) -> None:
-        issued = 0
-        for path, nbytes in files:
+    def _open_ahead(self) -> None:
+        files = self._files
+        while True:
             with self._cond:
-                while not self._stopped and issued - self._consumed >= window:
-                    self._cond.wait()
-                if self._stopped:
+                if self._stopped or self._taken >= len(files):
                     return
+                j = self._taken
+                self._taken += 1
+            path, nbytes = files[j]
             try:
                 fd = os.open(path, os.O_RDONLY)
             except OSError:
-                issued += nbytes
+                fd = -1
+            if fd >= 0:
+                try:
+                    if not nbytes:
+                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+                except (OSError, AttributeError):
+                    pass
+                finally:
+                    os.close(fd)
+            with self._cond:
+                self._opened[j] = True
+                self._cond.notify_all()
+
+    def _announce(self) -> None:
+        for j, (path, nbytes) in enumerate(self._files):
+            if not nbytes:
+                continue
+            with self._cond:
+                while not self._stopped and (not self._opened[j] or self._issued - self._consumed >= self._window):
+                    self._cond.wait()
+                if self._stopped:
+                    return
+                self._issued += nbytes
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
                 continue
             try:
                 os.posix_fadvise(fd, 0, nbytes, os.POSIX_FADV_WILLNEED)
@@ -180,20 +220,24 @@ class LocalFilesReadAhead:
                 return
             finally:
                 os.close(fd)
-            issued += nbytes
 
     def done(self, offset: int) -> None:
         with self._cond:
-            if self._next < len(self._sizes):
-                self._consumed += self._sizes[self._next]
+            files = self._files
+            while self._next < len(files):
+                nbytes = files[self._next][1]
                 self._next += 1
-                self._cond.notify()
+                if nbytes:
+                    self._consumed += nbytes
+                    self._cond.notify_all()
+                    break
 
     def stop(self) -> None:
         with self._cond:
             self._stopped = True
-            self._cond.notify()
-        self._thread.join()
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join()
 
 
 class LocalWriter:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -32,6 +34,12 @@ from varstore.errors import (
 )
 
 __all__ = ["Zarr3Backend", "Zarr3Writer", "Zarr3Reader", "BACKEND", "chunk_file", "chunk_path"]
+
+#: `raw_extents` reads the metadata of at least this many arrays with several threads at once.
+PARALLEL_METADATA_ARRAYS = 16
+#: Threads reading array metadata at once: a cold directory tree costs one small random read per
+#: directory, zarr.json and inode; several in flight keep the disk's queue busy (W1 cold: ~2x faster).
+METADATA_THREADS = 8
 
 _CORE_TYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                "float16", "float32", "float64", "complex64", "complex128"}
@@ -240,6 +248,42 @@ class Zarr3Reader:
             return None
         nbytes = math.prod(shape) * dtype.itemsize
         return RawExtent(self._inside(path, chunk_file(self.path / path, len(shape))), 0, nbytes)
+
+    def raw_extents(self, requests: Sequence[tuple[str, np.dtype, tuple[int, ...]]]
+                    ) -> dict[str, RawExtent | None]:
+        """`raw_extent` of many arrays at once, their metadata read by several threads; best effort.
+
+        Each array's zarr.json is read and checked, every directory and file on
+        the way is checked for symlinks leading out, and the chunk file's inode
+        is looked up (os.stat), as `raw_extent` does, with up to
+        METADATA_THREADS arrays in flight: on a cold cache each of those is a
+        small random read, so a serial walk of W1's 384 arrays waits on the disk
+        about 1,500 times in a row. Arrays whose metadata fails any check are left
+        out of the result: the caller's own `raw_extent` call then raises the
+        error for that array alone.
+
+        Args:
+          requests: (array path, stored dtype, stored shape) triples.
+
+        Returns:
+          {array path: its RawExtent, or None when the array is stored otherwise}.
+        """
+        def one(request: tuple[str, np.dtype, tuple[int, ...]]) -> tuple[str, RawExtent | None, bool]:
+            path, dtype, shape = request
+            try:
+                extent = self.raw_extent(path, dtype, shape)
+                if extent is not None:
+                    os.stat(extent.file)  # warms its inode for the reader's size check
+            except (OSError, CorruptCheckpointError, NotACheckpointError):
+                return path, None, False
+            return path, extent, True
+
+        if len(requests) < PARALLEL_METADATA_ARRAYS:
+            results = [one(request) for request in requests]
+        else:
+            with ThreadPoolExecutor(METADATA_THREADS, thread_name_prefix="varstore-zarr-meta") as pool:
+                results = list(pool.map(one, requests))
+        return {path: extent for path, extent, ok in results if ok}
 
     def read_bytes(self, path: str) -> bytes:
         """The bytes of a 1-D uint8 single-chunk array (the manifest)."""
