@@ -33,19 +33,24 @@ class TestZarr3Backend(BackendContract):
         assert meta["chunk_grid"]["configuration"]["chunk_shape"] == [4, 2]
         assert meta["codecs"] == [{"name": "bytes", "configuration": {"endian": "little"}}]
         assert json.loads((path / "g/zarr.json").read_text())["node_type"] == "group"
-        assert (path / "g/v/c/0/0").stat().st_size == 32
+        assert meta["chunk_key_encoding"] == {"name": "v2", "configuration": {"separator": "."}}
+        assert (path / "g/v/0.0").stat().st_size == 32  # the chunk file right in the array directory
+        assert sorted(p.name for p in (path / "g/v").iterdir()) == ["0.0", "zarr.json"]
 
 
 # ------------------------------------------------------------ symlinks out of a Zarr checkpoint
-@pytest.mark.parametrize("link", ["dense/kernel", "dense/kernel/c", "dense"])
+@pytest.mark.parametrize("link", ["dense/kernel", "dense/kernel/0.0", "dense"])
 def test_zarr_symlink_leading_outside_is_refused(tmp_path: Path, link: str) -> None:
-    """An array directory, a chunk directory or a group that is a symlink out of the checkpoint is refused."""
+    """An array directory, a chunk file or a group that is a symlink out of the checkpoint is refused."""
     outside = tmp_path / "outside.zarr"
     save(outside, {"dense/kernel": np.full((8, 16), -1.5, np.float32), "dense/bias": np.zeros(16, np.float32)},
          pack_threshold_bytes=0)
     path = tmp_path / "model.zarr"
     save(path, VALUES, pack_threshold_bytes=0)
-    shutil.rmtree(path / link)
+    if (path / link).is_dir():
+        shutil.rmtree(path / link)
+    else:
+        (path / link).unlink()
     os.symlink(outside / link, path / link)
     with open_checkpoint(path) as reader:
         with pytest.raises(CorruptCheckpointError, match=r"'dense/kernel'.*outside.*outside\.zarr"):
@@ -56,8 +61,8 @@ def test_zarr_symlink_leading_outside_is_refused(tmp_path: Path, link: str) -> N
 def test_zarr_symlink_inside_the_checkpoint_is_still_read(tmp_path: Path) -> None:
     path = tmp_path / "model.zarr"
     save(path, VALUES, pack_threshold_bytes=0)
-    os.rename(path / "dense/kernel/c", path / "moved_c")
-    os.symlink(path / "moved_c", path / "dense/kernel/c")
+    os.rename(path / "dense/kernel/0.0", path / "moved_chunk")
+    os.symlink(path / "moved_chunk", path / "dense/kernel/0.0")
     link = tmp_path / "link.zarr"
     os.symlink(path, link)  # the checkpoint itself reached through a symlink
     with open_checkpoint(link) as reader:

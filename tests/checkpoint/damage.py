@@ -16,7 +16,7 @@ def rewrite_zarr_manifest(path: Path, edit: Callable[[dict[str, Any]], None]) ->
     """Applies `edit` to a Zarr checkpoint's manifest document and stores it back (its crc32c updated)."""
     from varstore.checkpoint.checksum import crc32c_raw
 
-    chunk = path / "_varstore/manifest/c/0"
+    chunk = path / "_varstore/manifest/0"
     document = json.loads(chunk.read_bytes())
     edit(document)
     raw = json.dumps(document).encode()
@@ -67,7 +67,7 @@ def set_root_attr(path: Path, key: str, value: object) -> None:
 
 def flip_name(path: Path) -> None:
     """'global_step' -> 'global_qtep' inside the stored manifest bytes (one bit)."""
-    target = path if path.suffix == ".h5" else path / "_varstore/manifest/c/0"
+    target = path if path.suffix == ".h5" else path / "_varstore/manifest/0"
     raw = bytearray(target.read_bytes())
     raw[raw.index(b'"global_step"') + 8] ^= 0x02
     target.write_bytes(bytes(raw))

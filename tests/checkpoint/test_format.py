@@ -302,7 +302,7 @@ def test_truncated_checkpoint_raises_typed_error(ckpt: Path) -> None:
             with open_checkpoint(ckpt) as reader:
                 reader.verify()
     else:
-        chunk = ckpt / "b" / "c" / "0"
+        chunk = ckpt / "b" / "0"
         with open(chunk, "r+b") as handle:
             handle.truncate(1000)
         with open_checkpoint(ckpt) as reader:
@@ -320,7 +320,7 @@ def test_damaged_manifest_raises_corrupt(ckpt: Path) -> None:
             data[:10] = ord("x")
             handle["_varstore/manifest"][...] = data
     else:
-        (ckpt / "_varstore/manifest/c/0").write_bytes(b"{not json")
+        (ckpt / "_varstore/manifest/0").write_bytes(b"{not json")
     with pytest.raises(CorruptCheckpointError, match="manifest"):
         open_checkpoint(ckpt)
 

@@ -181,7 +181,7 @@ def _template() -> tuple[Path, dict[str, Any]]:
     if not _MANIFEST_TEMPLATE:
         directory = Path(tempfile.mkdtemp(prefix="varstore-fuzz-"))
         path = write_own(directory, "zarr")
-        document = json.loads((path / "_varstore/manifest/c/0").read_bytes())
+        document = json.loads((path / "_varstore/manifest/0").read_bytes())
         _MANIFEST_TEMPLATE.update(path=path, document=document)
     return _MANIFEST_TEMPLATE["path"], _MANIFEST_TEMPLATE["document"]
 

@@ -31,7 +31,7 @@ HUGE = 10**15
 def huge_manifest(folder: Path) -> Path:
     """A varstore Zarr checkpoint whose manifest says 'dense/kernel' has 10**15 bytes (shape and nbytes agree)."""
     path = write_own(folder / "huge_manifest", "zarr")
-    manifest = path / "_varstore/manifest/c/0"
+    manifest = path / "_varstore/manifest/0"
     document = json.loads(manifest.read_bytes())
     columns = document["variables"]
     row = columns["name"].index("dense/kernel")
@@ -130,7 +130,7 @@ def _set_checksum(path: Path, name: str, value: np.ndarray) -> None:
     """Rewrites one variable's manifest checksum to that of `value` (so only a path check can refuse it)."""
     from varstore.checkpoint.checksum import crc32c_of
 
-    manifest = path / "_varstore/manifest/c/0"
+    manifest = path / "_varstore/manifest/0"
     document = json.loads(manifest.read_bytes())
     columns = document["variables"]
     columns["checksum"][columns["name"].index(name)] = crc32c_of(value)
@@ -147,7 +147,7 @@ def zarr_manifest_path_out(folder: Path) -> Path:
 
     outside = outside_zarr_array(folder)
     path = write_own(folder / "path_out", "zarr")
-    manifest = path / "_varstore/manifest/c/0"
+    manifest = path / "_varstore/manifest/0"
     document = json.loads(manifest.read_bytes())
     columns = document["variables"]
     row = columns["name"].index("dense/kernel")

@@ -77,7 +77,7 @@ def plant_zarr_manifest(path: Path, raw: bytes) -> None:
     """
     from varstore.checkpoint.checksum import crc32c_raw
 
-    (path / "_varstore/manifest/c/0").write_bytes(raw)
+    (path / "_varstore/manifest/0").write_bytes(raw)
     meta_file = path / "_varstore/manifest/zarr.json"
     meta = json.loads(meta_file.read_text())
     meta["shape"] = [len(raw)]

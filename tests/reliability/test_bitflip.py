@@ -79,7 +79,7 @@ def test_flip_in_a_variable_name_is_detected(tmp_path: Path, fmt: str) -> None:
     from varstore.errors import VarstoreError
 
     path = write_own(tmp_path, fmt)
-    target = path if fmt == "h5" else path / "_varstore/manifest/c/0"
+    target = path if fmt == "h5" else path / "_varstore/manifest/0"
     raw = bytearray(target.read_bytes())
     at = raw.index(b'"global_step"') + 8  # "global_step" -> "global_qtep"
     raw[at] ^= 0x02

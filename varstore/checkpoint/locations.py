@@ -240,7 +240,12 @@ class VariableBytes:
             path, claimed = record.path, record.nbytes
             extent = self.record_extent(record)
         if extent is not None:
-            size = self.file_size(extent.file)
+            try:
+                size = self.file_size(extent.file)
+            except CorruptCheckpointError as err:
+                raise CorruptCheckpointError(
+                    f"{where} claims {claimed} bytes in '{extent.file}', which is missing (truncated "
+                    f"checkpoint or damaged manifest)") from err
             if size < extent.offset + extent.nbytes:
                 raise CorruptCheckpointError(
                     f"{where} claims {claimed} bytes at byte {extent.offset} of '{extent.file}', which has "

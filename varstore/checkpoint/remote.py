@@ -345,7 +345,7 @@ def stage_for_reading(storage: ObjectStorage, name: str, fmt: str) -> tuple[Path
         return None
     listing = {info.name: info.size for info in storage.list_info(name)
                if not info.name.endswith("/" + PENDING_MARKER)}
-    manifest_chunks = f"{name}/{MANIFEST_PATH}/c"
+    manifest_chunks = f"{name}/{MANIFEST_PATH}/"  # its chunk file, in either chunk key encoding
     metadata = [key for key in listing if key.endswith("/" + COMMIT_OBJECT) or key.startswith(manifest_chunks)]
     staging = Path(tempfile.mkdtemp(prefix="varstore-read-"))
     local = staging / (Path(name).name or "checkpoint")

@@ -3,12 +3,17 @@
 Writes the v3 metadata documents (zarr.json) itself, following the Zarr v3
 core specification: every group has a zarr.json with node_type "group";
 every array has one chunk covering it (chunk shape = shape, zero extents
-counted as 1), the default chunk key encoding with "/" separator and only
-the "bytes" codec (little-endian, no compression), so its single chunk file
-holds the raw C-order bytes. Only core-spec data types are written (bool,
-int/uint 8-64, float16/32/64, complex64/128); callers store other dtypes as
-views. zarr itself is imported only to read arrays written by other tools.
-Knows nothing about variables, manifests, checksums or atomic renames.
+counted as 1) and only the "bytes" codec (little-endian, no compression), so
+its single chunk file holds the raw C-order bytes. That file is named by the
+core spec's "v2" chunk key encoding with separator ".": `<array>/0.0` (one 0
+per dimension, `<array>/0` for a scalar), right in the array's directory,
+so an array costs one directory, not one per dimension plus one. Arrays
+written by several ranks (a chunk grid) use the default encoding
+(`<array>/c/<i>/<j>`); the reader follows whichever encoding a zarr.json
+names. Only core-spec data types are written (bool, int/uint 8-64,
+float16/32/64, complex64/128); callers store other dtypes as views. zarr
+itself is imported only to read arrays written by other tools. Knows nothing
+about variables, manifests, checksums or atomic renames.
 """
 
 from __future__ import annotations
@@ -56,8 +61,9 @@ def _fill_value(dtype: np.dtype) -> Any:
 
 
 def chunk_file(array_dir: Path, ndim: int) -> Path:
-    """The file of chunk (0, ..., 0) under the default "/"-separated chunk key encoding."""
-    return array_dir.joinpath("c", *(["0"] * ndim))
+    """The file of a single-chunk array as the writer names it (chunk key encoding "v2", separator "."):
+    `<array>/0.0` for 2-D, `<array>/0` for 1-D and 0-d."""
+    return array_dir / (".".join("0" * ndim) or "0")
 
 
 def chunk_path(array_dir: Path, index: tuple[int, ...]) -> Path:
@@ -65,9 +71,30 @@ def chunk_path(array_dir: Path, index: tuple[int, ...]) -> Path:
     return array_dir.joinpath("c", *(str(i) for i in index))
 
 
+#: The chunk key encoding of single-chunk arrays (chunk_file) and of chunk grids (chunk_path).
+SINGLE_CHUNK_ENCODING: dict[str, Any] = {"name": "v2", "configuration": {"separator": "."}}
+GRID_ENCODING: dict[str, Any] = {"name": "default", "configuration": {"separator": "/"}}
+
+
+def _chunk_key(encoding: Any, index: tuple[int, ...]) -> str | None:
+    """The key of chunk `index` under a zarr.json's chunk_key_encoding (Zarr v3 core spec), or None
+    for an encoding this reader does not know."""
+    if not isinstance(encoding, dict):
+        return None
+    separator = (encoding.get("configuration") or {}).get("separator")
+    if encoding.get("name") == "default":
+        separator = "/" if separator is None else separator
+        return "c" + "".join(separator + str(i) for i in index) if separator in ("/", ".") else None
+    if encoding.get("name") == "v2":
+        separator = "." if separator is None else separator
+        return separator.join(str(i) for i in index) or "0" if separator in ("/", ".") else None
+    return None
+
+
 def array_metadata(dtype: np.dtype, shape: tuple[int, ...], attrs: dict[str, Any],
                    chunks: tuple[int, ...] | None = None) -> dict[str, Any]:
-    """The zarr.json document of an uncompressed array: one chunk, or a regular grid of `chunks`.
+    """The zarr.json document of an uncompressed array: one chunk (SINGLE_CHUNK_ENCODING), or a regular
+    grid of `chunks` (GRID_ENCODING).
 
     Raises:
       UnsupportedDtypeError: `dtype` is not a Zarr v3 core data type.
@@ -84,7 +111,7 @@ def array_metadata(dtype: np.dtype, shape: tuple[int, ...], attrs: dict[str, Any
         "data_type": dtype.name,
         "chunk_grid": {"name": "regular",
                        "configuration": {"chunk_shape": [max(1, n) for n in (chunks or shape)]}},
-        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "chunk_key_encoding": SINGLE_CHUNK_ENCODING if chunks is None else GRID_ENCODING,
         "fill_value": _fill_value(dtype),
         "codecs": [codec],
         "attributes": attrs,
@@ -125,20 +152,24 @@ class Zarr3Writer:
     def create_array(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
                      attrs: dict[str, Any], chunks: tuple[int, ...] | None = None) -> RawExtent | None:
         """See BackendWriter; `chunks` (a multi-writer save) gives a regular grid whose chunk
-        files the writers create (chunk_path), and no extent is returned."""
+        files the writers create (chunk_path: `<array>/c/...` directories made here when the grid
+        is one chunk), and no extent is returned for a grid of several."""
         self._ensure_group(path.rpartition("/")[0])
         directory = self.path / path
         directory.mkdir()
         whole = chunks is None or tuple(max(1, n) for n in chunks) == tuple(max(1, n) for n in shape)
-        _write_json(directory / "zarr.json", array_metadata(dtype, shape, attrs, None if whole else chunks))
+        _write_json(directory / "zarr.json", array_metadata(dtype, shape, attrs, chunks))
         self._written += [directory, directory / "zarr.json"]
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if nbytes == 0 or not whole:
             return None
-        chunk = chunk_file(directory, len(shape))
-        if shape:
-            chunk.parent.mkdir(parents=True)
-            self._written += [directory.joinpath("c", *(["0"] * i)) for i in range(len(shape))]
+        if chunks is None:
+            chunk = chunk_file(directory, len(shape))
+        else:
+            chunk = chunk_path(directory, (0,) * len(shape))
+            if shape:
+                chunk.parent.mkdir(parents=True)
+                self._written += [directory.joinpath("c", *(["0"] * i)) for i in range(len(shape))]
         self._written.append(chunk)
         return RawExtent(chunk, 0, nbytes)
 
@@ -237,17 +268,16 @@ class Zarr3Reader:
                 f"{document.get('data_type')}, its index says {list(shape)} and {dtype.name}")
         codecs = document.get("codecs") or []
         grid = (document.get("chunk_grid") or {}).get("configuration", {}).get("chunk_shape")
-        encoding = document.get("chunk_key_encoding") or {}
-        simple = (len(codecs) == 1 and codecs[0].get("name") == "bytes"
+        key = _chunk_key(document.get("chunk_key_encoding"), (0,) * len(shape))
+        simple = (len(codecs) == 1 and isinstance(codecs[0], dict) and codecs[0].get("name") == "bytes"
                   and (codecs[0].get("configuration") or {}).get("endian", "little") == "little"
-                  and grid == [max(1, n) for n in shape]
-                  and encoding.get("name") == "default"
-                  and (encoding.get("configuration") or {}).get("separator", "/") == "/"
+                  and grid == [max(1, n) for n in shape] and key is not None
                   and not document.get("storage_transformers"))
         if not simple:
             return None
         nbytes = math.prod(shape) * dtype.itemsize
-        return RawExtent(self._inside(path, chunk_file(self.path / path, len(shape))), 0, nbytes)
+        assert key is not None
+        return RawExtent(self._inside(path, self.path.joinpath(path, *key.split("/"))), 0, nbytes)
 
     def raw_extents(self, requests: Sequence[tuple[str, np.dtype, tuple[int, ...]]]
                     ) -> dict[str, RawExtent | None]:
