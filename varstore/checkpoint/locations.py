@@ -110,15 +110,15 @@ class VariableBytes:
             i = index.get(name)
             if i is None or paths[i] is None or not sizes[i]:
                 continue
-            extent = self._extents.get(str(paths[i]), False)
-            if extent is None:
-                continue  # read through the backend
-            if extent:
-                files.append((str(extent.file), extent.offset + extent.nbytes))
+            path = str(paths[i])
+            if path in self._extents:
+                extent = self._extents[path]
+                if extent is not None:  # else read through the backend
+                    files.append((str(extent.file), extent.offset + extent.nbytes))
                 continue
             record = manifest.record(i)
             _, storage_shape = storage_layout(record.numpy_dtype, record.shape, self._backend.native_bytes_strings)
-            directory = root / str(paths[i])
+            directory = root / path
             files += [(str(directory / "zarr.json"), 0),
                       (str(chunk_file(directory, len(storage_shape))), int(sizes[i]))]
         return files
