@@ -22,7 +22,7 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -40,6 +40,9 @@ from varstore.errors import (
 
 __all__ = ["Zarr3Backend", "Zarr3Writer", "Zarr3Reader", "BACKEND", "chunk_file", "chunk_path"]
 
+#: Threads writing zarr.json documents while the writer's caller goes on (0: written at once). Creating
+#: a file costs a journal entry and an inode; several in flight overlap that work with the rest of a save.
+JSON_WRITER_THREADS = 4
 #: `raw_extents` reads the metadata of at least this many arrays with several threads at once.
 PARALLEL_METADATA_ARRAYS = 16
 #: Threads reading array metadata at once: a cold directory tree costs one small random read per
@@ -119,8 +122,12 @@ def array_metadata(dtype: np.dtype, shape: tuple[int, ...], attrs: dict[str, Any
 
 
 def _write_json(path: Path, document: dict[str, Any]) -> None:
+    _write_text(path, json.dumps(document, ensure_ascii=False, allow_nan=False))
+
+
+def _write_text(path: Path, text: str) -> None:
     with open(path, "w", encoding="utf-8") as handle:
-        json.dump(document, handle, ensure_ascii=False, allow_nan=False)
+        handle.write(text)
 
 
 class Zarr3Writer:
@@ -137,6 +144,31 @@ class Zarr3Writer:
         self._groups: set[str] = {""}
         self._written: list[Path] = [self.path]
         self._root_attrs: dict[str, Any] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: list[Future[None]] = []
+
+    def _write_json_soon(self, path: Path, document: dict[str, Any]) -> None:
+        """Writes a zarr.json from a helper thread (JSON_WRITER_THREADS); encoding errors raise here,
+        write errors at close()."""
+        text = json.dumps(document, ensure_ascii=False, allow_nan=False)
+        if JSON_WRITER_THREADS <= 0:
+            _write_text(path, text)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(JSON_WRITER_THREADS, thread_name_prefix="varstore-zarr-json")
+        self._pending.append(self._pool.submit(_write_text, path, text))
+
+    def _wait_for_writes(self) -> BaseException | None:
+        """Waits for every zarr.json handed to the helper threads and ends them; the first error, or None."""
+        pending, self._pending = self._pending, []
+        first: BaseException | None = None
+        for future in pending:
+            error = future.exception()
+            first = first or error
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        return first
 
     def _ensure_group(self, group: str) -> None:
         if group in self._groups:
@@ -145,7 +177,7 @@ class Zarr3Writer:
         self._ensure_group(parent)
         directory = self.path / group
         directory.mkdir()
-        _write_json(directory / "zarr.json", {"zarr_format": 3, "node_type": "group", "attributes": {}})
+        self._write_json_soon(directory / "zarr.json", {"zarr_format": 3, "node_type": "group", "attributes": {}})
         self._groups.add(group)
         self._written += [directory, directory / "zarr.json"]
 
@@ -158,7 +190,7 @@ class Zarr3Writer:
         directory = self.path / path
         directory.mkdir()
         whole = chunks is None or tuple(max(1, n) for n in chunks) == tuple(max(1, n) for n in shape)
-        _write_json(directory / "zarr.json", array_metadata(dtype, shape, attrs, chunks))
+        self._write_json_soon(directory / "zarr.json", array_metadata(dtype, shape, attrs, chunks))
         self._written += [directory, directory / "zarr.json"]
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if nbytes == 0 or not whole:
@@ -181,12 +213,22 @@ class Zarr3Writer:
         self._root_attrs.update({k: v for k, v in attrs.items() if v is not None})
 
     def close(self) -> list[Path]:
+        """Waits for the zarr.json documents being written, then writes the root's; see BackendWriter.
+
+        Raises:
+          OSError: a document could not be written (the first such error).
+        """
+        error = self._wait_for_writes()
+        if error is not None:
+            raise error
         _write_json(self.path / "zarr.json",
                     {"zarr_format": 3, "node_type": "group", "attributes": self._root_attrs})
         return self._written + [self.path / "zarr.json"]
 
     def abort(self) -> None:
-        """Nothing to release (the caller removes the directory)."""
+        """Waits for the zarr.json documents being written, errors ignored (the caller then removes the
+        directory, so nothing is written into it afterwards)."""
+        self._wait_for_writes()
 
 
 class Zarr3Reader:
