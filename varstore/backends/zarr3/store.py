@@ -332,7 +332,8 @@ class Zarr3Reader:
         small random read, so a serial walk of W1's 384 arrays waits on the disk
         about 1,500 times in a row. Arrays whose metadata fails any check are left
         out of the result: the caller's own `raw_extent` call then raises the
-        error for that array alone.
+        error for that array alone. A chunk file that is missing is not checked
+        here (the read reports it).
 
         Args:
           requests: (array path, stored dtype, stored shape) triples.
@@ -344,10 +345,13 @@ class Zarr3Reader:
             path, dtype, shape = request
             try:
                 extent = self.raw_extent(path, dtype, shape)
-                if extent is not None:
-                    os.stat(extent.file)  # warms its inode for the reader's size check
             except (OSError, CorruptCheckpointError, NotACheckpointError):
                 return path, None, False
+            if extent is not None:
+                try:
+                    os.stat(extent.file)  # warms its inode for the reader's size check
+                except OSError:
+                    pass  # missing here (or kept elsewhere: a staged remote copy); the read reports it
             return path, extent, True
 
         if len(requests) < PARALLEL_METADATA_ARRAYS:
