@@ -23,7 +23,7 @@ import varstore
 from varstore import dtypes
 from varstore.backends.zarr3.store import METADATA_THREADS, PARALLEL_METADATA_ARRAYS, Zarr3Reader, chunk_file
 from varstore.checkpoint import open_varstore, restore, save
-from varstore.errors import ChecksumError, CorruptCheckpointError
+from varstore.errors import CheckpointError, ChecksumError, CorruptCheckpointError
 from varstore.storage.local import LocalFilesReadAhead
 
 BF16 = dtypes.as_dtype("bfloat16")
@@ -239,3 +239,27 @@ def test_files_read_ahead_counts_only_values_and_stops_all_its_threads(tmp_path:
     ahead.stop()
     assert ahead._consumed == 700 and ahead._next == len(files)  # noqa: SLF001 - companions count nothing
     assert not any(t.name == "varstore-readahead" for t in threading.enumerate())
+
+
+# ------------------------------------------------------------ zarr.json documents written by helper threads
+def test_a_zarr_json_that_cannot_be_written_fails_the_save_and_leaves_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from varstore.backends.zarr3 import store
+
+    real = store._write_text  # noqa: SLF001 - the one place a helper thread writes
+
+    def disk_full_for_bias(path: Path, text: str) -> None:
+        if path.parent.name == "bias":
+            raise OSError(28, "No space left on device", str(path))
+        real(path, text)
+
+    monkeypatch.setattr(store, "_write_text", disk_full_for_bias)
+    path = tmp_path / "model.zarr"
+    with pytest.raises(CheckpointError, match=r"model\.zarr.*No space left on device.*bias/zarr\.json"):
+        save(path, VALUES, pack_threshold_bytes=0)
+    assert list(tmp_path.iterdir()) == []  # no checkpoint, no temporary left behind
+    assert not any(t.name.startswith("varstore-zarr-json") for t in threading.enumerate())
+    monkeypatch.setattr(store, "_write_text", real)
+    save(path, VALUES, pack_threshold_bytes=0)
+    assert sorted(p.name for p in (path / "dense/bias").iterdir()) == ["0", "zarr.json"]
+    assert json.loads((path / "dense/bias/zarr.json").read_text())["shape"] == [6]
