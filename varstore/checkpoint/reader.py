@@ -52,9 +52,7 @@ from varstore.errors import (
     UnknownVariableError,
     VarstoreError,
 )
-from varstore.checkpoint.remote import container_of, remove_staged, stage_for_reading
 from varstore.storage import ReadAhead, Storage, is_remote, storage_for
-from varstore.storage.object_storage import ObjectStorage
 
 __all__ = ["VarstoreReader", "CheckpointValue", "ReadSession", "open_varstore", "is_varstore_checkpoint"]
 
@@ -315,6 +313,8 @@ class VarstoreReader(CheckpointReader):
                 self._backend_reader.close()
             staged = getattr(self, "staged", None)
             if staged is not None:
+                from varstore.checkpoint.remote import remove_staged
+
                 remove_staged(staged)
 
     def __del__(self) -> None:
@@ -467,6 +467,10 @@ def open_varstore(path: os.PathLike[str] | str, format: str | None = None, *,
 def _open_remote(url: os.PathLike[str] | str, format: str | None,
                  storage_options: Mapping[str, object] | None) -> VarstoreReader:
     """open_varstore for an object-store URL: commit object checked, HDF5 in place, Zarr staged locally."""
+    # the object-store client and the remote layer: imported only for URLs (a local open stays light)
+    from varstore.checkpoint.remote import container_of, remove_staged, stage_for_reading
+    from varstore.storage.object_storage import ObjectStorage
+
     storage, key = storage_for(url, storage_options)
     if not isinstance(storage, ObjectStorage):  # storage_for gives one for every URL
         raise CheckpointError(f"no object storage for {key}")
