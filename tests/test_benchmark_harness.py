@@ -99,3 +99,24 @@ def test_unknown_method_is_rejected(tmp_path):
     proc = subprocess.run([sys.executable, str(BENCH / "run.py"), "--methods", "nope",
                            "--out-dir", str(tmp_path)], check=False, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "unknown methods ['nope']" in proc.stderr
+
+
+def test_interleave_runs_repeats_round_robin(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "run.py"), "--scale", "0.001", "--repeat", "2", "--interleave",
+         "--methods", "raw,npz", "--workloads", "W1", "--cache", "fadvise",
+         "--workdir", str(tmp_path / "work"), "--out-dir", str(out)],
+        check=False, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = [line.split(":")[0].split() for line in proc.stdout.splitlines() if " #" in line and " s  peak" in line]
+    assert [(r[0], r[2], r[3]) for r in runs] == [
+        (m, phase, f"#{rep}") for phase in ("save", "save-nofsync", "load") for rep in (0, 1)
+        for m in ("raw", "npz")]
+    data = json.loads((out / "results.json").read_text())
+    cells = {(r["method"], r["workload"], r["phase"]): r for r in data["results"]}
+    for m in ("raw", "npz"):
+        for phase in ("save", "save-nofsync", "load"):
+            assert cells[(m, "W1", phase)]["repeats"] == 2
+    assert cells[("npz", "W1", "load")]["verified"] is True
+    assert not any((tmp_path / "work").iterdir()), "the run must clean up its temporary folder"

@@ -15,19 +15,40 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from varstore import _core_api, dtypes, errors
+from varstore import dtypes, errors
 from varstore._version import __version__
-from varstore._core_api import *  # noqa: F401,F403
 from varstore.errors import *  # noqa: F401,F403
 
 if TYPE_CHECKING:
+    from varstore import initializers
+    from varstore._core_api import *  # noqa: F401,F403
     from varstore.checkpoint import RestoreResult, SaveHandle
     from varstore.distributed.api import CheckpointManager, restore, save  # comm=: one process or every rank
     from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo
-    from varstore.convert import ConvertReport, convert, detect_format, open_checkpoint
+    from varstore._open import open_checkpoint
+    from varstore.convert import ConvertReport, convert, detect_format
     from varstore.convert.load import load
     from varstore.convert.registry import FormatEntry, register_format, unregister_format
     from varstore.inspect import CheckpointDiff, VariableStats, diff_checkpoints, scope_tree, variable_stats
+
+
+def _core() -> ModuleType:
+    return importlib.import_module("varstore._core_api")
+
+
+#: The core's public names (varstore/_core_api.py's __all__; tests/core/test_lazy_imports.py checks they
+#: agree). Loaded together on first access: a process that only reads a checkpoint never imports the
+#: variable store, scopes, initializers or devices (issue 11, target 6).
+_CORE_NAMES = (
+    "Variable", "ValueSource", "check_restorable", "VariableStore", "VariableScope", "AUTO_REUSE",
+    "variable_scope", "get_variable_scope", "get_variable", "get_collection", "add_to_collection",
+    "get_default_store", "reset_default_store", "global_variables", "trainable_variables",
+    "local_variables", "initialize", "report_uninitialized", "GLOBAL_VARIABLES", "TRAINABLE_VARIABLES",
+    "LOCAL_VARIABLES", "initializers", "set_random_seed", "get_random_seed", "device", "PlacementRequest",
+    "replica_device_setter", "set_log_device_placement", "get_log_device_placement",
+    "set_soft_device_placement", "get_soft_device_placement", "PartitionedVariable", "SaveSliceInfo",
+    "fixed_size_partitioner", "min_max_variable_partitioner", "variable_axis_size_partitioner",
+)
 
 
 def _checkpoint() -> ModuleType:
@@ -44,6 +65,10 @@ def _reader_api() -> ModuleType:
 
 def _convert() -> ModuleType:
     return importlib.import_module("varstore.convert")
+
+
+def _open() -> ModuleType:
+    return importlib.import_module("varstore._open")
 
 
 def _registry() -> ModuleType:
@@ -64,11 +89,13 @@ _LAZY: dict[str, Callable[[], ModuleType]] = {
     "save": _distributed_api, "restore": _distributed_api, "CheckpointManager": _distributed_api,
     "RestoreResult": _checkpoint, "SaveHandle": _checkpoint,
     "CheckpointReader": _reader_api, "SkippedEntry": _reader_api, "VariableInfo": _reader_api,
-    "convert": _convert, "ConvertReport": _convert, "detect_format": _convert, "open_checkpoint": _convert,
+    "convert": _convert, "ConvertReport": _convert, "detect_format": _convert,
+    "open_checkpoint": _open,  # own checkpoints without the converter registry; others through convert
     "FormatEntry": _registry, "register_format": _registry, "unregister_format": _registry,
     "load": _load,
     "CheckpointDiff": _inspect, "VariableStats": _inspect, "diff_checkpoints": _inspect,
     "scope_tree": _inspect, "variable_stats": _inspect,
+    **{name: _core for name in _CORE_NAMES},
 }
 
 
@@ -76,18 +103,25 @@ def __getattr__(name: str) -> Any:
     loader = _LAZY.get(name)
     if loader is None:
         raise AttributeError(f"module 'varstore' has no attribute {name!r}")
-    value = getattr(loader(), name)
+    module = loader()
+    if loader is _core:  # all core names at once: the submodule variable_scope must not hide the function
+        globals().update({core_name: getattr(module, core_name) for core_name in _CORE_NAMES})
+        return globals()[name]
+    value = getattr(module, name)
     globals()[name] = value  # later accesses skip this function
     return value
 
 
 class _Package(ModuleType):
     """The varstore package's module type: `varstore.convert` stays the public convert() function when the
-    varstore.convert subpackage is imported (the import system then sets the package attribute)."""
+    varstore.convert subpackage is imported (the import system then sets the package attribute), and
+    `varstore.variable_scope` the core's variable_scope() function when its submodule is imported."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "convert" and isinstance(value, ModuleType):
             value = value.convert
+        if name == "variable_scope" and isinstance(value, ModuleType):
+            return  # the public name is the function, loaded with the core (see __getattr__)
         super().__setattr__(name, value)
 
 
@@ -98,7 +132,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = list(_core_api.__all__) + list(errors.__all__) + [
+__all__ = list(_CORE_NAMES) + list(errors.__all__) + [
     "dtypes",
     "errors",
     "save",

@@ -80,6 +80,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    help="instead of measuring: run each cell once under py-spy (attached for the timed "
                         "region only), write DIR/<method>-<workload>-<phase>.txt (raw stacks) and print "
                         "where the time goes; writes no results")
+    p.add_argument("--interleave", action="store_true",
+                   help="run each cell's repeats round-robin across methods (save: raw #0, torch #0, ..., raw #1, "
+                        "...) instead of one method's repeats back to back, so a slow stretch of a shared "
+                        "disk falls on every method alike; checkpoints of all methods are kept until the end")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -131,6 +135,17 @@ def _plan(method: Any, workloads: list[str]) -> list[tuple[str, str]]:
     if "W2" in wanted:
         cells += [("W2", "save"), ("W2", "save-nofsync"), ("W2", "load")] + extra["W2"]
     return cells
+
+
+def _interleaved(methods: list[Any], workloads: list[str],
+                 skip_cells: set[tuple[str, ...]]) -> list[list[tuple[Any, str, str]]]:
+    """Cells grouped by (workload, phase) in plan order, each group holding every method that has it."""
+    groups: dict[tuple[str, str], list[tuple[Any, str, str]]] = {}
+    for method in methods:
+        for workload, phase in _plan(method, workloads):
+            if (method.name, workload) not in skip_cells:
+                groups.setdefault((workload, phase), []).append((method, workload, phase))
+    return list(groups.values())
 
 
 def _profile_cell(args: argparse.Namespace, method: Any, workload: str, phase: str, workdir: Path,
@@ -203,10 +218,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"workloads built in {workdir} in {time.perf_counter() - t0:.1f} s: "
               + "; ".join(f"{w.name} {len(w.variables)} variables, {w.nbytes / 1e9:.3f} GB"
                           for w in built.values()), flush=True)
-        for method in methods:
-            for workload, phase in _plan(method, workloads):
-                if (method.name, workload) in skip_cells:
-                    continue
+        if args.interleave:
+            order = _interleaved(methods, workloads, skip_cells)
+        else:
+            order = [[(method, workload, phase)] for method in methods
+                     for workload, phase in _plan(method, workloads) if (method.name, workload) not in skip_cells]
+        for group in order:
+            for method, workload, phase in group:
                 source = "W1" if workload in ("W3", "W4") else workload
                 checkpoint = workdir / "checkpoints" / f"{method.name}-{source}{method.suffix}"
                 checkpoint.parent.mkdir(parents=True, exist_ok=True)
@@ -216,9 +234,16 @@ def main(argv: list[str] | None = None) -> int:
                                      checkpoint=str(checkpoint), cache=args.cache), args.timeout_s)
                 if args.profile:
                     _profile_cell(args, method, workload, phase, workdir, checkpoint)
-                    continue
-                spent = 0.0
-                for rep in range(args.repeat):
+            if args.profile:
+                continue
+            spent = {id(cell): 0.0 for cell in group}
+            for rep in range(args.repeat):
+                for cell in group:
+                    method, workload, phase = cell
+                    if rep and spent[id(cell)] > args.budget_s:
+                        continue  # over budget: the repeats kept so far stand
+                    source = "W1" if workload in ("W3", "W4") else workload
+                    checkpoint = workdir / "checkpoints" / f"{method.name}-{source}{method.suffix}"
                     task = dict(method=method.name, workload=workload, phase=phase, workdir=str(workdir),
                                 checkpoint=str(checkpoint), cache=args.cache,
                                 verify=(rep == 0 and not args.no_verify))
@@ -226,17 +251,17 @@ def main(argv: list[str] | None = None) -> int:
                     os.sync()  # a non-durable save's dirty pages must not slow the next run
                     res.update(method=method.name, workload=workload, phase=phase, repeat=rep)
                     samples.append(res)
-                    spent += res["seconds"]
+                    spent[id(cell)] += res["seconds"]
                     print(f"  {method.name:14s} {workload} {phase:13s} #{rep}: {res['seconds']:8.3f} s  "
                           f"peak RSS {res['peak_rss_bytes'] / 2**20:7.0f} MiB"
                           + (f"  init calls {res['initializer_calls']}" if res["initializer_calls"] is not None
                              else ""), flush=True)
-                    if spent > args.budget_s and rep + 1 < args.repeat:
-                        print(f"  {method.name} {workload} {phase}: {spent:.0f} s > budget, "
-                              f"{rep + 1} repeat(s) kept", flush=True)
-                        break
-            for w in ("W1", "W2"):
-                remove(workdir / "checkpoints" / f"{method.name}-{w}{method.suffix}")
+            if not args.interleave:
+                method = group[0][0]
+                last = [c for c in _plan(method, workloads) if (method.name, c[0]) not in skip_cells]
+                if last and group[0][1:] == last[-1]:
+                    for w in ("W1", "W2"):
+                        remove(workdir / "checkpoints" / f"{method.name}-{w}{method.suffix}")
     finally:
         if args.keep:
             print(f"kept {workdir}")

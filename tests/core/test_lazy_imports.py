@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import varstore
 
@@ -40,3 +41,60 @@ def test_every_public_name_resolves_and_is_listed() -> None:
     assert callable(varstore.convert) and varstore.convert.__module__ == "varstore.convert"
     assert varstore.dtypes.bfloat16.name == "bfloat16"
     assert varstore.dtypes.as_dtype("float8_e5m2").itemsize == 1
+
+
+def test_core_names_are_loaded_together_on_first_use() -> None:
+    from varstore import _core_api
+
+    assert list(varstore._CORE_NAMES) == list(_core_api.__all__)
+    loaded = _modules_after("import varstore")
+    for core in ("varstore._core_api", "varstore.variables", "varstore.scopes", "varstore.default_store",
+                 "varstore.initializers", "varstore.devices"):
+        assert core not in loaded, core
+    # the submodule variable_scope imported first never hides the public function
+    out = subprocess.run([sys.executable, "-c", "import varstore.variable_scope, varstore\n"
+                          "print(varstore.variable_scope.__module__, varstore.VariableScope.__name__,\n"
+                          "      varstore.initializers.__name__, callable(varstore.get_variable))"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["varstore.default_store", "VariableScope", "varstore.initializers", "True"]
+
+
+_HEAVY_FOR_A_READ = ("varstore.convert", "varstore.convert.registry", "varstore._core_api", "varstore.variables",
+                     "varstore.scopes", "varstore.checkpoint.remote", "varstore.checkpoint.write_engine",
+                     "varstore.checkpoint.writer", "varstore.storage.object_storage", "h5py", "zarr", "tempfile")
+
+
+def test_a_fresh_process_reads_its_own_checkpoints_without_registry_core_or_writer(tmp_path: Path) -> None:
+    for name in ("ck.h5", "ck.zarr"):
+        varstore.save(tmp_path / name, {"a/b": np.arange(6, dtype=np.float32), "c": np.ones((2, 2), np.int8)})
+        loaded = _modules_after(f"import varstore as vs\nr = vs.open_checkpoint({str(tmp_path / name)!r})\n"
+                                "assert r['a/b'].tolist() == [0, 1, 2, 3, 4, 5] and r.info('c').shape == (2, 2)\n"
+                                "assert r.format == " + repr("varstore-hdf5" if name.endswith("h5") else "varstore-zarr"))
+        for heavy in _HEAVY_FOR_A_READ:
+            assert heavy not in loaded, (name, heavy)
+
+
+def test_open_checkpoint_still_goes_through_the_registry_when_it_must(tmp_path: Path) -> None:
+    from varstore._open import own_container
+    from varstore.convert.registry import FormatEntry, register_format, unregister_format
+    from varstore.errors import UnsupportedFormatError
+
+    own = varstore.save(tmp_path / "ck.h5", {"w": np.arange(3, dtype=np.float32)})
+    np.savez(tmp_path / "plain.npz", w=np.arange(3))
+    assert own_container(own) == "h5" and own_container(tmp_path / "plain.npz") is None
+    assert own_container(tmp_path / "missing.h5") is None
+    with varstore.open_checkpoint(tmp_path / "plain.npz") as reader:  # foreign: detected by the registry
+        assert reader.format == "npz" and reader["w"].tolist() == [0, 1, 2]
+
+    def refuse(path: Path, **_: object) -> None:
+        raise UnsupportedFormatError(f"claimed '{path}' first")
+
+    register_format(FormatEntry("claims-all", "test format asked before varstore's", sniff=lambda probe: probe.path,
+                                open=refuse, order=1))
+    try:
+        with pytest.raises(UnsupportedFormatError, match="claimed '.*ck.h5' first"):
+            varstore.open_checkpoint(own)
+    finally:
+        unregister_format("claims-all")
+    with varstore.open_checkpoint(own) as reader:
+        assert reader.format == "varstore-hdf5" and reader["w"].tolist() == [0.0, 1.0, 2.0]

@@ -18,7 +18,6 @@ from varstore.backends import get_backend
 from varstore.checkpoint.checksum import crc32c_raw
 from varstore.checkpoint.manifest import FORMAT_NAMES, INDEX_HEADER_BYTES, MANIFEST_PATH, decode_index_header
 from varstore.errors import CheckpointNotFoundError, NotACheckpointError, VarstoreError
-from varstore.checkpoint.remote import is_checkpoint as remote_is_checkpoint
 from varstore.storage import Storage, is_remote, storage_for
 
 __all__ = ["detect_container", "index_header", "manifest_via_index_header", "is_varstore_checkpoint"]
@@ -86,7 +85,9 @@ def is_varstore_checkpoint(path: os.PathLike[str] | str,
     On an object store (a URL), only a committed checkpoint counts (see remote.py).
     """
     if is_remote(path):
-        return remote_is_checkpoint(path, storage_options)
+        from varstore.checkpoint.remote import is_checkpoint  # the object-store client: only for URLs
+
+        return is_checkpoint(path, storage_options)
     path = Path(path)
     try:
         fmt = detect_container(path)

@@ -4,9 +4,12 @@
 the second read in key order on it starts the storage's read-ahead over every
 later variable, once per run of reads in order, and reads the packed blob of
 small variables whole when the loop is on packed variables; a jump stops the
-read-ahead. `copy_packed` makes a new array of one packed variable out of that
-blob, its crc32c checked on the blob first. Never writes; owns no thread (the
-storage's read-ahead does).
+read-ahead. Once that blob is read, every packed variable's crc32c is checked
+on it in one pass and each gets a view of it (`packed_view`), so each later
+read of a packed variable is one copy out of the blob. `copy_packed` makes a
+new array of one packed variable out of the blob, its crc32c checked first
+(the path when the one-pass check found a damaged variable). Never writes;
+owns no thread (the storage's read-ahead does).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import numpy.typing as npt
 
 from varstore.checkpoint.checksum import crc32c_raw
 from varstore.checkpoint.manifest import ManifestColumns, Record
+from varstore.checkpoint.packed import packed_checksum_failure, packed_views
 from varstore.errors import CorruptCheckpointError
 from varstore.storage import ReadAhead
 
@@ -56,6 +60,9 @@ class KeyOrder:
         self._following = False
         self.ahead: ReadAhead | None = None
         self.blob: bytearray | None = None
+        #: per manifest position: a view of `blob` (packed variables) or None; None until the blob is read.
+        self._views: list[npt.NDArray[Any] | None] | None = None
+        self._checked = False  # every packed variable's crc32c matched on `blob`
 
     def follow(self, index: int) -> None:
         """Notes a read of the variable at manifest position `index`."""
@@ -69,7 +76,40 @@ class KeyOrder:
             if self.blob is None and reader.manifest.columns["path"][index] is None:
                 # small variables packed in one blob: one read for the whole loop, not one per variable
                 self.blob = reader.packed_blob(LAZY_PACKED_CACHE_BYTES)
+                if self.blob is not None:
+                    self._view_blob(self.blob)
         self._last = index
+
+    def _view_blob(self, blob: bytearray) -> None:
+        """Checks every packed variable on `blob` in one pass and makes a view of each.
+
+        A damaged variable leaves `_checked` False (reads then check each
+        variable on its own and name the bad one); a variable outside the blob
+        leaves no views at all (copy_packed reports it).
+        """
+        manifest = self._reader.manifest
+        columns = manifest.columns
+        packed = [i for i, path in enumerate(columns["path"]) if path is None]
+        try:
+            views = packed_views(blob, columns, manifest.names, packed, manifest.where)
+        except CorruptCheckpointError:
+            return
+        table: list[npt.NDArray[Any] | None] = [None] * len(manifest.names)
+        for i, view in zip(packed, views):
+            table[i] = view
+        self._views = table
+        self._checked = packed_checksum_failure(blob, columns, packed) is None
+
+    def packed_view(self, index: int, verify: bool) -> npt.NDArray[Any] | None:
+        """The view of the blob of the packed variable at `index` (copy it before use), or None.
+
+        None when the blob was not read, the variable is not packed, or
+        `verify` is asked and the one-pass check did not pass.
+        """
+        views = self._views
+        if views is None or (verify and not self._checked):
+            return None
+        return views[index]
 
     def stop(self) -> None:
         """Stops the read-ahead (before the reader's descriptors are closed)."""
@@ -81,6 +121,7 @@ class KeyOrder:
         """Stops the read-ahead and lets the blob go."""
         self.stop()
         self.blob = None
+        self._views = None
 
 
 def copy_packed(record: Record, blob: bytearray, verify: bool, where: str,

@@ -230,6 +230,8 @@ class ManifestColumns:
       names: every variable name, in storage order.
       columns: the JSON columns ("shape", "dtype", ..., and "file_offset" when present).
       where: the checkpoint, for error messages.
+      sets: the collection-name tuples the "collections" column indexes.
+      devices: the device names the "device" column indexes.
     """
 
     def __init__(self, columns: dict[str, Any], sets: list[tuple[str, ...]], devices: list[Any],
@@ -237,8 +239,8 @@ class ManifestColumns:
         self.columns = columns
         self.names: list[str] = columns["name"]
         self.where = where
-        self._sets = sets
-        self._devices = devices
+        self._sets = self.sets = sets
+        self._devices = self.devices = devices
         self._file_offsets = columns.get("file_offset")
         self.index = {name: i for i, name in enumerate(self.names)}
         if len(self.index) != len(self.names):

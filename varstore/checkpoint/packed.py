@@ -144,7 +144,8 @@ def packed_views(blob: bytearray | memoryview, columns: dict[str, list[Any]], na
         inner = tuple(shape)
         block = np.ndarray((end - k,) + inner, dtype=dtype, buffer=blob, offset=start,
                            strides=(stride,) + c_strides(inner, dtype.itemsize))
-        out.extend(block)
+        # rows of a block of scalars are NumPy scalars when iterated: index with ... for 0-d views
+        out.extend(block if inner else [block[j, ...] for j in range(end - k)])
         k = end
     return out
 

@@ -25,7 +25,9 @@ import numpy.typing as npt
 
 from varstore.backends import BackendReader, RawExtent, get_backend
 from varstore.checkpoint.checksum import crc32c_of, crc32c_raw
+from varstore.checkpoint.info_columns import InfoColumns
 from varstore.checkpoint.key_order import KeyOrder, copy_packed
+from varstore.checkpoint.read_session import ReadSession
 from varstore.checkpoint.locations import VariableBytes
 from varstore.checkpoint.detection import (
     detect_container,
@@ -39,7 +41,6 @@ from varstore.checkpoint.manifest import (
     ManifestColumns,
     Record,
     decode_manifest_columns,
-    format_checksum,
     storage_layout,
 )
 from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo, checked_out
@@ -51,31 +52,9 @@ from varstore.errors import (
     UnknownVariableError,
     VarstoreError,
 )
-from varstore.checkpoint.remote import container_of, remove_staged, stage_for_reading
 from varstore.storage import ReadAhead, Storage, is_remote, storage_for
-from varstore.storage.object_storage import ObjectStorage
 
 __all__ = ["VarstoreReader", "CheckpointValue", "ReadSession", "open_varstore", "is_varstore_checkpoint"]
-
-
-class ReadSession:
-    """What a bulk read lends a reader while it runs (see read_engine.py, which owns the threads).
-
-    Attributes:
-      packed: the whole packed blob, read once, or None.
-      packed_checked: True once every packed variable to be read was checked on `packed`.
-      read_ahead: the storage's read-ahead over the planned extents, or None.
-      defer: takes a variable's crc32c check off the reading thread: called
-        with the record and the buffer just filled; None checks inline.
-    """
-
-    __slots__ = ("packed", "packed_checked", "read_ahead", "defer")
-
-    def __init__(self) -> None:
-        self.packed: bytearray | None = None
-        self.packed_checked = False
-        self.read_ahead: ReadAhead | None = None
-        self.defer: Callable[[Record, npt.NDArray[Any]], bool] | None = None
 
 
 class CheckpointValue:
@@ -174,6 +153,7 @@ class VarstoreReader(CheckpointReader):
         self._records: dict[int, Record] = {}
         self._names = columns.names
         self._order = KeyOrder(self)  # loops reading the keys in order (key_order.py)
+        self._infos = InfoColumns(columns)  # info() straight from the columns (info_columns.py)
 
     @property
     def _store(self) -> BackendReader:
@@ -257,17 +237,26 @@ class VarstoreReader(CheckpointReader):
         return record
 
     def info(self, name: str) -> VariableInfo:
-        record = self.record(name)
-        attributes: dict[str, Any] = {"storage": "packed" if record.path is None else record.path}
-        return VariableInfo(record.name, record.shape, record.dtype, record.nbytes, record.trainable,
-                            record.collections, format_checksum(record.checksum), record.device,
-                            attributes)
+        index = self._columns.index.get(name)
+        if index is None:
+            raise UnknownVariableError(f"no variable '{name}' in '{self.path}'")
+        return self._infos.info(index)
+
+    def infos(self) -> list[VariableInfo]:
+        return self._infos.infos()
 
     def read(self, name: str, out: npt.NDArray[Any] | None = None, *,
              verify: bool = True) -> npt.NDArray[Any]:
-        record = self.record(name)
+        index = self._columns.index.get(name)
+        if index is None:
+            raise UnknownVariableError(f"no variable '{name}' in '{self.path}'")
         if self.session is None:
-            self._order.follow(self._columns.index[name])
+            self._order.follow(index)
+            if out is None:
+                view = self._order.packed_view(index, verify)
+                if view is not None:  # a loop in key order: the blob was read and checked once
+                    return view.copy()
+        record = self.record(name)
         if out is None:
             blob = self._order.blob if self.session is None and record.path is None else None
             if blob is not None:  # a loop in key order over packed variables: out of the blob read once
@@ -321,6 +310,8 @@ class VarstoreReader(CheckpointReader):
                 self._backend_reader.close()
             staged = getattr(self, "staged", None)
             if staged is not None:
+                from varstore.checkpoint.remote import remove_staged
+
                 remove_staged(staged)
 
     def __del__(self) -> None:
@@ -477,6 +468,10 @@ def open_varstore(path: os.PathLike[str] | str, format: str | None = None, *,
 def _open_remote(url: os.PathLike[str] | str, format: str | None,
                  storage_options: Mapping[str, object] | None) -> VarstoreReader:
     """open_varstore for an object-store URL: commit object checked, HDF5 in place, Zarr staged locally."""
+    # the object-store client and the remote layer: imported only for URLs (a local open stays light)
+    from varstore.checkpoint.remote import container_of, remove_staged, stage_for_reading
+    from varstore.storage.object_storage import ObjectStorage
+
     storage, key = storage_for(url, storage_options)
     if not isinstance(storage, ObjectStorage):  # storage_for gives one for every URL
         raise CheckpointError(f"no object storage for {key}")

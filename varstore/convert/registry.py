@@ -229,6 +229,14 @@ def formats() -> tuple[FormatEntry, ...]:
     return tuple(sorted(_registry, key=lambda e: e.order))
 
 
+def own_formats_first() -> bool:
+    """True while detection asks the built-in varstore-hdf5 and varstore-zarr entries before any other
+    (none registered ahead of them, neither replaced): `varstore.open_checkpoint` may then open
+    varstore's own checkpoints without running detection (varstore/_open.py)."""
+    first = formats()[:2]
+    return len(first) == 2 and first[0] is _BUILTIN[0] and first[1] is _BUILTIN[1]
+
+
 def register_format(entry: FormatEntry, *, replace: bool = False) -> None:
     """Adds a format to the registry (for this process).
 

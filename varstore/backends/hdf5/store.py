@@ -66,12 +66,13 @@ _SCALAR_SPACE: Any = None
 _ATTR_TYPES: dict[Any, Any] = {}
 
 
-def _set_attrs(obj: Any, attrs: dict[str, Any]) -> None:
+def _set_attrs(obj: Any, attrs: dict[str, Any], fresh: bool = False) -> None:
     """Writes attributes as h5py's `obj.attrs[key] = value` would (same HDF5 types), ~2x faster.
 
     Strings (variable-length UTF-8) and bools/ints go through h5py's low-level
     h5a calls with cached type and scalar space ids; anything else through
     `obj.attrs`. A variable's five attributes were most of a per-variable save.
+    `fresh`: `obj` was just created, so no attribute exists yet (no lookup before each create).
     """
     global _SCALAR_SPACE
     if _SCALAR_SPACE is None:
@@ -90,7 +91,7 @@ def _set_attrs(obj: Any, attrs: dict[str, Any]) -> None:
         if type_id is None:
             type_id = _ATTR_TYPES[kind] = h5py.h5t.py_create(array.dtype, logical=True)
         name = key.encode("utf-8")
-        if h5py.h5a.exists(obj.id, name):
+        if not fresh and h5py.h5a.exists(obj.id, name):
             h5py.h5a.delete(obj.id, name)
         h5py.h5a.create(obj.id, name, type_id, _SCALAR_SPACE).write(array)
 
@@ -134,11 +135,25 @@ class Hdf5Writer:
         except (OSError, ValueError) as err:
             raise CorruptCheckpointError(f"cannot create HDF5 file '{self.path}': {err}") from err
         self._dcpl = _dataset_dcpl()
+        self._groups: dict[str, Any] = {"": self._file}  # groups made so far, by path
+
+    def _group(self, path: str) -> Any:
+        """The group at `path` ("" for the root), created with its parents on first use.
+
+        h5py's create_dataset("a/b/c") looks every parent up in the file again
+        (one H5Lexists walk per variable); variables of one scope share their group here.
+        """
+        group = self._groups.get(path)
+        if group is None:
+            parent, _, leaf = path.rpartition("/")
+            group = self._groups[path] = self._group(parent).require_group(leaf)
+        return group
 
     def create_array(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
                      attrs: dict[str, Any]) -> RawExtent | None:
-        dataset = self._file.create_dataset(path, shape=shape, dtype=dtype, dcpl=self._dcpl)
-        _set_attrs(dataset, attrs)
+        parent, _, leaf = path.rpartition("/")
+        dataset = self._group(parent).create_dataset(leaf, shape=shape, dtype=dtype, dcpl=self._dcpl)
+        _set_attrs(dataset, attrs, fresh=True)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         offset = dataset.id.get_offset() if nbytes else None
         # HDF5 reports an unallocated address (scalars) as None, or as user block size - 1 with one.

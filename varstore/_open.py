@@ -1,0 +1,91 @@
+"""`varstore.open_checkpoint`: varstore's own checkpoints opened without loading the converter registry.
+
+A fresh process that opens a varstore checkpoint and reads one array should
+pay for the checkpoint reader only (issue 11, target 6). This module
+recognises varstore's own containers with the same first checks the
+registry's varstore entries make (the HDF5 index header; a Zarr v3 root
+whose `varstore_format` attribute is "varstore-zarr") and hands them to
+`open_varstore`; everything else (foreign formats, URLs, `format=`, reader
+options, a registry changed at run time) goes to
+`varstore.convert.open_checkpoint`, which behaves exactly as before. Reads
+at most 512 bytes or one zarr.json; never writes, never imports h5py, zarr
+or the converters itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from varstore.checkpoint.reader_api import CheckpointReader
+
+__all__ = ["open_checkpoint", "own_container"]
+
+
+def own_container(path: os.PathLike[str] | str) -> str | None:
+    """"h5" or "zarr" when `path` is certainly a varstore checkpoint of that container, else None.
+
+    "h5": a file that starts with a valid varstore index header (what the
+    registry's varstore-hdf5 sniff decides on alone). "zarr": a directory
+    whose zarr.json is a Zarr v3 group with varstore_format "varstore-zarr".
+    None says nothing (a damaged or foreign file): the registry decides.
+    """
+    try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISREG(mode):
+            from varstore.checkpoint.manifest import INDEX_HEADER_BYTES, decode_index_header
+
+            with open(path, "rb") as handle:
+                head = handle.read(INDEX_HEADER_BYTES)
+            return "h5" if decode_index_header(head) is not None else None
+        if stat.S_ISDIR(mode):
+            with open(os.path.join(path, "zarr.json"), "rb") as handle:
+                root = json.loads(handle.read(1 << 20))
+            if (isinstance(root, dict) and root.get("zarr_format") == 3 and root.get("node_type") == "group"
+                    and isinstance(root.get("attributes"), dict)
+                    and root["attributes"].get("varstore_format") == "varstore-zarr"):
+                return "zarr"
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _registry_unchanged() -> bool:
+    """True when the varstore entries are still the first formats detection asks (no format registered
+    ahead of them, neither replaced); always true while the registry was never imported."""
+    registry = sys.modules.get("varstore.convert.registry")
+    return registry is None or bool(registry.own_formats_first())
+
+
+def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
+                    storage_options: Mapping[str, object] | None = None,
+                    **options: Any) -> CheckpointReader:
+    """Opens a checkpoint of any registered format, read-only and lazily (see varstore.convert.open_checkpoint).
+
+    The same function as `varstore.convert.open_checkpoint`, arguments,
+    result and errors included; a local varstore HDF5 file or Zarr v3
+    directory opened without `format`, `storage_options` or reader options is
+    opened by `varstore.checkpoint.open_varstore` directly, without importing
+    the converter registry.
+
+    Raises:
+      CheckpointNotFoundError, NotACheckpointError, UnsafeFormatError, CorruptCheckpointError,
+      ChecksumError, UnsupportedFormatError, ObjectStoreError: as varstore.convert.open_checkpoint.
+    """
+    from varstore.storage import is_remote  # the URL rules only (no object-store client)
+
+    if format is None and storage_options is None and not options and not is_remote(path):
+        container = own_container(path)
+        if container is not None and _registry_unchanged():
+            from varstore.checkpoint.reader import open_varstore
+
+            return open_varstore(Path(path), container)
+    from varstore.convert import open_checkpoint as open_any
+
+    return open_any(path, format, storage_options=storage_options, **options)
