@@ -325,7 +325,8 @@ class StagedZarrStorage:
 def stage_for_reading(storage: ObjectStorage, name: str, fmt: str) -> tuple[Path, StagedZarrStorage] | None:
     """Prepares a committed checkpoint at `name` for reading.
 
-    HDF5 is read in place with ranged GETs (returns None). For a Zarr
+    HDF5 is read in place with ranged GETs (returns None; its object is
+    kept open on `storage`, one HEAD for the whole read). For a Zarr
     checkpoint the prefix is listed once and only its metadata (every
     zarr.json, the manifest's chunks) is copied into a local temporary
     directory; variable bytes are read from their objects on demand through
@@ -335,14 +336,18 @@ def stage_for_reading(storage: ObjectStorage, name: str, fmt: str) -> tuple[Path
     Raises:
       CheckpointNotFoundError: nothing committed there (an unfinished save is not a checkpoint).
     """
+    if not get_backend(fmt).is_directory:
+        try:
+            storage.keep_open(name)  # one HEAD: the reader's size checks answer from it until it closes
+        except FileNotFoundError:
+            raise CheckpointNotFoundError(f"no checkpoint at {storage.url_of(name)}; check the URL") from None
+        return None
     if not committed(storage, name, fmt):
-        unfinished = bool(storage.list(name)) if get_backend(fmt).is_directory else False
+        unfinished = bool(storage.list(name))
         raise CheckpointNotFoundError(
             f"no checkpoint at {storage.url_of(name)}"
             + (f": objects are there but no commit object {COMMIT_OBJECT} (an unfinished or partly "
                f"copied save); save it again or finish the copy" if unfinished else "; check the URL"))
-    if not get_backend(fmt).is_directory:
-        return None
     listing = {info.name: info.size for info in storage.list_info(name)
                if not info.name.endswith("/" + PENDING_MARKER)}
     manifest_chunks = f"{name}/{MANIFEST_PATH}/c"
