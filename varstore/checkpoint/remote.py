@@ -314,6 +314,16 @@ class StagedZarrStorage:
     def read_ahead(self, key: str, extents: Sequence[tuple[int, int]], window_bytes: int) -> ReadAhead | None:
         return None
 
+    def read_ahead_files(self, files: Sequence[tuple[str, int]], window_bytes: int) -> ReadAhead | None:
+        """Fetches the chunk objects behind `files` ((key under the local root, nbytes) in read order)
+        concurrently ahead of the reader (ObjectStorage.read_ahead_objects); local files are skipped."""
+        objects = []
+        for key, nbytes in files:
+            name = self._remote_name(key)
+            if name is not None and name in self._sizes:
+                objects.append((name, min(int(nbytes), self._sizes[name])))
+        return self._remote.read_ahead_objects(objects, window_bytes) if len(objects) > 1 else None
+
     def keep_open(self, key: str) -> None:
         if self._remote_name(key) is None:
             self._local.keep_open(key)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-__all__ = ["RANGE_BYTES", "MERGE_GAP_BYTES", "Block", "BlockReadAhead", "coalesce", "split_ranges"]
+__all__ = ["RANGE_BYTES", "MERGE_GAP_BYTES", "Block", "BlockReadAhead", "ObjectsReadAhead", "coalesce", "split_ranges"]
 
 #: Bytes one coalesced GET aims at: a block closes once it holds this many (AWS's guidance for ranged
 #: GETs is 8-16 MiB; fewer, larger requests also spare moto's whole-object copy per ranged GET).
@@ -218,3 +218,69 @@ class BlockReadAhead:
                     return
                 self._start(index)
                 self._next += 1
+
+
+class ObjectsReadAhead:
+    """Whole objects (a Zarr checkpoint's chunk objects) fetched ahead of the reader, like BlockReadAhead.
+
+    The objects are laid end to end in one address space (never merged with
+    each other; one larger than `range_bytes` is fetched in pieces) and handed
+    to a BlockReadAhead, so the same bounds hold: at most `max_in_flight` GETs,
+    at most `window_bytes` ahead, one copy into the target. The objects are
+    read in the planned order, so `done(offset)` consumes the next planned
+    object whatever the offset (as LocalFilesReadAhead).
+    """
+
+    def __init__(self, fetch: Callable[[str, int, int], memoryview], objects: Sequence[tuple[str, int]],
+                 window_bytes: int, max_in_flight: int, *, range_bytes: int = RANGE_BYTES,
+                 on_stop: Callable[[ObjectsReadAhead], None] | None = None) -> None:
+        self._fetch_object = fetch
+        self._base: dict[str, int] = {}
+        self._order: list[int] = []
+        self._names: list[str] = []
+        extents = []
+        position = 0
+        for name, nbytes in objects:
+            if nbytes <= 0 or name in self._base:
+                continue
+            self._base[name] = position
+            self._names.append(name)
+            self._order.append(position)
+            extents.append((position, int(nbytes)))
+            position += int(nbytes) + 1  # a byte apart: objects never share a GET
+        self._next = 0
+        self._on_stop = on_stop
+        self._inner = BlockReadAhead(self._fetch, extents, window_bytes, max_in_flight, range_bytes=range_bytes,
+                                     gap_bytes=0)
+
+    @property
+    def names(self) -> list[str]:
+        """The objects planned, in read order."""
+        return list(self._names)
+
+    @property
+    def requests_planned(self) -> int:
+        """The number of GETs the plan needs."""
+        return self._inner.requests_planned
+
+    def _fetch(self, start: int, length: int) -> memoryview:
+        index = bisect.bisect_right(self._order, start) - 1
+        return self._fetch_object(self._names[index], start - self._order[index], length)
+
+    def read_into(self, name: str, offset: int, length: int, out: memoryview) -> bool:
+        """Copies bytes [offset, offset + length) of object `name` into `out`; False when not planned."""
+        base = self._base.get(name)
+        return base is not None and self._inner.read_into(base + offset, length, out)
+
+    def done(self, offset: int) -> None:
+        """The next planned object was read (whatever `offset`): the window moves on."""
+        if self._next < len(self._order):
+            self._inner.done(self._order[self._next])
+            self._next += 1
+
+    def stop(self) -> None:
+        """Cancels what was not fetched, drops every object, waits for the GETs in flight."""
+        self._inner.stop()
+        if self._on_stop is not None:
+            self._on_stop(self)
+            self._on_stop = None

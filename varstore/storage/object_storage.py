@@ -13,10 +13,11 @@ commit protocol (manifest object last) is the checkpoint layer's
 from __future__ import annotations
 
 import builtins
+import functools
 import io
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -25,7 +26,8 @@ import numpy as np
 
 from varstore.errors import (ConditionalWriteError, CorruptCheckpointError, InvalidURLError, ObjectNotFoundError,
                              ObjectStoreError)
-from varstore.storage._ranged_reads import MERGE_GAP_BYTES, RANGE_BYTES, BlockReadAhead, split_ranges
+from varstore.storage._ranged_reads import (MERGE_GAP_BYTES, RANGE_BYTES, BlockReadAhead, ObjectsReadAhead,
+                                            split_ranges)
 from varstore.storage._urls import ObjectURL, is_url, parse_url, url_from_path
 from varstore.storage.object_store import ObjectInfo, ObjectStoreClient
 from varstore.storage.protocol import Buffer, ReadAhead
@@ -194,7 +196,8 @@ class ObjectStorage:
                  client: ObjectStoreClient | None = None) -> None:
         self.client = client or ObjectStoreClient(url, storage_options)
         self.url: str = str(self.client.url)  # the root URL (no credentials)
-        self._read_aheads: dict[str, builtins.list[BlockReadAhead]] = {}
+        # name -> (read-ahead, serve(offset, length, out) -> bool) of the read-aheads running over it
+        self._read_aheads: dict[str, builtins.list[tuple[object, Callable[[int, int, memoryview], bool]]]] = {}
         self._pinned: dict[str, int] = {}  # name -> size, for objects kept open (see keep_open)
         self._lock = threading.Lock()
 
@@ -256,8 +259,8 @@ class ObjectStorage:
         target: Buffer = bytearray(length) if out is None else out
         view = _bytes_view(target)
         if length and self._read_aheads:
-            for ahead in list(self._read_aheads.get(name, ())):
-                if ahead.read_into(offset, length, view[:length]):
+            for _, serve in list(self._read_aheads.get(name, ())):
+                if serve(offset, length, view[:length]):
                     return target  # from a planned block (or a failed one: read again below, raising there)
         if length:
             try:
@@ -311,14 +314,31 @@ class ObjectStorage:
         ahead = BlockReadAhead(fetch, extents, window_bytes, self.client.max_in_flight, range_bytes=RANGE_BYTES,
                                gap_bytes=MERGE_GAP_BYTES, on_stop=self._forget)
         with self._lock:
-            self._read_aheads.setdefault(name, []).append(ahead)
+            self._read_aheads.setdefault(name, []).append((ahead, ahead.read_into))
         return ahead
 
-    def _forget(self, ahead: BlockReadAhead) -> None:
+    def read_ahead_objects(self, objects: Sequence[tuple[str, int]], window_bytes: int) -> ReadAhead | None:
+        """Fetches whole objects ((key, nbytes) in the order they will be read: Zarr chunk objects) ahead of
+        the reader, at most the client's max_in_flight GETs and `window_bytes` ahead; read_range takes them.
+
+        Objects larger than 16 MiB are fetched in pieces; each value is copied once into its target.
+        `done(offset)` consumes the next planned object.
+        """
+        planned = [(self.name_of(key), int(nbytes)) for key, nbytes in objects if nbytes]
+        if not planned:
+            return None
+        client = self.client
+        ahead = ObjectsReadAhead(client.get_range_view, planned, window_bytes, client.max_in_flight,
+                                 range_bytes=RANGE_BYTES, on_stop=self._forget)
+        with self._lock:
+            for name in ahead.names:
+                self._read_aheads.setdefault(name, []).append((ahead, functools.partial(ahead.read_into, name)))
+        return ahead
+
+    def _forget(self, ahead: object) -> None:
         with self._lock:
             for name, running in list(self._read_aheads.items()):
-                if ahead in running:
-                    running.remove(ahead)
+                running[:] = [entry for entry in running if entry[0] is not ahead]
                 if not running:
                     del self._read_aheads[name]
 
