@@ -11,9 +11,10 @@ flight):
   raw           each variable one object (PUT/GET), uploaded with ObjectStoreClient.put_many /
                 downloaded with a pool of 8 GETs: the limit for "the same bytes as objects";
   raw-one-object  all variables back to back in ONE object (a multipart upload of 8 MiB parts),
-                read back with one ranged GET per variable, 8 in flight: the limit for varstore-h5,
-                which is one object too (moto answers a ranged GET by copying the whole object, so
-                one large object costs moto more per request than many small ones);
+                read back in 16 MiB ranged GETs, 8 in flight, each copied once into the targets it
+                covers: the limit for varstore-h5, which is one object too (moto answers a ranged
+                GET by reading the whole object, so one large object costs moto more per request
+                than many small ones);
   varstore-h5   vs.save / vs.restore of "model.h5" (one object, ranged GETs);
   varstore-zarr vs.save / vs.restore of "model.zarr" (default layout: per-variable up to 4,096
                 variables, packed above);
@@ -122,12 +123,19 @@ def _child(system: str, workload: str, phase: str, endpoint: str, prefix: str, w
 
             client.put_multipart("all.bin", parts)
         else:
-            def fetch_one(name: str) -> None:
-                client.get_range("all.bin", offsets[name], targets[name].nbytes,
-                                 out=memoryview(targets[name]).cast("B"))
+            from varstore.storage._ranged_reads import RANGE_BYTES
+
+            def fetch_piece(start: int) -> None:  # one 16 MiB range, copied once into the targets it covers
+                data = client.get_range_view("all.bin", start, min(RANGE_BYTES, position - start))
+                end = start + len(data)
+                for name in names:
+                    lo, hi = max(start, offsets[name]), min(end, offsets[name] + targets[name].nbytes)
+                    if lo < hi:
+                        memoryview(targets[name]).cast("B")[lo - offsets[name]:hi - offsets[name]] = \
+                            data[lo - start:hi - start]
 
             with ThreadPoolExecutor(max_workers=client.max_in_flight) as pool:
-                list(pool.map(fetch_one, names))
+                list(pool.map(fetch_piece, range(0, position, RANGE_BYTES)))
     elif system.startswith("varstore"):
         import varstore as vs
 

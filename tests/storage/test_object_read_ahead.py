@@ -87,3 +87,10 @@ def test_a_zarr_restore_on_a_bucket_fetches_every_chunk_object_once_through_the_
     chunk_gets = [r for r in s3_server.log.matching("GET", path_contains="/c/") if "manifest" not in r.path]
     assert sorted(r.path.rsplit("m.zarr/", 1)[1] for r in chunk_gets) == [f"layer{i}/w/c/0" for i in range(6)]
     assert all(r.bytes_out == 16 * KiB for r in chunk_gets)
+    # metadata: one listing, then the root (the commit), each array's zarr.json and the manifest; never
+    # the groups' zarr.json ("layer0", "_varstore"), which the reader does not open; no HEAD
+    documents = sorted(r.path.rsplit("m.zarr", 1)[1] for r in s3_server.log.matching("GET", path_contains="zarr.json"))
+    assert documents == sorted(["/zarr.json", "/_varstore/manifest/zarr.json"]
+                               + [f"/layer{i}/w/zarr.json" for i in range(6)])
+    assert [r.method for r in s3_server.log.requests].count("HEAD") == 0
+    assert len(s3_server.log.requests) == 1 + 8 + 1 + 6  # list, documents, manifest chunk, chunks
