@@ -242,8 +242,10 @@ def publish_remote(final: str, storage: ObjectStorage, fmt: str, entries: list[A
     staging = Path(tempfile.mkdtemp(prefix="varstore-stage-"))
     try:
         local = staging / (Path(name).name or "checkpoint")
+        staging_storage = LocalStorage()
+        staging_storage.writeback = False  # never a commit: no fsync, and nothing pushed to disk early
         write_container(local, fmt, entries, records, packed_nbytes, header, checksum, release,
-                        make_durable=lambda paths: None, storage=LocalStorage())
+                        make_durable=lambda paths: None, storage=staging_storage)
         if get_backend(fmt).is_directory:
             _upload_tree(storage, name, local)
         else:
