@@ -14,8 +14,9 @@ protocol (docs/guide/object-storage.md, "Commit without rename"):
   manifest's crc32c) written create-only: the commit. Then the marker goes.
 - A Zarr prefix without its root `zarr.json` is never listed, opened or
   restored (`committed` says whether one is there). A Zarr checkpoint is read
-  with its metadata copied into a local temporary directory and its chunks
-  fetched on demand (StagedZarrStorage).
+  with the metadata its reader opens copied into a local temporary directory
+  and its chunk objects fetched from the bucket (StagedZarrStorage: on demand,
+  or concurrently ahead of a restore).
 - The next save under the same parent sweeps what killed writers left:
   incomplete multipart uploads and prefixes with a pending marker and no
   commit, once older than the grace period (SWEEP_GRACE_SECONDS).

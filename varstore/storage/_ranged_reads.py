@@ -8,8 +8,9 @@ are read and dropped) into blocks of about RANGE_BYTES, and splits larger
 extents into RANGE_BYTES pieces; `BlockReadAhead` fetches those blocks (at
 most `max_in_flight` GETs, at most `window_bytes` fetched ahead of the reader)
 and hands their bytes out with one copy each, straight from the client's
-response buffer into the caller's target. `split_ranges` cuts one large read
-into concurrent pieces. Knows nothing about checkpoints or the client library:
+response buffer into the caller's target. `ObjectsReadAhead` does the same
+for many whole objects (a Zarr checkpoint's chunks); `split_ranges` cuts one
+large read into concurrent pieces. Knows nothing about checkpoints or the client library:
 the fetch is passed in.
 """
 
