@@ -111,15 +111,21 @@ def _child(system: str, workload: str, phase: str, endpoint: str, prefix: str, w
             offsets[name] = position
             position += arrays[name].nbytes
         if phase == "save":
-            def parts():
-                pending = bytearray()
+            def parts():  # part_size pieces of the arrays back to back, each copied once (b"".join)
+                pending: list[memoryview] = []
+                held = 0
                 for name in names:
-                    pending += memoryview(arrays[name]).cast("B")
-                    while len(pending) >= client.part_size:
-                        yield bytes(pending[:client.part_size])
-                        del pending[:client.part_size]
+                    view = memoryview(arrays[name]).cast("B")
+                    while len(view):
+                        take = min(len(view), client.part_size - held)
+                        pending.append(view[:take])
+                        held += take
+                        view = view[take:]
+                        if held == client.part_size:
+                            yield b"".join(pending)
+                            pending, held = [], 0
                 if pending:
-                    yield bytes(pending)
+                    yield b"".join(pending)
 
             client.put_multipart("all.bin", parts)
         else:

@@ -343,7 +343,8 @@ class ObjectStorage:
                     del self._read_aheads[name]
 
     def _get_into(self, name: str, offset: int, length: int, view: memoryview) -> None:
-        """One ranged GET into `view`, or (above 16 MiB) concurrent GETs of 16 MiB pieces, each into its slice."""
+        """One ranged GET into `view`, or (above 16 MiB) concurrent GETs of 16 MiB pieces (at most 4 at
+        once), each copied into its slice."""
         pieces = split_ranges(offset, length, RANGE_BYTES)
         if len(pieces) == 1:
             self.client.get_range(name, offset, length, out=view)
@@ -353,7 +354,8 @@ class ObjectStorage:
             start, nbytes = piece
             self.client.get_range(name, start, nbytes, out=view[start - offset:start - offset + nbytes])
 
-        workers = min(len(pieces), self.client.max_in_flight)
+        # at most 64 MiB of responses at once (4 pieces of 16 MiB): a read holds its target plus that
+        workers = max(1, min(len(pieces), self.client.max_in_flight, UPLOAD_BUFFER_BYTES // RANGE_BYTES))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="varstore-get") as pool:
             for _ in pool.map(fetch, pieces):
                 pass
