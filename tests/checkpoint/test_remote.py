@@ -251,3 +251,28 @@ def test_a_zarr_checkpoint_is_read_without_fetching_the_variables_not_asked_for(
     assert [r.path.rsplit("m.zarr/", 1)[1] for r in chunk_gets] == ["layer4/w/c/0"]
     assert sum(r.bytes_out for r in s3_server.log.requests) < 64 * KiB + 16 * KiB  # one variable + metadata
     assert list(staging.iterdir()) == []  # gone once closed
+
+
+def test_a_zarr_save_costs_one_request_per_object_plus_a_fixed_few(
+        s3_env: dict[str, str], s3_server: S3TestServer, s3_prefix: str) -> None:
+    values = {f"{name}/w": np.arange(4.0) for name in "abc"}
+    url = f"{s3_prefix}/runs/m.zarr"
+    s3_server.log.clear()
+    vs.save(url, values, layout="per-variable")
+    fresh = list(s3_server.log.requests)
+    puts = [r for r in fresh if r.method == "PUT"]
+    # objects: the commit, _varstore and its manifest (zarr.json + chunk), per variable a group, an array
+    # and a chunk; plus the pending marker
+    assert len(puts) == 1 + 3 + 3 * 3 + 1
+    # before them: what is there (list, HEAD), the sweep (incomplete uploads, the parent's listing), the
+    # listing the upload starts from; after them: one batch delete of the marker
+    assert [(r.method, "uploads" in r.query) for r in fresh if r.method != "PUT"] == [
+        ("GET", False), ("HEAD", False), ("GET", True), ("GET", False), ("GET", False), ("POST", False)]
+    s3_server.log.clear()
+    vs.save(url, {"a/w": np.arange(4.0)}, layout="per-variable")  # over it: the old commit goes first
+    deletes = s3_server.log.matching("POST")
+    assert len(deletes) == 2 and deletes[0].bytes_in > 0 and "HEAD" not in [r.method for r in s3_server.log.requests[2:]]
+    with vs.open_checkpoint(url) as reader:
+        assert sorted(reader.keys()) == ["a/w"]
+    left = [info.name for info in _client(s3_server, url).list()]
+    assert not [name for name in left if name.startswith(("b/", "c/", "_varstore/pending"))]  # stale ones went too

@@ -149,7 +149,7 @@ def _upload_tree(storage: ObjectStorage, name: str, local: Path) -> None:
     commit = f"{name}/{COMMIT_OBJECT}"
     before = set(storage.list(name))
     if commit in before:
-        storage.delete(commit)  # the old checkpoint stops being one before any of its objects change
+        storage.client.delete([commit])  # the old checkpoint stops being one before any of its objects change
     token = json.dumps({"writer": secrets.token_hex(8), "started_utc": time.time()}).encode()
     storage.put(f"{name}/{PENDING_MARKER}", token)
     small: list[tuple[str, Path]] = []
@@ -167,10 +167,8 @@ def _upload_tree(storage: ObjectStorage, name: str, local: Path) -> None:
         raise CheckpointError(f"another writer committed {storage.url_of(name)} while this save was "
                               f"uploading; this save is discarded: {err}") from err
     written = {f"{name}/{relative}" for relative, _ in _files(local)}
-    storage.delete(f"{name}/{PENDING_MARKER}")
-    stale = sorted(before - written - {f"{name}/{PENDING_MARKER}"})
-    if stale:
-        storage.client.delete(stale)
+    # the marker and what the old checkpoint had that this one has not: one batch delete (no listing)
+    storage.client.delete([f"{name}/{PENDING_MARKER}"] + sorted(before - written - {f"{name}/{PENDING_MARKER}"}))
 
 
 def describe_remote(storage: ObjectStorage, name: str) -> str | None:
