@@ -185,6 +185,10 @@ class BlockReadAhead:
             self._on_stop(self)
             self._on_stop = None
 
+    def refill(self) -> None:
+        """Starts what the window allows now (after reads consumed blocks)."""
+        self._fill()
+
     # ------------------------------------------------------------------ internals
     def _consume(self, members: list[tuple[int, tuple[int, int]]]) -> None:
         with self._lock:
@@ -227,9 +231,10 @@ class ObjectsReadAhead:
     The objects are laid end to end in one address space (never merged with
     each other; one larger than `range_bytes` is fetched in pieces) and handed
     to a BlockReadAhead, so the same bounds hold: at most `max_in_flight` GETs,
-    at most `window_bytes` ahead, one copy into the target. The objects are
-    read in the planned order, so `done(offset)` consumes the next planned
-    object whatever the offset (as LocalFilesReadAhead).
+    at most `window_bytes` ahead, one copy into the target. An object is
+    consumed when a read covers it whole; `done(offset)` only lets the window
+    move on (a reader that skips an object through another path, a Zarr array
+    read by zarr-python, must not make the next planned object count as read).
     """
 
     def __init__(self, fetch: Callable[[str, int, int], memoryview], objects: Sequence[tuple[str, int]],
@@ -249,7 +254,6 @@ class ObjectsReadAhead:
             self._order.append(position)
             extents.append((position, int(nbytes)))
             position += int(nbytes) + 1  # a byte apart: objects never share a GET
-        self._next = 0
         self._on_stop = on_stop
         self._inner = BlockReadAhead(self._fetch, extents, window_bytes, max_in_flight, range_bytes=range_bytes,
                                      gap_bytes=0)
@@ -274,10 +278,8 @@ class ObjectsReadAhead:
         return base is not None and self._inner.read_into(base + offset, length, out)
 
     def done(self, offset: int) -> None:
-        """The next planned object was read (whatever `offset`): the window moves on."""
-        if self._next < len(self._order):
-            self._inner.done(self._order[self._next])
-            self._next += 1
+        """A value was read (objects were consumed by their reads): the window moves on."""
+        self._inner.refill()
 
     def stop(self) -> None:
         """Cancels what was not fetched, drops every object, waits for the GETs in flight."""

@@ -322,7 +322,7 @@ class ObjectStorage:
         the reader, at most the client's max_in_flight GETs and `window_bytes` ahead; read_range takes them.
 
         Objects larger than 16 MiB are fetched in pieces; each value is copied once into its target.
-        `done(offset)` consumes the next planned object.
+        An object is dropped once a read covered it whole.
         """
         planned = [(self.name_of(key), int(nbytes)) for key, nbytes in objects if nbytes]
         if not planned:
