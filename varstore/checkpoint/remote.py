@@ -14,8 +14,9 @@ protocol (docs/guide/object-storage.md, "Commit without rename"):
   manifest's crc32c) written create-only: the commit. Then the marker goes.
 - A Zarr prefix without its root `zarr.json` is never listed, opened or
   restored (`committed` says whether one is there). A Zarr checkpoint is read
-  with its metadata copied into a local temporary directory and its chunks
-  fetched on demand (StagedZarrStorage).
+  with the metadata its reader opens copied into a local temporary directory
+  and its chunk objects fetched from the bucket (StagedZarrStorage: on demand,
+  or concurrently ahead of a restore).
 - The next save under the same parent sweeps what killed writers left:
   incomplete multipart uploads and prefixes with a pending marker and no
   commit, once older than the grace period (SWEEP_GRACE_SECONDS).
@@ -148,7 +149,7 @@ def _upload_tree(storage: ObjectStorage, name: str, local: Path) -> None:
     commit = f"{name}/{COMMIT_OBJECT}"
     before = set(storage.list(name))
     if commit in before:
-        storage.delete(commit)  # the old checkpoint stops being one before any of its objects change
+        storage.client.delete([commit])  # the old checkpoint stops being one before any of its objects change
     token = json.dumps({"writer": secrets.token_hex(8), "started_utc": time.time()}).encode()
     storage.put(f"{name}/{PENDING_MARKER}", token)
     small: list[tuple[str, Path]] = []
@@ -166,10 +167,8 @@ def _upload_tree(storage: ObjectStorage, name: str, local: Path) -> None:
         raise CheckpointError(f"another writer committed {storage.url_of(name)} while this save was "
                               f"uploading; this save is discarded: {err}") from err
     written = {f"{name}/{relative}" for relative, _ in _files(local)}
-    storage.delete(f"{name}/{PENDING_MARKER}")
-    stale = sorted(before - written - {f"{name}/{PENDING_MARKER}"})
-    if stale:
-        storage.client.delete(stale)
+    # the marker and what the old checkpoint had that this one has not: one batch delete (no listing)
+    storage.client.delete([f"{name}/{PENDING_MARKER}"] + sorted(before - written - {f"{name}/{PENDING_MARKER}"}))
 
 
 def describe_remote(storage: ObjectStorage, name: str) -> str | None:
@@ -242,8 +241,10 @@ def publish_remote(final: str, storage: ObjectStorage, fmt: str, entries: list[A
     staging = Path(tempfile.mkdtemp(prefix="varstore-stage-"))
     try:
         local = staging / (Path(name).name or "checkpoint")
+        staging_storage = LocalStorage()
+        staging_storage.writeback = False  # never a commit: no fsync, and nothing pushed to disk early
         write_container(local, fmt, entries, records, packed_nbytes, header, checksum, release,
-                        make_durable=lambda paths: None, storage=LocalStorage())
+                        make_durable=lambda paths: None, storage=staging_storage)
         if get_backend(fmt).is_directory:
             _upload_tree(storage, name, local)
         else:
@@ -314,6 +315,16 @@ class StagedZarrStorage:
     def read_ahead(self, key: str, extents: Sequence[tuple[int, int]], window_bytes: int) -> ReadAhead | None:
         return None
 
+    def read_ahead_files(self, files: Sequence[tuple[str, int]], window_bytes: int) -> ReadAhead | None:
+        """Fetches the chunk objects behind `files` ((key under the local root, nbytes) in read order)
+        concurrently ahead of the reader (ObjectStorage.read_ahead_objects); local files are skipped."""
+        objects = []
+        for key, nbytes in files:
+            name = self._remote_name(key)
+            if name is not None and name in self._sizes:
+                objects.append((name, min(int(nbytes), self._sizes[name])))
+        return self._remote.read_ahead_objects(objects, window_bytes) if len(objects) > 1 else None
+
     def keep_open(self, key: str) -> None:
         if self._remote_name(key) is None:
             self._local.keep_open(key)
@@ -325,7 +336,8 @@ class StagedZarrStorage:
 def stage_for_reading(storage: ObjectStorage, name: str, fmt: str) -> tuple[Path, StagedZarrStorage] | None:
     """Prepares a committed checkpoint at `name` for reading.
 
-    HDF5 is read in place with ranged GETs (returns None). For a Zarr
+    HDF5 is read in place with ranged GETs (returns None; its object is
+    kept open on `storage`, one HEAD for the whole read). For a Zarr
     checkpoint the prefix is listed once and only its metadata (every
     zarr.json, the manifest's chunks) is copied into a local temporary
     directory; variable bytes are read from their objects on demand through
@@ -335,18 +347,20 @@ def stage_for_reading(storage: ObjectStorage, name: str, fmt: str) -> tuple[Path
     Raises:
       CheckpointNotFoundError: nothing committed there (an unfinished save is not a checkpoint).
     """
-    if not committed(storage, name, fmt):
-        unfinished = bool(storage.list(name)) if get_backend(fmt).is_directory else False
+    if not get_backend(fmt).is_directory:
+        try:
+            storage.keep_open(name)  # one HEAD: the reader's size checks answer from it until it closes
+        except FileNotFoundError:
+            raise CheckpointNotFoundError(f"no checkpoint at {storage.url_of(name)}; check the URL") from None
+        return None
+    listed = storage.list_info(name)  # one listing: the commit check, the sizes and the metadata to copy
+    if f"{name}/{COMMIT_OBJECT}" not in {info.name for info in listed}:
         raise CheckpointNotFoundError(
             f"no checkpoint at {storage.url_of(name)}"
             + (f": objects are there but no commit object {COMMIT_OBJECT} (an unfinished or partly "
-               f"copied save); save it again or finish the copy" if unfinished else "; check the URL"))
-    if not get_backend(fmt).is_directory:
-        return None
-    listing = {info.name: info.size for info in storage.list_info(name)
-               if not info.name.endswith("/" + PENDING_MARKER)}
-    manifest_chunks = f"{name}/{MANIFEST_PATH}/"  # its chunk file, in either chunk key encoding
-    metadata = [key for key in listing if key.endswith("/" + COMMIT_OBJECT) or key.startswith(manifest_chunks)]
+               f"copied save); save it again or finish the copy" if listed else "; check the URL"))
+    listing = {info.name: info.size for info in listed if not info.name.endswith("/" + PENDING_MARKER)}
+    metadata = _metadata_to_copy(name, listing)
     staging = Path(tempfile.mkdtemp(prefix="varstore-read-"))
     local = staging / (Path(name).name or "checkpoint")
     try:
@@ -358,6 +372,19 @@ def stage_for_reading(storage: ObjectStorage, name: str, fmt: str) -> tuple[Path
         shutil.rmtree(staging, ignore_errors=True)
         raise NotACheckpointError(f"{storage.url_of(name)} lost its commit object while it was read")
     return local, StagedZarrStorage(local, storage, name, listing)
+
+
+def _metadata_to_copy(name: str, listing: Mapping[str, int]) -> list[str]:
+    """The objects a reader needs locally: the root zarr.json (the commit), every array's zarr.json and
+    the manifest's chunks. A zarr.json with another node's zarr.json under it is a group (Zarr v3 arrays
+    have no children) that the reader never opens: not copied (W1: 16 of 36 metadata GETs)."""
+    suffix = "/" + COMMIT_OBJECT
+    nodes = [key[:-len(suffix)] for key in listing if key.endswith(suffix)]
+    parents = {node.rsplit("/", depth)[0] for node in nodes for depth in range(1, node.count("/") + 1)}
+    manifest_chunks = f"{name}/{MANIFEST_PATH}/"  # its chunk file, in either chunk key encoding
+    return [key for key in listing
+            if (key.endswith(suffix) and (key[:-len(suffix)] not in parents or key[:-len(suffix)] == name))
+            or key.startswith(manifest_chunks)]
 
 
 def remove_staged(local: os.PathLike[str] | str) -> None:

@@ -13,12 +13,12 @@ commit protocol (manifest object last) is the checkpoint layer's
 from __future__ import annotations
 
 import builtins
-import collections
+import functools
 import io
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
@@ -26,11 +26,13 @@ import numpy as np
 
 from varstore.errors import (ConditionalWriteError, CorruptCheckpointError, InvalidURLError, ObjectNotFoundError,
                              ObjectStoreError)
+from varstore.storage._ranged_reads import (MERGE_GAP_BYTES, RANGE_BYTES, BlockReadAhead, ObjectsReadAhead,
+                                            split_ranges)
 from varstore.storage._urls import ObjectURL, is_url, parse_url, url_from_path
 from varstore.storage.object_store import ObjectInfo, ObjectStoreClient
 from varstore.storage.protocol import Buffer, ReadAhead
 
-__all__ = ["ObjectReader", "ObjectStorage", "ObjectWriter", "UPLOAD_BUFFER_BYTES"]
+__all__ = ["ObjectReader", "ObjectStorage", "ObjectWriter", "UPLOAD_BUFFER_BYTES", "RANGE_BYTES", "MERGE_GAP_BYTES"]
 
 #: The most bytes a file upload holds in memory (issue 13: a save needs the model plus 64 MiB at most).
 UPLOAD_BUFFER_BYTES = 64 << 20
@@ -175,61 +177,6 @@ class ObjectReader(io.RawIOBase):
         return length
 
 
-class _ObjectReadAhead:
-    """Fetches planned extents of one object concurrently (at most max_in_flight GETs), at most
-    `window_bytes` ahead of what the reader consumed; read_range takes a fetched extent instead of a GET."""
-
-    def __init__(self, storage: ObjectStorage, name: str, extents: Sequence[tuple[int, int]],
-                 window_bytes: int) -> None:
-        self._storage = storage
-        self._name = name
-        self._todo = collections.deque(extents)
-        self._window = max(int(window_bytes), 1)
-        self._ahead = 0  # bytes fetched or being fetched, not yet consumed
-        self._sizes: dict[int, int] = {}
-        self._consumed: set[int] = set()  # read before their turn came (read directly)
-        self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=storage.client.max_in_flight,
-                                        thread_name_prefix="varstore-read-ahead")
-        self._stopped = False
-        self._fill()
-
-    def _fetch(self, offset: int, length: int) -> bytearray:
-        buffer = bytearray(length)
-        self._storage.client.get_range(self._name, offset, length, out=buffer)
-        return buffer
-
-    def _fill(self) -> None:
-        with self._lock:
-            while self._todo and not self._stopped and self._ahead < self._window:
-                offset, length = self._todo.popleft()
-                if offset in self._consumed:
-                    continue
-                self._ahead += length
-                self._sizes[offset] = length
-                self._storage._prefetched[(self._name, offset, length)] = self._pool.submit(self._fetch, offset, length)
-
-    def done(self, offset: int) -> None:
-        """The extent at `offset` was consumed: the window moves on."""
-        with self._lock:
-            if offset in self._sizes:
-                self._ahead -= self._sizes.pop(offset)
-            else:
-                self._consumed.add(offset)
-        self._fill()
-
-    def stop(self) -> None:
-        """Cancels what was not fetched, drops what was not consumed, waits for the GETs in flight."""
-        with self._lock:
-            self._stopped = True
-            self._todo.clear()
-        for key in [k for k in list(self._storage._prefetched) if k[0] == self._name]:
-            future = self._storage._prefetched.pop(key, None)
-            if future is not None:
-                future.cancel()
-        self._pool.shutdown(wait=True)
-
-
 class ObjectStorage:
     """The Storage protocol (and ConditionalStorage) over an object store, rooted at one URL.
 
@@ -249,7 +196,10 @@ class ObjectStorage:
                  client: ObjectStoreClient | None = None) -> None:
         self.client = client or ObjectStoreClient(url, storage_options)
         self.url: str = str(self.client.url)  # the root URL (no credentials)
-        self._prefetched: dict[tuple[str, int, int], Future[bytearray]] = {}
+        # name -> (read-ahead, serve(offset, length, out) -> bool) of the read-aheads running over it
+        self._read_aheads: dict[str, builtins.list[tuple[object, Callable[[int, int, memoryview], bool]]]] = {}
+        self._pinned: dict[str, int] = {}  # name -> size, for objects kept open (see keep_open)
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"ObjectStorage({self.url!r})"
@@ -276,12 +226,19 @@ class ObjectStorage:
 
     # ------------------------------------------------------------ the Storage protocol
     def exists(self, key: str) -> bool:
-        """True when an object is stored under `key`."""
-        return self.client.exists(self.name_of(key))
+        """True when an object is stored under `key` (a kept-open object is, without a request)."""
+        name = self.name_of(key)
+        return name in self._pinned or self.client.exists(name)
 
     def size(self, key: str) -> int:
-        """Bytes of the object under `key`. Raises ObjectNotFoundError (a FileNotFoundError) when absent."""
-        return self.client.size(self.name_of(key))
+        """Bytes of the object under `key` (a kept-open object's size is known: no request).
+
+        Raises:
+          ObjectNotFoundError (a FileNotFoundError) when absent.
+        """
+        name = self.name_of(key)
+        pinned = self._pinned.get(name)
+        return self.client.size(name) if pinned is None else pinned
 
     def list(self, prefix: str = "") -> builtins.list[str]:
         """Names of the objects under `prefix` (a "directory": `prefix/...`), sorted."""
@@ -301,16 +258,13 @@ class ObjectStorage:
         name = self.name_of(key)
         target: Buffer = bytearray(length) if out is None else out
         view = _bytes_view(target)
-        fetched = self._prefetched.pop((name, offset, length), None) if self._prefetched else None
-        if fetched is not None:
-            try:
-                view[:length] = fetched.result()
-                return target
-            except Exception:  # noqa: BLE001 - a failed read-ahead: read it again below (and raise there)
-                pass
+        if length and self._read_aheads:
+            for _, serve in list(self._read_aheads.get(name, ())):
+                if serve(offset, length, view[:length]):
+                    return target  # from a planned block (or a failed one: read again below, raising there)
         if length:
             try:
-                self.client.get_range(name, offset, length, out=view[:length])
+                self._get_into(name, offset, length, view[:length])
             except ObjectNotFoundError:
                 raise
             except ObjectStoreError as err:
@@ -328,29 +282,100 @@ class ObjectStorage:
 
     def writer(self, key: str, *, keep_open: bool = False) -> ObjectWriter:
         """A writer uploading `key` on finish() (see ObjectWriter); `keep_open` changes nothing here."""
-        return ObjectWriter(self.client, self.name_of(key))
+        name = self.name_of(key)
+        self._pinned.pop(name, None)
+        return ObjectWriter(self.client, name)
 
     def delete(self, key: str) -> None:
         """Deletes the object under `key` and every object under `key/` (missing ones are fine)."""
         name = self.name_of(key)
+        self._pinned.clear()
         names = [info.name for info in self.client.list(name)] if name else []
         if self.client.exists(name):
             names.append(name)
         self.client.delete(names)
 
     def read_ahead(self, key: str, extents: Sequence[tuple[int, int]], window_bytes: int) -> ReadAhead | None:
-        """Fetches the planned (offset, nbytes) extents of `key` concurrently (at most max_in_flight
-        ranged GETs, at most `window_bytes` ahead of the reader); read_range then takes them."""
-        if not extents:
+        """Fetches the planned (offset, nbytes) extents of `key` ahead of the reader; read_range takes them.
+
+        Extents close together are coalesced into GETs of about 16 MiB, larger
+        ones split (storage/_ranged_reads.py); at most the client's
+        max_in_flight GETs run at once and at most `window_bytes` are held
+        ahead of the reader. Each value is copied once, from the response
+        buffer into the reader's target.
+        """
+        if not any(nbytes for _, nbytes in extents):
             return None
-        return _ObjectReadAhead(self, self.name_of(key), extents, window_bytes)
+        name = self.name_of(key)
+
+        def fetch(offset: int, length: int) -> memoryview:
+            return self.client.get_range_view(name, offset, length)
+
+        ahead = BlockReadAhead(fetch, extents, window_bytes, self.client.max_in_flight, range_bytes=RANGE_BYTES,
+                               gap_bytes=MERGE_GAP_BYTES, on_stop=self._forget)
+        with self._lock:
+            self._read_aheads.setdefault(name, []).append((ahead, ahead.read_into))
+        return ahead
+
+    def read_ahead_objects(self, objects: Sequence[tuple[str, int]], window_bytes: int) -> ReadAhead | None:
+        """Fetches whole objects ((key, nbytes) in the order they will be read: Zarr chunk objects) ahead of
+        the reader, at most the client's max_in_flight GETs and `window_bytes` ahead; read_range takes them.
+
+        Objects larger than 16 MiB are fetched in pieces; each value is copied once into its target.
+        An object is dropped once a read covered it whole.
+        """
+        planned = [(self.name_of(key), int(nbytes)) for key, nbytes in objects if nbytes]
+        if not planned:
+            return None
+        client = self.client
+        ahead = ObjectsReadAhead(client.get_range_view, planned, window_bytes, client.max_in_flight,
+                                 range_bytes=RANGE_BYTES, on_stop=self._forget)
+        with self._lock:
+            for name in ahead.names:
+                self._read_aheads.setdefault(name, []).append((ahead, functools.partial(ahead.read_into, name)))
+        return ahead
+
+    def _forget(self, ahead: object) -> None:
+        with self._lock:
+            for name, running in list(self._read_aheads.items()):
+                running[:] = [entry for entry in running if entry[0] is not ahead]
+                if not running:
+                    del self._read_aheads[name]
+
+    def _get_into(self, name: str, offset: int, length: int, view: memoryview) -> None:
+        """One ranged GET into `view`, or (above 16 MiB) concurrent GETs of 16 MiB pieces (at most 4 at
+        once), each copied into its slice."""
+        pieces = split_ranges(offset, length, RANGE_BYTES)
+        if len(pieces) == 1:
+            self.client.get_range(name, offset, length, out=view)
+            return
+
+        def fetch(piece: tuple[int, int]) -> None:
+            start, nbytes = piece
+            self.client.get_range(name, start, nbytes, out=view[start - offset:start - offset + nbytes])
+
+        # at most 64 MiB of responses at once (4 pieces of 16 MiB): a read holds its target plus that
+        workers = max(1, min(len(pieces), self.client.max_in_flight, UPLOAD_BUFFER_BYTES // RANGE_BYTES))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="varstore-get") as pool:
+            for _ in pool.map(fetch, pieces):
+                pass
 
     def keep_open(self, key: str) -> None:
-        """Nothing to keep open (connections are pooled by the client); checks `key` exists."""
-        self.client.size(self.name_of(key))
+        """Pins the object under `key` as it is now (one HEAD): exists/size answer from it until close().
+
+        The reader of an HDF5 checkpoint keeps its object open, as a local file
+        is kept open, so the reads of one open checkpoint ask its size once.
+
+        Raises:
+          ObjectNotFoundError: nothing under `key`.
+        """
+        name = self.name_of(key)
+        if name not in self._pinned:
+            self._pinned[name] = self.client.size(name)
 
     def close(self) -> None:
-        """Nothing cached to release; the storage stays usable."""
+        """Forgets the kept-open objects' sizes; the storage stays usable."""
+        self._pinned.clear()
 
     # ------------------------------------------------------------ ConditionalStorage
     def version(self, key: str) -> str | None:
@@ -368,6 +393,7 @@ class ObjectStorage:
             ConditionalWriteError naming the URL.
         """
         name = self.name_of(key)
+        self._pinned.pop(name, None)
         try:
             etag = (self.client.put_if_absent(name, data) if match is None
                     else self.client.put_if_match(name, data, match))
@@ -378,16 +404,19 @@ class ObjectStorage:
     # ------------------------------------------------------------ beyond the protocol
     def put(self, key: str, data: Buffer) -> str | None:
         """One PUT of a small object; returns its ETag."""
+        self._pinned.clear()  # any write forgets the kept-open sizes
         return self.client.put(self.name_of(key), _bytes_view(data))
 
     def put_many(self, items: Iterable[tuple[str, Buffer]]) -> int:
         """Small objects (Zarr chunks) uploaded concurrently, at most the client's max_in_flight at once."""
+        self._pinned.clear()
         return self.client.put_many((self.name_of(key), _bytes_view(data)) for key, data in items)
 
     def upload_file(self, key: str, path: Path) -> str | None:
         """Uploads a local file as `key`: one PUT up to a part, else a multipart upload holding at most
         UPLOAD_BUFFER_BYTES of parts (the parts in flight, the one being filled, the one being read)."""
         name = self.name_of(key)
+        self._pinned.pop(name, None)
         if path.stat().st_size <= self.client.part_size:
             return self.client.put(name, path.read_bytes())
         in_flight = max(1, min(self.client.max_in_flight, UPLOAD_BUFFER_BYTES // self.client.part_size - 2))

@@ -162,6 +162,25 @@ class ObjectStoreClient:
         self._add_read(length)
         return target[:length]
 
+    def get_range_view(self, name: str, offset: int, length: int) -> memoryview:
+        """`length` bytes at `offset` with one ranged GET, as a read-only view of the response buffer
+        (no copy here: the caller copies out what it needs, once).
+
+        Raises:
+          ObjectNotFoundError; ObjectStoreError when the object is shorter than offset + length, or after retries.
+        """
+        if length == 0:
+            return memoryview(b"")
+        obs = _obstore()
+        data = self._call("GET", name, lambda: obs.get_range(self._store, self._key(name), start=offset, length=length))
+        got = memoryview(data).cast("B")
+        if len(got) != length:
+            raise ObjectStoreError(self.redact(
+                f"ranged read of {self.url_of(name)} bytes [{offset}, {offset + length}) returned {len(got)} "
+                "bytes; the object is shorter than its index says (truncated upload?)"))
+        self._add_read(length)
+        return got
+
     def get_ranges(self, name: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
         """Several (offset, length) ranges of one object; the client merges nearby ranges into fewer GETs."""
         if not ranges:
