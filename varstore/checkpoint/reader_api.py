@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from varstore.storage._urls import url_from_path
+from varstore.storage._url_names import url_from_path
 
 
 __all__ = ["VariableInfo", "SkippedEntry", "CheckpointReader", "checked_out"]
