@@ -61,7 +61,9 @@ def test_core_names_are_loaded_together_on_first_use() -> None:
 
 _HEAVY_FOR_A_READ = ("varstore.convert", "varstore.convert.registry", "varstore._core_api", "varstore.variables",
                      "varstore.scopes", "varstore.checkpoint.remote", "varstore.checkpoint.write_engine",
-                     "varstore.checkpoint.writer", "varstore.storage.object_storage", "h5py", "zarr", "tempfile")
+                     "varstore.checkpoint.writer", "varstore.storage.object_storage", "h5py", "zarr", "tempfile",
+                     # URL splitting/settings, tree removal (bz2, lzma), threads and pools: not for a local read
+                     "varstore.storage._urls", "shutil", "bz2", "lzma", "threading", "concurrent.futures", "logging")
 
 
 def test_a_fresh_process_reads_its_own_checkpoints_without_registry_core_or_writer(tmp_path: Path) -> None:
@@ -98,3 +100,14 @@ def test_open_checkpoint_still_goes_through_the_registry_when_it_must(tmp_path: 
         unregister_format("claims-all")
     with varstore.open_checkpoint(own) as reader:
         assert reader.format == "varstore-hdf5" and reader["w"].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_write_back_looks_up_sync_file_range_on_first_use_only(tmp_path: Path) -> None:
+    code = ("import os, sys\nfrom varstore.storage import local\nassert local._SYNC_FILE_RANGE is local._UNSET\n"
+            f"fd = os.open({str(tmp_path / 'f')!r}, os.O_CREAT | os.O_RDWR)\nos.write(fd, b'x' * 8192)\n"
+            "local.start_writeback(fd, 0, 0)\nassert local._SYNC_FILE_RANGE is local._UNSET\n"
+            "local.start_writeback(fd, 0, 8192)\nos.close(fd)\n"
+            "assert local._SYNC_FILE_RANGE is not local._UNSET\n"
+            "assert (local._SYNC_FILE_RANGE is not None) == sys.platform.startswith('linux')")
+    _modules_after(code)
+    assert (tmp_path / "f").read_bytes() == b"x" * 8192
