@@ -22,7 +22,7 @@ def _modules_after(code: str) -> set[str]:
 def test_import_varstore_loads_no_checkpoint_layer_or_optional_library() -> None:
     loaded = _modules_after("import varstore")
     for heavy in ("varstore.checkpoint", "varstore.convert", "varstore.inspect", "h5py", "zarr", "ml_dtypes",
-                  "crc32c", "hashlib", "importlib.metadata"):
+                  "crc32c", "hashlib", "importlib.metadata", "numpy.typing"):
         assert heavy not in loaded, heavy
 
 
@@ -63,7 +63,8 @@ _HEAVY_FOR_A_READ = ("varstore.convert", "varstore.convert.registry", "varstore.
                      "varstore.scopes", "varstore.checkpoint.remote", "varstore.checkpoint.write_engine",
                      "varstore.checkpoint.writer", "varstore.storage.object_storage", "h5py", "zarr", "tempfile",
                      # URL splitting/settings, tree removal (bz2, lzma), threads and pools: not for a local read
-                     "varstore.storage._urls", "shutil", "bz2", "lzma", "threading", "concurrent.futures", "logging")
+                     "varstore.storage._urls", "shutil", "bz2", "lzma", "threading", "concurrent.futures", "logging",
+                     "numpy.typing")  # annotations only
 
 
 def test_a_fresh_process_reads_its_own_checkpoints_without_registry_core_or_writer(tmp_path: Path) -> None:

@@ -14,13 +14,15 @@ import dataclasses
 import fnmatch
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
 from varstore.storage._url_names import url_from_path
 
+
+if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import
+    import numpy.typing as npt
 
 __all__ = ["VariableInfo", "SkippedEntry", "CheckpointReader", "checked_out"]
 
