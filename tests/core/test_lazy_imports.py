@@ -112,3 +112,27 @@ def test_write_back_looks_up_sync_file_range_on_first_use_only(tmp_path: Path) -
             "assert (local._SYNC_FILE_RANGE is not None) == sys.platform.startswith('linux')")
     _modules_after(code)
     assert (tmp_path / "f").read_bytes() == b"x" * 8192
+
+
+def test_open_and_read_one_array_runs_no_dataclass_generation(tmp_path: Path) -> None:
+    # W3 as the benchmark runs it: open, read one array; VariableInfo (a dataclass) loads on first info()
+    for name in ("ck.h5", "ck.zarr"):
+        varstore.save(tmp_path / name, {"a/b": np.arange(6, dtype=np.float32)})
+        loaded = _modules_after(f"import varstore as vs\na = vs.open_checkpoint({str(tmp_path / name)!r})['a/b']\n"
+                                "assert a.tolist() == [0, 1, 2, 3, 4, 5]")
+        for heavy in ("dataclasses", "varstore.checkpoint.variable_info", "varstore.checkpoint.info_columns"):
+            assert heavy not in loaded, (name, heavy)
+        with varstore.open_checkpoint(tmp_path / name) as reader:
+            info = reader.info("a/b")
+        assert (info.name, info.shape, info.dtype, info.nbytes) == ("a/b", (6,), "float32", 24)
+
+
+def test_variable_info_is_one_class_under_every_public_name() -> None:
+    from varstore.checkpoint import reader_api, variable_info
+    from varstore.checkpoint.reader_api import SkippedEntry, VariableInfo
+
+    assert VariableInfo is varstore.VariableInfo is variable_info.VariableInfo is reader_api.VariableInfo
+    assert SkippedEntry is varstore.SkippedEntry is variable_info.SkippedEntry
+    assert VariableInfo("w", (2,), "float32", 8) == VariableInfo("w", (2,), "float32", 8, attributes={"x": 1})
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        reader_api.Nope  # noqa: B018

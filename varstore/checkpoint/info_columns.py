@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from varstore.checkpoint.manifest import ManifestColumns
-from varstore.checkpoint.reader_api import VariableInfo
+from varstore.checkpoint.variable_info import VariableInfo
 
 __all__ = ["InfoColumns"]
 

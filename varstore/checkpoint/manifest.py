@@ -84,7 +84,8 @@ class Record:
 
     __slots__ = ("name", "shape", "dtype", "nbytes", "trainable", "collections", "device", "path", "offset",
                  "checksum", "file_offset")
-    __match_args__ = __slots__
+    __match_args__ = ("name", "shape", "dtype", "nbytes", "trainable", "collections", "device", "path", "offset",
+                      "checksum", "file_offset")
 
     name: str
     shape: tuple[int, ...]
