@@ -64,7 +64,8 @@ _HEAVY_FOR_A_READ = ("varstore.convert", "varstore.convert.registry", "varstore.
                      "varstore.checkpoint.writer", "varstore.storage.object_storage", "h5py", "zarr", "tempfile",
                      # URL splitting/settings, tree removal (bz2, lzma), threads and pools: not for a local read
                      "varstore.storage._urls", "shutil", "bz2", "lzma", "threading", "concurrent.futures", "logging",
-                     "numpy.typing")  # annotations only
+                     "numpy.typing",  # annotations only
+                     "unicodedata")  # control-character names only
 
 
 def test_a_fresh_process_reads_its_own_checkpoints_without_registry_core_or_writer(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ def is_url(path: object) -> bool:
 
     A local path (str or os.PathLike), a `file://` URL or an unknown scheme is not.
     """
-    if not isinstance(path, str):
+    if not isinstance(path, str) or "://" not in path:
         return False
     match = URL_PATTERN.match(path)
     return match is not None and match.group("scheme").lower() in SCHEMES
