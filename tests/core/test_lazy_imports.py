@@ -121,7 +121,7 @@ def test_open_and_read_one_array_runs_no_dataclass_generation(tmp_path: Path) ->
         varstore.save(tmp_path / name, {"a/b": np.arange(6, dtype=np.float32)})
         loaded = _modules_after(f"import varstore as vs\na = vs.open_checkpoint({str(tmp_path / name)!r})['a/b']\n"
                                 "assert a.tolist() == [0, 1, 2, 3, 4, 5]")
-        for heavy in ("dataclasses", "varstore.checkpoint.variable_info", "varstore.checkpoint.info_columns"):
+        for heavy in ("dataclasses", "varstore.checkpoint.variable_info"):
             assert heavy not in loaded, (name, heavy)
         with varstore.open_checkpoint(tmp_path / name) as reader:
             info = reader.info("a/b")

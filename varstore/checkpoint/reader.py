@@ -24,6 +24,7 @@ import numpy as np
 
 from varstore.backends import BackendReader, RawExtent, get_backend
 from varstore.checkpoint.checksum import crc32c_of, crc32c_raw
+from varstore.checkpoint.info_columns import InfoColumns
 from varstore.checkpoint.key_order import KeyOrder, copy_packed
 from varstore.checkpoint.read_session import ReadSession
 from varstore.checkpoint.locations import VariableBytes
@@ -54,8 +55,6 @@ from varstore.storage import ReadAhead, Storage, is_remote, storage_for
 
 if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import
     import numpy.typing as npt
-
-    from varstore.checkpoint.info_columns import InfoColumns
     from varstore.checkpoint.variable_info import VariableInfo
 
 __all__ = ["VarstoreReader", "CheckpointValue", "ReadSession", "open_varstore", "is_varstore_checkpoint"]
@@ -157,7 +156,7 @@ class VarstoreReader(CheckpointReader):
         self._records: dict[int, Record] = {}
         self._names = columns.names
         self._order = KeyOrder(self)  # loops reading the keys in order (key_order.py)
-        self._infos: InfoColumns | None = None  # info() straight from the columns: made on first info()
+        self._infos = InfoColumns(columns)  # info() straight from the columns (info_columns.py)
 
     @property
     def _store(self) -> BackendReader:
@@ -244,18 +243,11 @@ class VarstoreReader(CheckpointReader):
         index = self._columns.index.get(name)
         if index is None:
             raise UnknownVariableError(f"no variable '{name}' in '{self.path}'")
-        return (self._infos or self._info_columns()).info(index)
+        return self._infos.info(index)
 
     def infos(self) -> list[VariableInfo]:
-        return (self._infos or self._info_columns()).infos()
+        return self._infos.infos()
 
-    def _info_columns(self) -> InfoColumns:
-        """The InfoColumns of this checkpoint (info_columns.py), made once: a reader that never asks info()
-        never imports VariableInfo (nor dataclasses)."""
-        from varstore.checkpoint.info_columns import InfoColumns
-
-        self._infos = InfoColumns(self._columns)
-        return self._infos
 
     def read(self, name: str, out: npt.NDArray[Any] | None = None, *,
              verify: bool = True) -> npt.NDArray[Any]:
