@@ -7,8 +7,6 @@ Knows nothing about variables, stores or files.
 
 from __future__ import annotations
 
-import unicodedata
-
 from varstore.errors import InvalidNameError
 
 __all__ = ["validate_name", "join", "UniqueNamer"]
@@ -30,6 +28,8 @@ def validate_name(name: object, what: str = "variable name") -> str:
     if name.startswith("/") or name.endswith("/"):
         raise InvalidNameError(f"{what} {name!r} must not start or end with '/'")
     if not name.isprintable():  # fast path: printable names hold no control character
+        import unicodedata  # only for a name that is not printable
+
         for ch in name:
             if unicodedata.category(ch) == "Cc":
                 raise InvalidNameError(f"{what} {name!r} contains the control character {ch!r}")

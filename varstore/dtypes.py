@@ -9,13 +9,14 @@ variables or files.
 
 from __future__ import annotations
 
-
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
 from varstore.errors import UnsupportedDtypeError
+
+if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import
+    import numpy.typing as npt
 
 __all__ = [
     "bfloat16",

@@ -22,7 +22,7 @@ def _modules_after(code: str) -> set[str]:
 def test_import_varstore_loads_no_checkpoint_layer_or_optional_library() -> None:
     loaded = _modules_after("import varstore")
     for heavy in ("varstore.checkpoint", "varstore.convert", "varstore.inspect", "h5py", "zarr", "ml_dtypes",
-                  "crc32c", "hashlib", "importlib.metadata"):
+                  "crc32c", "hashlib", "importlib.metadata", "numpy.typing"):
         assert heavy not in loaded, heavy
 
 
@@ -61,7 +61,11 @@ def test_core_names_are_loaded_together_on_first_use() -> None:
 
 _HEAVY_FOR_A_READ = ("varstore.convert", "varstore.convert.registry", "varstore._core_api", "varstore.variables",
                      "varstore.scopes", "varstore.checkpoint.remote", "varstore.checkpoint.write_engine",
-                     "varstore.checkpoint.writer", "varstore.storage.object_storage", "h5py", "zarr", "tempfile")
+                     "varstore.checkpoint.writer", "varstore.storage.object_storage", "h5py", "zarr", "tempfile",
+                     # URL splitting/settings, tree removal (bz2, lzma), threads and pools: not for a local read
+                     "varstore.storage._urls", "shutil", "bz2", "lzma", "threading", "concurrent.futures", "logging",
+                     "numpy.typing",  # annotations only
+                     "unicodedata")  # control-character names only
 
 
 def test_a_fresh_process_reads_its_own_checkpoints_without_registry_core_or_writer(tmp_path: Path) -> None:
@@ -98,3 +102,38 @@ def test_open_checkpoint_still_goes_through_the_registry_when_it_must(tmp_path: 
         unregister_format("claims-all")
     with varstore.open_checkpoint(own) as reader:
         assert reader.format == "varstore-hdf5" and reader["w"].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_write_back_looks_up_sync_file_range_on_first_use_only(tmp_path: Path) -> None:
+    code = ("import os, sys\nfrom varstore.storage import local\nassert local._SYNC_FILE_RANGE is local._UNSET\n"
+            f"fd = os.open({str(tmp_path / 'f')!r}, os.O_CREAT | os.O_RDWR)\nos.write(fd, b'x' * 8192)\n"
+            "local.start_writeback(fd, 0, 0)\nassert local._SYNC_FILE_RANGE is local._UNSET\n"
+            "local.start_writeback(fd, 0, 8192)\nos.close(fd)\n"
+            "assert local._SYNC_FILE_RANGE is not local._UNSET\n"
+            "assert (local._SYNC_FILE_RANGE is not None) == sys.platform.startswith('linux')")
+    _modules_after(code)
+    assert (tmp_path / "f").read_bytes() == b"x" * 8192
+
+
+def test_open_and_read_one_array_runs_no_dataclass_generation(tmp_path: Path) -> None:
+    # W3 as the benchmark runs it: open, read one array; VariableInfo (a dataclass) loads on first info()
+    for name in ("ck.h5", "ck.zarr"):
+        varstore.save(tmp_path / name, {"a/b": np.arange(6, dtype=np.float32)})
+        loaded = _modules_after(f"import varstore as vs\na = vs.open_checkpoint({str(tmp_path / name)!r})['a/b']\n"
+                                "assert a.tolist() == [0, 1, 2, 3, 4, 5]")
+        for heavy in ("dataclasses", "varstore.checkpoint.variable_info"):
+            assert heavy not in loaded, (name, heavy)
+        with varstore.open_checkpoint(tmp_path / name) as reader:
+            info = reader.info("a/b")
+        assert (info.name, info.shape, info.dtype, info.nbytes) == ("a/b", (6,), "float32", 24)
+
+
+def test_variable_info_is_one_class_under_every_public_name() -> None:
+    from varstore.checkpoint import reader_api, variable_info
+    from varstore.checkpoint.reader_api import SkippedEntry, VariableInfo
+
+    assert VariableInfo is varstore.VariableInfo is variable_info.VariableInfo is reader_api.VariableInfo
+    assert SkippedEntry is varstore.SkippedEntry is variable_info.SkippedEntry
+    assert VariableInfo("w", (2,), "float32", 8) == VariableInfo("w", (2,), "float32", 8, attributes={"x": 1})
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        reader_api.Nope  # noqa: B018

@@ -10,26 +10,59 @@ backend can import its contract without importing the registry that loads it.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
-from typing import Any, Protocol, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import
+    import numpy.typing as npt
 
 __all__ = ["RawExtent", "BackendWriter", "BackendReader", "Backend"]
 
 
-@dataclasses.dataclass(frozen=True)
 class RawExtent:
     """Where an array's raw bytes live: `nbytes` bytes at byte `offset` of `file`.
 
     The bytes are the array's C-order, little-endian values, uncompressed.
+    Immutable, compared and hashed by its three fields (what a frozen dataclass
+    gives; a plain slotted class, so that reading a checkpoint does not import
+    `dataclasses` or run its class generation).
     """
+
+    __slots__ = ("file", "offset", "nbytes")
+    __match_args__ = ("file", "offset", "nbytes")
 
     file: Path
     offset: int
     nbytes: int
+
+    def __init__(self, file: Path, offset: int, nbytes: int) -> None:
+        _set = object.__setattr__
+        _set(self, "file", file)
+        _set(self, "offset", offset)
+        _set(self, "nbytes", nbytes)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: RawExtent is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}: RawExtent is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, RawExtent)
+        return (self.file, self.offset, self.nbytes) == (other.file, other.offset, other.nbytes)
+
+    def __hash__(self) -> int:
+        return hash((self.file, self.offset, self.nbytes))
+
+    def __repr__(self) -> str:
+        return f"RawExtent(file={self.file!r}, offset={self.offset!r}, nbytes={self.nbytes!r})"
+
+    def __reduce__(self) -> tuple[type[RawExtent], tuple[Path, int, int]]:
+        return (RawExtent, (self.file, self.offset, self.nbytes))
 
 
 class BackendWriter(Protocol):

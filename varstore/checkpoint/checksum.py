@@ -13,10 +13,12 @@ import importlib.util
 import os
 import sys
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import
+    import numpy.typing as npt
 
 __all__ = ["byte_view", "crc32c_of", "crc32c_raw"]
 

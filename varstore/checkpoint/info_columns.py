@@ -12,15 +12,27 @@ every dtype). No I/O; never reads a variable.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from varstore.checkpoint.manifest import ManifestColumns
-from varstore.checkpoint.reader_api import VariableInfo
+
+if TYPE_CHECKING:
+    from varstore.checkpoint.variable_info import VariableInfo
 
 __all__ = ["InfoColumns"]
 
 _new = object.__new__
 _set = object.__setattr__
+#: VariableInfo, imported at the first info() (a reader that reads arrays only never loads the dataclass).
+_info_class: type[VariableInfo] | None = None
+
+
+def _variable_info() -> type[VariableInfo]:
+    global _info_class
+    from varstore.checkpoint.variable_info import VariableInfo
+
+    _info_class = VariableInfo
+    return VariableInfo
 
 
 class InfoColumns:
@@ -51,7 +63,7 @@ class InfoColumns:
         """The VariableInfo of the variable at manifest position `i` (attributes: {"storage": path or "packed"})."""
         checksum = self._checksums[i]
         path = self._paths[i]
-        info = _new(VariableInfo)
+        info = _new(_info_class or _variable_info())
         # The fields VariableInfo's generated __init__ sets, set at once (the class has no __post_init__).
         _set(info, "__dict__", {
             "name": self._names[i], "shape": tuple(self._shapes[i]), "dtype": self._dtypes[i],

@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import numpy.typing as npt
 
 from varstore.checkpoint.checksum import crc32c_raw
 from varstore.checkpoint.manifest import ManifestColumns, Record
 from varstore.checkpoint.packed import packed_checksum_failure, packed_views
 from varstore.errors import CorruptCheckpointError
 from varstore.storage import ReadAhead
+
+if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import
+    import numpy.typing as npt
 
 __all__ = ["KeyOrder", "copy_packed", "LAZY_READ_AHEAD_BYTES", "LAZY_PACKED_CACHE_BYTES"]
 

@@ -12,7 +12,6 @@ docs/checkpoint-format.md is the prose version of this module. No file I/O here.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import json
@@ -64,7 +63,6 @@ PACK_ALIGNMENT = 64
 DEFAULT_PACK_THRESHOLD_BYTES = 16384
 
 
-@dataclasses.dataclass
 class Record:
     """One variable as the manifest records it.
 
@@ -79,19 +77,57 @@ class Record:
       checksum: crc32c of the C-order little-endian bytes, or None.
       file_offset: byte offset of the value in the HDF5 file (own arrays), or None
         (Zarr, packed variables, or a version 1.0 file).
+
+    Mutable, compared by its fields, unhashable (what a plain dataclass gives);
+    a slotted class so that reading a checkpoint does not import `dataclasses`.
     """
+
+    __slots__ = ("name", "shape", "dtype", "nbytes", "trainable", "collections", "device", "path", "offset",
+                 "checksum", "file_offset")
+    __match_args__ = ("name", "shape", "dtype", "nbytes", "trainable", "collections", "device", "path", "offset",
+                      "checksum", "file_offset")
 
     name: str
     shape: tuple[int, ...]
     dtype: str
     nbytes: int
-    trainable: bool = True
-    collections: tuple[str, ...] = ()
-    device: str | None = None
-    path: str | None = None
-    offset: int | None = None
-    checksum: int | None = None
-    file_offset: int | None = None
+    trainable: bool
+    collections: tuple[str, ...]
+    device: str | None
+    path: str | None
+    offset: int | None
+    checksum: int | None
+    file_offset: int | None
+
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: str, nbytes: int, trainable: bool = True,
+                 collections: tuple[str, ...] = (), device: str | None = None, path: str | None = None,
+                 offset: int | None = None, checksum: int | None = None, file_offset: int | None = None) -> None:
+        self.name = name
+        self.shape = shape
+        self.dtype = dtype
+        self.nbytes = nbytes
+        self.trainable = trainable
+        self.collections = collections
+        self.device = device
+        self.path = path
+        self.offset = offset
+        self.checksum = checksum
+        self.file_offset = file_offset
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.name, self.shape, self.dtype, self.nbytes, self.trainable, self.collections, self.device,
+                self.path, self.offset, self.checksum, self.file_offset)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Record)
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable: unhashable, as a dataclass with eq
+
+    def __repr__(self) -> str:
+        return "Record(" + ", ".join(f"{k}={v!r}" for k, v in zip(self.__slots__, self._fields())) + ")"
 
     @property
     def numpy_dtype(self) -> np.dtype:

@@ -18,7 +18,7 @@ from varstore.backends import get_backend
 from varstore.checkpoint.remote import check_replaceable_remote
 from varstore.errors import CheckpointExistsError
 from varstore.storage import Storage, is_remote
-from varstore.storage._urls import url_from_path
+from varstore.storage._url_names import url_from_path
 from varstore.storage.object_storage import ObjectStorage
 
 __all__ = ["describe", "check_replaceable", "same_file"]

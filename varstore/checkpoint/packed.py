@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
 from varstore.checkpoint.checksum import crc32c_raw
 from varstore.checkpoint.manifest import Record, c_strides, logical_dtype
 from varstore.errors import CorruptCheckpointError, VarstoreError
+
+if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import
+    import numpy.typing as npt
 
 __all__ = ["regular_run", "pack_window", "packed_views", "packed_checksum_failure"]
 

@@ -18,10 +18,9 @@ import io
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
-import numpy.typing as npt
 
 from varstore.backends import BackendReader, RawExtent, get_backend
 from varstore.checkpoint.checksum import crc32c_of, crc32c_raw
@@ -43,7 +42,7 @@ from varstore.checkpoint.manifest import (
     decode_manifest_columns,
     storage_layout,
 )
-from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo, checked_out
+from varstore.checkpoint.reader_api import CheckpointReader, checked_out
 from varstore.errors import (
     CheckpointError,
     ChecksumError,
@@ -53,6 +52,10 @@ from varstore.errors import (
     VarstoreError,
 )
 from varstore.storage import ReadAhead, Storage, is_remote, storage_for
+
+if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import
+    import numpy.typing as npt
+    from varstore.checkpoint.variable_info import VariableInfo
 
 __all__ = ["VarstoreReader", "CheckpointValue", "ReadSession", "open_varstore", "is_varstore_checkpoint"]
 
@@ -244,6 +247,7 @@ class VarstoreReader(CheckpointReader):
 
     def infos(self) -> list[VariableInfo]:
         return self._infos.infos()
+
 
     def read(self, name: str, out: npt.NDArray[Any] | None = None, *,
              verify: bool = True) -> npt.NDArray[Any]:

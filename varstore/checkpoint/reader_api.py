@@ -10,70 +10,33 @@ No file I/O here: subclasses do it.
 from __future__ import annotations
 
 import abc
-import dataclasses
 import fnmatch
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
-from varstore.storage._urls import url_from_path
+from varstore.storage._url_names import url_from_path
 
+if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import; VariableInfo see __getattr__
+    import numpy.typing as npt
+
+    from varstore.checkpoint.variable_info import SkippedEntry, VariableInfo
 
 __all__ = ["VariableInfo", "SkippedEntry", "CheckpointReader", "checked_out"]
 
 
-@dataclasses.dataclass(frozen=True)
-class VariableInfo:
-    """What a checkpoint records about one variable, read from metadata only.
+def __getattr__(name: str) -> Any:
+    """VariableInfo and SkippedEntry, imported on first use: opening a checkpoint and reading one value
+    needs neither (nor `dataclasses`), `from varstore.checkpoint.reader_api import VariableInfo` works as before."""
+    if name in ("VariableInfo", "SkippedEntry"):
+        from varstore.checkpoint import variable_info
 
-    Attributes:
-      name: full name as the source tool reports it ("conv1/weights",
-        "layers/dense/vars/0", "dense/kernel:0").
-      shape: tuple of ints; () for a scalar.
-      dtype: logical dtype name (see varstore.dtypes.dtype_name): "float32",
-        "bfloat16", "S5", ...
-      nbytes: bytes of the value (prod(shape) * itemsize).
-      trainable: the trainable flag, or None where the format has none.
-      collections: collection names, () where the format has none.
-      checksum: "crc32c:<8 hex digits>" (or the format's own, e.g. TF's
-        masked crc32c "tf-crc32c-masked:<hex>"), or None.
-      device: device the variable lived on when saved ("cpu:0"), or None.
-      attributes: any other per-variable attributes, JSON-compatible.
-    """
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    nbytes: int
-    trainable: bool | None = None
-    collections: tuple[str, ...] = ()
-    checksum: str | None = None
-    device: str | None = None
-    attributes: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False, hash=False)
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-compatible dict (the schema of `varstore ls --json` entries)."""
-        return {
-            "name": self.name,
-            "shape": list(self.shape),
-            "dtype": self.dtype,
-            "nbytes": self.nbytes,
-            "trainable": self.trainable,
-            "collections": list(self.collections),
-            "checksum": self.checksum,
-            "device": self.device,
-        }
-
-
-@dataclasses.dataclass(frozen=True)
-class SkippedEntry:
-    """An object of a foreign file that is not a variable, and why (e.g. a compound dataset)."""
-
-    name: str
-    reason: str
+        value = getattr(variable_info, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class CheckpointReader(abc.ABC):

@@ -22,7 +22,7 @@ from typing import Any
 from varstore.checkpoint.remote import COMMIT_OBJECT, sweep
 from varstore.errors import CheckpointError
 from varstore.storage import is_remote, storage_for
-from varstore.storage._urls import url_from_path
+from varstore.storage._url_names import url_from_path
 from varstore.storage.object_storage import ObjectStorage
 
 __all__ = ["RemoteDirectory", "remote_directory", "POINTER_ATTEMPTS"]

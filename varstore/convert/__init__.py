@@ -33,7 +33,7 @@ from varstore.convert.registry import FormatEntry, WriteRequest, register_format
 from varstore.convert.rename import rename_pairs, rewrite
 from varstore.errors import ConversionError, UnsupportedFormatError
 from varstore.storage import is_remote, storage_for
-from varstore.storage._urls import url_from_path
+from varstore.storage._url_names import url_from_path
 
 __all__ = ["open_checkpoint", "convert", "ConvertReport", "detect_format", "READ_FORMATS", "WRITE_FORMATS",
            "FormatEntry", "WriteRequest", "register_format", "unregister_format", "formats"]

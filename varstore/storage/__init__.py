@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from varstore.storage._urls import parse_url, url_from_path
+from varstore.storage._url_names import url_from_path
 from varstore.storage.local import LocalStorage
 from varstore.storage.protocol import Buffer, ConditionalStorage, ReadAhead, Storage, StorageWriter
 
@@ -35,6 +35,7 @@ def storage_for(location: os.PathLike[str] | str,
     url = url_from_path(location)
     if url is None:
         return LocalStorage(), os.fspath(location)
+    from varstore.storage._urls import parse_url
     from varstore.storage.object_storage import ObjectStorage
 
     where = parse_url(url)

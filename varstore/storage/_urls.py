@@ -14,13 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from varstore.errors import InvalidURLError
+from varstore.storage._url_names import SCHEMES as _SCHEMES, URL_PATTERN as _URL, is_url, url_from_path
 
 __all__ = ["ObjectURL", "ResolvedURL", "is_url", "parse_url", "resolve", "Redactor", "url_from_path", "parse_storage_options"]
-
-# scheme -> provider
-_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "azure": "azure",
-            "abfs": "azure", "abfss": "azure"}
-_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$", re.DOTALL)
 
 # storage_options keys a caller may pass, per provider; our spelling -> obstore config key.
 _OPTION_KEYS: dict[str, dict[str, str]] = {
@@ -63,37 +59,6 @@ _SIGNATURE_PATTERNS = (
     re.compile(r"(?i)(Signature=)[0-9a-f]{16,}"),
 )
 _TRUE = {"1", "true", "yes", "on"}
-
-
-def is_url(path: object) -> bool:
-    """True when `path` is an object-store URL this package serves (s3://, gs://, az://, abfs://).
-
-    A local path (str or os.PathLike), a `file://` URL or an unknown scheme is not.
-    """
-    if not isinstance(path, str):
-        return False
-    match = _URL.match(path)
-    return match is not None and match.group("scheme").lower() in _SCHEMES
-
-
-_PATH_SPELLED = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):/(?P<rest>[^/].*)$", re.DOTALL)
-
-
-def url_from_path(location: object) -> str | None:
-    """The URL a `pathlib.Path` made from an object-store URL stands for, else None.
-
-    `Path("s3://bucket/k")` is spelled "s3:/bucket/k" (one slash); this gives back
-    "s3://bucket/k". A URL string is returned as it is; a local path gives None.
-    """
-    text = str(location) if isinstance(location, (str, os.PathLike)) else None
-    if text is None:
-        return None
-    if is_url(text):
-        return text
-    match = _PATH_SPELLED.match(text)
-    if match is not None and match.group("scheme").lower() in _SCHEMES:
-        return f"{match.group('scheme')}://{match.group('rest')}"
-    return None
 
 
 @dataclass(frozen=True)

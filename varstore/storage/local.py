@@ -12,11 +12,9 @@ formats, manifests or checksums.
 
 from __future__ import annotations
 
-import ctypes
+import _thread
 import os
-import shutil
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -72,6 +70,8 @@ def pread_into(fd: int, out: Buffer, offset: int, name: str) -> None:
 def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
     if not sys.platform.startswith("linux"):
         return None
+    import ctypes  # looked up at the first write: a process that only reads never loads the C library
+
     try:
         function = ctypes.CDLL(None, use_errno=True).sync_file_range
     except (OSError, AttributeError):
@@ -81,7 +81,9 @@ def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
     return function  # type: ignore[no-any-return]
 
 
-_SYNC_FILE_RANGE = _sync_file_range()
+#: sync_file_range once looked up (None where unavailable); _UNSET until the first write-back.
+_UNSET: object = object()
+_SYNC_FILE_RANGE: object = _UNSET
 _SYNC_FILE_RANGE_WRITE = 2
 
 
@@ -93,9 +95,14 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> None:
     fsync finds little left to do (a 1.2 GB save then beats one write + fsync).
     Durability still comes from fsync. A no-op where unavailable or refused.
     """
+    global _SYNC_FILE_RANGE
+    if nbytes <= 0:
+        return
     function = _SYNC_FILE_RANGE
-    if function is not None and nbytes > 0:
-        function(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)  # errors ignored: fsync reports them
+    if function is _UNSET:
+        function = _SYNC_FILE_RANGE = _sync_file_range()
+    if function is not None:
+        function(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)  # type: ignore[operator]  # errors ignored: fsync reports them
 
 
 class LocalReadAhead:
@@ -109,6 +116,8 @@ class LocalReadAhead:
         self._pending = dict(extents)  # file offset -> nbytes, planned and not yet read
         self._consumed = 0
         self._stopped = False
+        import threading  # read-ahead threads only: opening a checkpoint and reading one value needs none
+
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, args=(fd, list(extents), window),
                                         name="varstore-readahead", daemon=True)
@@ -167,6 +176,8 @@ class LocalFilesReadAhead:
         self._consumed = 0
         self._window = window
         self._stopped = False
+        import threading  # as LocalReadAhead
+
         self._cond = threading.Condition()
         openers = max(1, min(threads, len(self._files)))
         self._threads = [threading.Thread(target=self._open_ahead, name="varstore-readahead", daemon=True)
@@ -312,7 +323,7 @@ class LocalStorage:
         self._read_fds: dict[str, int] = {}   # keys held open for reading (keep_open)
         self._write_fds: dict[str, int] = {}  # keys shared by several writers
         self._reserved: set[str] = set()
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()  # threading.Lock itself, without importing threading
 
     def path(self, key: str | os.PathLike[str]) -> Path:
         """The local path of `key`."""
@@ -418,6 +429,8 @@ def remove_path(path: Path) -> None:
     """Removes a file or directory tree (a symlink itself, never its target); a missing path is fine."""
     try:
         if path.is_dir() and not path.is_symlink():
+            import shutil  # (which imports bz2, lzma and zlib) only when a tree is removed
+
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink()

@@ -55,15 +55,17 @@ such as s3://, gs://, az:// through obstore next):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, Union, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, Union, runtime_checkable
 
 import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import
+    import numpy.typing as npt
 
 __all__ = ["Storage", "StorageWriter", "ReadAhead", "ConditionalStorage", "Buffer"]
 
 #: Bytes handed to or filled by a storage: bytes-like objects or C-contiguous NumPy arrays (their raw bytes).
-Buffer = Union[bytes, bytearray, memoryview, npt.NDArray[np.generic]]
+Buffer = Union[bytes, bytearray, memoryview, "npt.NDArray[np.generic]"]
 
 
 class ReadAhead(Protocol):

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
-import numpy.typing as npt
 
 from varstore.backends.base import RawExtent
 from varstore.errors import (
@@ -46,6 +45,7 @@ class _LazyH5py:
 
 
 if TYPE_CHECKING:
+    import numpy.typing as npt  # annotations only (~1 ms at import)
     import h5py
 else:
     h5py = _LazyH5py()

@@ -22,12 +22,10 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
-import numpy.typing as npt
 
 from varstore.backends.base import RawExtent
 from varstore.errors import (
@@ -37,6 +35,11 @@ from varstore.errors import (
     NotACheckpointError,
     UnsupportedDtypeError,
 )
+
+if TYPE_CHECKING:  # annotations only: a read imports neither the thread pool (nor logging) nor numpy.typing
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    import numpy.typing as npt
 
 __all__ = ["Zarr3Backend", "Zarr3Writer", "Zarr3Reader", "BACKEND", "chunk_file", "chunk_path"]
 
@@ -155,6 +158,8 @@ class Zarr3Writer:
             _write_text(path, text)
             return
         if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
             self._pool = ThreadPoolExecutor(JSON_WRITER_THREADS, thread_name_prefix="varstore-zarr-json")
         self._pending.append(self._pool.submit(_write_text, path, text))
 
@@ -357,6 +362,8 @@ class Zarr3Reader:
         if len(requests) < PARALLEL_METADATA_ARRAYS:
             results = [one(request) for request in requests]
         else:
+            from concurrent.futures import ThreadPoolExecutor
+
             with ThreadPoolExecutor(METADATA_THREADS, thread_name_prefix="varstore-zarr-meta") as pool:
                 results = list(pool.map(one, requests))
         return {path: extent for path, extent, ok in results if ok}
