@@ -101,6 +101,40 @@ def test_save_refuses_a_symlink_and_never_touches_its_target(tmp_path: Path) -> 
     assert vs.load(link)["w"].tolist() == [0, 0, 0]
 
 
+@pytest.mark.parametrize("suffix, existing", [(".zarr", "file"), (".h5", "directory"), (".zarr", "file-link"),
+                                             (".h5", "directory-link"), (".zarr", "h5-checkpoint")])
+def test_overwrite_true_replaces_whatever_kind_of_thing_stands_there(tmp_path: Path, suffix: str,
+                                                                     existing: str) -> None:
+    """A directory checkpoint over a file, a file over a directory, and either over a symlink (the link goes,
+    its target stays): one swap (renameat2 RENAME_EXCHANGE), then the old one is deleted."""
+    path = tmp_path / f"model{suffix}"
+    target = tmp_path / "kept"
+    if existing == "file":
+        path.write_text("draft")
+    elif existing == "directory":
+        path.mkdir()
+        (path / "notes.txt").write_text("draft")
+    elif existing == "h5-checkpoint":
+        vs.save(path, {"old": np.zeros(2)}, format="h5")
+    else:
+        if existing == "file-link":
+            target.write_text("draft")
+        else:
+            target.mkdir()
+            (target / "notes.txt").write_text("draft")
+        path.symlink_to(target)
+    before = _digest(target) if target.exists() else None
+    with pytest.raises(CheckpointExistsError):
+        vs.save(path, VALUES)
+    vs.save(path, VALUES, overwrite=True)
+    assert vs.load(path)["w"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert not path.is_symlink() and path.is_dir() == (suffix == ".zarr")
+    expected = sorted([path.name] + (["kept"] if before is not None else []))
+    assert sorted(p.name for p in tmp_path.iterdir()) == expected  # no temporary and no old copy left
+    if before is not None:
+        assert _digest(target) == before  # a symlink's target is never touched
+
+
 @pytest.mark.parametrize("suffix", [".h5", ".zarr"])
 def test_save_replaces_its_own_checkpoint_atomically(tmp_path: Path, suffix: str) -> None:
     path = vs.save(tmp_path / f"model{suffix}", VALUES)

@@ -217,14 +217,14 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 def _rename_into_place(tmp: Path, final: Path) -> None:
-    if not tmp.is_dir() or not final.is_dir():
-        if final.is_dir() and not tmp.is_dir():
-            remove_path(final)
-        os.replace(tmp, final)
+    """Puts `tmp` under the name `final`, whatever is there: one rename where both are files (or nothing is
+    there); otherwise (a directory on either side, also a Zarr checkpoint replacing a file that
+    overwrite=True allowed, or a file replacing a directory) an atomic swap, then the old one is deleted."""
+    if not os.path.lexists(final) or (not tmp.is_dir() and not final.is_dir()):
+        os.replace(tmp, final)  # a symlink at `final` is replaced itself, never its target
         return
-    # Replacing a directory: swap atomically, then delete the old tree (now at tmp).
     if _exchange(tmp, final):
-        remove_path(tmp)
+        remove_path(tmp)  # the old file, tree or symlink, now at the temporary name
         return
     # Fallback without renameat2: a short window where neither is under the final name.
     aside = temporary_name(final)
