@@ -231,7 +231,9 @@ def check_user_metadata(metadata: Mapping[str, Any] | None, where: str) -> dict[
 
 def save_flat(path: Any, flat: Flat, metadata: dict[str, Any], *, alias_key: Callable[[Any], Any],
               entry: Callable[[str, Any], SaveEntry], step: int | None, format: str | None,
-              checksum: bool, pack_threshold_bytes: int | None) -> Any:
+              checksum: bool, pack_threshold_bytes: int | None, overwrite: bool = False,
+              layout: str | None = None, durable: bool = True,
+              storage_options: Mapping[str, object] | None = None) -> Any:
     """Saves a flattened tree with varstore.checkpoint.save_entries: each storage once, structure in metadata.
 
     Shared by varstore.torch.save and varstore.jax.save. A leaf whose
@@ -260,4 +262,6 @@ def save_flat(path: Any, flat: Flat, metadata: dict[str, Any], *, alias_key: Cal
     options: dict[str, Any] = {}
     if pack_threshold_bytes is not None:
         options["pack_threshold_bytes"] = pack_threshold_bytes
-    return save_entries(path, entries, step=step, metadata=metadata, format=format, checksum=checksum, **options)
+    return save_entries(path, entries, step=step, metadata=metadata, format=format, checksum=checksum,
+                        overwrite=overwrite, layout=layout, durable=durable, storage_options=storage_options,
+                        **options)

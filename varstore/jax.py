@@ -104,7 +104,9 @@ def _entry(name: str, value: Any) -> SaveEntry:
 
 
 def save(path: PathLike, tree: Any, *, step: int | None = None, metadata: Mapping[str, Any] | None = None,
-         format: str | None = None, checksum: bool = True, pack_threshold_bytes: int | None = None) -> Path | str:
+         format: str | None = None, checksum: bool = True, pack_threshold_bytes: int | None = None,
+         overwrite: bool = False, layout: str | None = None, durable: bool = True,
+         storage_options: Mapping[str, object] | None = None) -> Path | str:
     """Saves a pytree of jax arrays (and NumPy arrays, Python scalars) as a varstore checkpoint.
 
     bfloat16 and float8 arrays are stored bit-exactly (as all dtypes of
@@ -120,6 +122,13 @@ def save(path: PathLike, tree: Any, *, step: int | None = None, metadata: Mappin
       format: "h5" or "zarr"; None picks by suffix.
       checksum: record crc32c of every array.
       pack_threshold_bytes: as varstore.checkpoint.save_entries.
+      overwrite: replace whatever is at `path` even when it is not a varstore
+        checkpoint of this format (as varstore.save; default: refuse with CheckpointExistsError).
+      layout: "per-variable", "packed" or None (by count), as varstore.save.
+      durable: False skips fsync and early write-back (a crash keeps the old or
+        the new checkpoint; a power loss may keep neither), as varstore.save.
+      storage_options: object-store settings for an s3://, gs:// or az:// `path`
+        (endpoint, region, credentials), as varstore.save.
 
     Returns:
       The final path.
@@ -133,14 +142,16 @@ def save(path: PathLike, tree: Any, *, step: int | None = None, metadata: Mappin
     meta = _tree.check_user_metadata(metadata, str(path))
     return _tree.save_flat(
         path, flat, meta, entry=_entry, step=step, format=format, checksum=checksum,
-        pack_threshold_bytes=pack_threshold_bytes,
+        pack_threshold_bytes=pack_threshold_bytes, overwrite=overwrite, layout=layout, durable=durable,
+        storage_options=storage_options,
         alias_key=lambda value: id(value) if isinstance(value, jax.Array) else None)
 
 
-def _open(path: PathLike | VarstoreReader, format: str | None) -> tuple[VarstoreReader, bool]:
+def _open(path: PathLike | VarstoreReader, format: str | None,
+          storage_options: Mapping[str, object] | None) -> tuple[VarstoreReader, bool]:
     if isinstance(path, VarstoreReader):
         return path, False
-    return open_varstore(path, format), True
+    return open_varstore(path, format, storage_options=storage_options), True
 
 
 def _source_of(reader: VarstoreReader, name: str) -> str | None:
@@ -189,7 +200,8 @@ def _rebuild(template: Any, path: str, leaf: Any) -> Any:
 
 
 def restore(path: PathLike | VarstoreReader, like: Any, *, strict: bool = True, verify: bool = True,
-            format: str | None = None) -> Any:
+            format: str | None = None,
+         storage_options: Mapping[str, object] | None = None) -> Any:
     """Reads a checkpoint into a new pytree shaped like `like` (jax arrays are immutable).
 
     Each array leaf of the template (jax.Array, jax.ShapeDtypeStruct or NumPy
@@ -206,6 +218,7 @@ def restore(path: PathLike | VarstoreReader, like: Any, *, strict: bool = True, 
         template has no leaf for (missing ones always raise).
       verify: check every value's crc32c.
       format: "h5"/"zarr", or None to detect.
+      storage_options: object-store settings for a URL `path`, as varstore.restore.
 
     Returns:
       The new pytree.
@@ -217,7 +230,7 @@ def restore(path: PathLike | VarstoreReader, like: Any, *, strict: bool = True, 
       ChecksumError: damaged bytes, naming the variable.
     """
     flat = _tree.flatten(like, _classify)
-    reader, owned = _open(path, format)
+    reader, owned = _open(path, format, storage_options)
     try:
         where = str(reader.path)
         values = _recorded_values(reader)
@@ -282,7 +295,8 @@ def restore(path: PathLike | VarstoreReader, like: Any, *, strict: bool = True, 
 
 
 def load(path: PathLike | VarstoreReader, *, device: Any = None, verify: bool = True,
-         format: str | None = None) -> Any:
+         format: str | None = None,
+         storage_options: Mapping[str, object] | None = None) -> Any:
     """Loads a checkpoint as jax arrays in nested dicts.
 
     A checkpoint whose metadata records a structure (saved by this module or
@@ -297,13 +311,14 @@ def load(path: PathLike | VarstoreReader, *, device: Any = None, verify: bool = 
       device: a jax.Device or Sharding for every array; None is jax's default device.
       verify: check every value's crc32c.
       format: "h5"/"zarr", or None to detect.
+      storage_options: object-store settings for a URL `path`, as varstore.restore.
 
     Raises:
       InvalidNameError: a name is both a variable and a scope ("a" next to "a/b").
       UnsupportedDtypeError: a string variable (jax has no string dtype), naming it.
       ChecksumError, CorruptCheckpointError, CheckpointNotFoundError: as varstore.restore.
     """
-    reader, owned = _open(path, format)
+    reader, owned = _open(path, format, storage_options)
     try:
         where = str(reader.path)
         skeleton = reader.metadata.get(_tree.TREE_KEY)

@@ -81,7 +81,9 @@ def _entry(name: str, value: Any) -> SaveEntry:
 
 def save(path: PathLike, state: Any, *, step: int | None = None,
          metadata: Mapping[str, Any] | None = None, format: str | None = None, checksum: bool = True,
-         pack_threshold_bytes: int | None = None) -> Path | str:
+         pack_threshold_bytes: int | None = None,
+         overwrite: bool = False, layout: str | None = None, durable: bool = True,
+         storage_options: Mapping[str, object] | None = None) -> Path | str:
     """Saves a state dict (or a nested state: model + optimizer + epoch) as a varstore checkpoint.
 
     CPU tensors are written straight from their memory (NumPy views, no copy);
@@ -100,6 +102,13 @@ def save(path: PathLike, state: Any, *, step: int | None = None,
       format: "h5" or "zarr"; None picks by suffix.
       checksum: record crc32c of every tensor.
       pack_threshold_bytes: as varstore.checkpoint.save_entries.
+      overwrite: replace whatever is at `path` even when it is not a varstore
+        checkpoint of this format (as varstore.save; default: refuse with CheckpointExistsError).
+      layout: "per-variable", "packed" or None (by count), as varstore.save.
+      durable: False skips fsync and early write-back (a crash keeps the old or
+        the new checkpoint; a power loss may keep neither), as varstore.save.
+      storage_options: object-store settings for an s3://, gs:// or az:// `path`
+        (endpoint, region, credentials), as varstore.save.
 
     Returns:
       The final path.
@@ -115,14 +124,16 @@ def save(path: PathLike, state: Any, *, step: int | None = None,
     meta = _tree.check_user_metadata(metadata, str(path))
     return _tree.save_flat(
         path, flat, meta, entry=_entry, step=step, format=format, checksum=checksum,
-        pack_threshold_bytes=pack_threshold_bytes,
+        pack_threshold_bytes=pack_threshold_bytes, overwrite=overwrite, layout=layout, durable=durable,
+        storage_options=storage_options,
         alias_key=lambda value: _convert.alias_key(value) if isinstance(value, torch.Tensor) else None)
 
 
-def _open(path: PathLike | VarstoreReader, format: str | None) -> tuple[VarstoreReader, bool]:
+def _open(path: PathLike | VarstoreReader, format: str | None,
+          storage_options: Mapping[str, object] | None) -> tuple[VarstoreReader, bool]:
     if isinstance(path, VarstoreReader):
         return path, False
-    return open_varstore(path, format), True
+    return open_varstore(path, format, storage_options=storage_options), True
 
 
 def _source_of(reader: VarstoreReader, name: str) -> str | None:
@@ -150,7 +161,8 @@ def _check(reader: VarstoreReader, name: str, source: str, tensor: torch.Tensor)
 
 
 def restore(path: PathLike | VarstoreReader, target: Any, *, strict: bool = True, verify: bool = True,
-            format: str | None = None) -> RestoreResult:
+            format: str | None = None,
+            storage_options: Mapping[str, object] | None = None) -> RestoreResult:
     """Restores a checkpoint into existing tensors, in place, as nn.Module.load_state_dict.
 
     Every tensor keeps its memory (same `data_ptr()`) and device: CPU tensors
@@ -168,6 +180,7 @@ def restore(path: PathLike | VarstoreReader, target: Any, *, strict: bool = True
         (as load_state_dict(strict=True)); False restores the intersection.
       verify: check every value's crc32c.
       format: "h5"/"zarr", or None to detect.
+      storage_options: object-store settings for a URL `path`, as varstore.restore.
 
     Returns:
       RestoreResult: restored, missing and unexpected names.
@@ -180,7 +193,7 @@ def restore(path: PathLike | VarstoreReader, target: Any, *, strict: bool = True
     """
     flat = _tree.flatten(_state_of(target), _classify)
     tensors = {name: value for name, value in flat.arrays.items() if isinstance(value, torch.Tensor)}
-    reader, owned = _open(path, format)
+    reader, owned = _open(path, format, storage_options)
     try:
         return _restore_into(reader, tensors, strict, verify)
     finally:
@@ -227,7 +240,8 @@ def _restore_into(reader: VarstoreReader, tensors: dict[str, torch.Tensor], stri
 
 
 def load(path: PathLike | VarstoreReader, *, device: str | torch.device | None = None, verify: bool = True,
-         format: str | None = None) -> Any:
+         format: str | None = None,
+         storage_options: Mapping[str, object] | None = None) -> Any:
     """Loads a checkpoint as torch tensors, in the structure it was saved with.
 
     A checkpoint saved by `save` comes back as the same structure (dicts with
@@ -242,6 +256,7 @@ def load(path: PathLike | VarstoreReader, *, device: str | torch.device | None =
       device: where the tensors go ("cpu", "cuda:0", a torch.device); None is the CPU.
       verify: check every value's crc32c.
       format: "h5"/"zarr", or None to detect.
+      storage_options: object-store settings for a URL `path`, as varstore.restore.
 
     Returns:
       The state: `opt.load_state_dict(load(p)["optimizer"])` works as after torch.load.
@@ -251,7 +266,7 @@ def load(path: PathLike | VarstoreReader, *, device: str | torch.device | None =
       InvalidNameError: a name is both a variable and a scope ("a" next to "a/b").
       ChecksumError, CorruptCheckpointError, CheckpointNotFoundError: as varstore.restore.
     """
-    reader, owned = _open(path, format)
+    reader, owned = _open(path, format, storage_options)
     try:
         return _load(reader, device, verify)
     finally:
