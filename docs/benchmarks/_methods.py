@@ -404,7 +404,7 @@ class SafetensorsTorch(Method):
 class VarstoreTorch(Method):
     """varstore.torch: a torch state dict saved as it is, restored in place into existing tensors.
 
-    As for `varstore-h5`, `save-nofsync` turns varstore.checkpoint.atomic's fsync calls into no-ops.
+    As for `varstore-h5`, `save-nofsync` is `save(..., durable=False)` (no fsync, no early write-back).
     """
 
     name = "varstore-torch"
@@ -437,13 +437,8 @@ class VarstoreTorch(Method):
 
     def save(self, model: Any, path: Path, durable: bool) -> None:
         import varstore.torch as vst
-        from varstore.checkpoint import atomic
 
-        if not durable:
-            atomic.fsync_paths = lambda *a, **k: None
-            atomic.fsync_directory = lambda *a, **k: None
-            atomic._fsync_one = lambda *a, **k: None
-        vst.save(path, model)
+        vst.save(path, model, durable=durable)
 
     def prepare_load(self, workload: Workload, path: Path) -> Any:
         import torch
