@@ -147,19 +147,11 @@ class ObjectStoreClient:
         """
         if length == 0:
             return memoryview(out if out is not None else bytearray())[:0]
-        obs = _obstore()
         target = memoryview(out if out is not None else bytearray(length)).cast("B")
         if len(target) < length:
             raise ObjectStoreError(f"ranged read of {self.url_of(name)}: the buffer has {len(target)} bytes, "
                                    f"{length} were requested; pass a buffer of at least `length` bytes")
-        data = self._call("GET", name, lambda: obs.get_range(self._store, self._key(name), start=offset, length=length))
-        got = memoryview(data).cast("B")
-        if len(got) != length:
-            raise ObjectStoreError(self.redact(
-                f"ranged read of {self.url_of(name)} bytes [{offset}, {offset + length}) returned {len(got)} "
-                "bytes; the object is shorter than its index says (truncated upload?)"))
-        target[:length] = got
-        self._add_read(length)
+        target[:length] = self.get_range_view(name, offset, length)
         return target[:length]
 
     def get_range_view(self, name: str, offset: int, length: int) -> memoryview:
