@@ -517,6 +517,11 @@ def _resident_zeros(shape: Any, dtype: Any = DTYPE) -> npt.NDArray[Any]:
     return array
 
 
+#: varstore modules that import a framework (torch, jax): skipped by _import_every_varstore_module, as
+#: importing torch and jax cost each varstore worker ~3 s of start-up for nothing it times.
+_FRAMEWORK_ADAPTERS = ("torch", "jax", "_torch_convert")
+
+
 def _import_every_varstore_module() -> None:
     """Imports every varstore module now (backends, converters the format sniffer loads on first use), as
     h5py/zarr/torch are imported before the timer for the peers."""
@@ -527,6 +532,8 @@ def _import_every_varstore_module() -> None:
     import varstore.scopes
 
     for module in pkgutil.walk_packages(varstore.__path__, "varstore."):
+        if module.name.split(".")[1] in _FRAMEWORK_ADAPTERS:
+            continue  # never loaded by varstore itself (varstore-torch imports varstore.torch on its own)
         try:
             importlib.import_module(module.name)
         except Exception:  # an optional dependency is missing (cupy): not needed here
