@@ -18,6 +18,7 @@ from typing import Any, Union
 
 from varstore._naming import validate_name
 from varstore.checkpoint.entry import SaveEntry
+from varstore.checkpoint.reader import VarstoreReader, open_varstore
 from varstore.errors import InvalidMetadataError, InvalidNameError
 
 __all__ = [
@@ -265,3 +266,21 @@ def save_flat(path: Any, flat: Flat, metadata: dict[str, Any], *, alias_key: Cal
     return save_entries(path, entries, step=step, metadata=metadata, format=format, checksum=checksum,
                         overwrite=overwrite, layout=layout, durable=durable, storage_options=storage_options,
                         **options)
+
+
+def open_reader(path: Any, format: str | None,
+                storage_options: Mapping[str, object] | None) -> tuple[VarstoreReader, bool]:
+    """(reader, owned): `path` itself when it is an open VarstoreReader (owned False: the caller's to close),
+    else a reader opened on it (owned True). Shared by the adapters' restore and load."""
+    if isinstance(path, VarstoreReader):
+        return path, False
+    return open_varstore(path, format, storage_options=storage_options), True
+
+
+def source_of(reader: VarstoreReader, name: str) -> str | None:
+    """The stored name whose value `name` takes: `name` itself, or the name it aliases (a tied tensor saved
+    once, ALIASES_KEY in the metadata); None when neither is in the checkpoint."""
+    if name in reader:
+        return name
+    target = (reader.metadata.get(ALIASES_KEY) or {}).get(name)
+    return target if isinstance(target, str) and target in reader else None

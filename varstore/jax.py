@@ -36,7 +36,7 @@ except ImportError as err:  # pragma: no cover - exercised only without jax
 
 from varstore import _framework_tree as _tree
 from varstore import dtypes as _dtypes
-from varstore.checkpoint import VarstoreReader, open_varstore
+from varstore.checkpoint import VarstoreReader
 from varstore.checkpoint import restore as _restore
 from varstore.checkpoint.entry import SaveEntry
 from varstore.errors import (
@@ -147,20 +147,6 @@ def save(path: PathLike, tree: Any, *, step: int | None = None, metadata: Mappin
         alias_key=lambda value: id(value) if isinstance(value, jax.Array) else None)
 
 
-def _open(path: PathLike | VarstoreReader, format: str | None,
-          storage_options: Mapping[str, object] | None) -> tuple[VarstoreReader, bool]:
-    if isinstance(path, VarstoreReader):
-        return path, False
-    return open_varstore(path, format, storage_options=storage_options), True
-
-
-def _source_of(reader: VarstoreReader, name: str) -> str | None:
-    if name in reader:
-        return name
-    target = (reader.metadata.get(_tree.ALIASES_KEY) or {}).get(name)
-    return target if isinstance(target, str) and target in reader else None
-
-
 def _recorded_values(reader: VarstoreReader) -> dict[str, Any]:
     """path -> scalar leaf recorded in the checkpoint's skeleton."""
     skeleton = reader.metadata.get(_tree.TREE_KEY)
@@ -230,11 +216,11 @@ def restore(path: PathLike | VarstoreReader, like: Any, *, strict: bool = True, 
       ChecksumError: damaged bytes, naming the variable.
     """
     flat = _tree.flatten(like, _classify)
-    reader, owned = _open(path, format, storage_options)
+    reader, owned = _tree.open_reader(path, format, storage_options)
     try:
         where = str(reader.path)
         values = _recorded_values(reader)
-        sources = {name: _source_of(reader, name) for name in flat.arrays}
+        sources = {name: _tree.source_of(reader, name) for name in flat.arrays}
         missing = [name for name, source in sources.items() if source is None and name not in values]
         used = set(sources.values())
         unexpected = [name for name in reader.keys() if name not in used] if strict else []
@@ -318,7 +304,7 @@ def load(path: PathLike | VarstoreReader, *, device: Any = None, verify: bool = 
       UnsupportedDtypeError: a string variable (jax has no string dtype), naming it.
       ChecksumError, CorruptCheckpointError, CheckpointNotFoundError: as varstore.restore.
     """
-    reader, owned = _open(path, format, storage_options)
+    reader, owned = _tree.open_reader(path, format, storage_options)
     try:
         where = str(reader.path)
         skeleton = reader.metadata.get(_tree.TREE_KEY)
@@ -326,7 +312,7 @@ def load(path: PathLike | VarstoreReader, *, device: Any = None, verify: bool = 
             reader.keys() + list(reader.metadata.get(_tree.ALIASES_KEY) or {})
         sources: dict[str, str] = {}
         for name in wanted:
-            source = _source_of(reader, name)
+            source = _tree.source_of(reader, name)
             if source is None:
                 raise CorruptCheckpointError(
                     f"'{where}': its {_tree.TREE_KEY} names '{name}', which the checkpoint does not hold")

@@ -41,7 +41,7 @@ except ImportError as err:  # pragma: no cover - exercised only without torch
 from varstore import _framework_tree as _tree
 from varstore import _torch_convert as _convert
 from varstore import dtypes as _dtypes
-from varstore.checkpoint import RestoreResult, VarstoreReader, open_varstore
+from varstore.checkpoint import RestoreResult, VarstoreReader
 from varstore.checkpoint import restore as _restore
 from varstore.checkpoint.entry import SaveEntry
 from varstore.errors import DtypeMismatchError, RestoreError, ShapeMismatchError
@@ -129,20 +129,6 @@ def save(path: PathLike, state: Any, *, step: int | None = None,
         alias_key=lambda value: _convert.alias_key(value) if isinstance(value, torch.Tensor) else None)
 
 
-def _open(path: PathLike | VarstoreReader, format: str | None,
-          storage_options: Mapping[str, object] | None) -> tuple[VarstoreReader, bool]:
-    if isinstance(path, VarstoreReader):
-        return path, False
-    return open_varstore(path, format, storage_options=storage_options), True
-
-
-def _source_of(reader: VarstoreReader, name: str) -> str | None:
-    if name in reader:
-        return name
-    target = (reader.metadata.get(_tree.ALIASES_KEY) or {}).get(name)
-    return target if isinstance(target, str) and target in reader else None
-
-
 def _check(reader: VarstoreReader, name: str, source: str, tensor: torch.Tensor) -> None:
     info = reader.info(source)
     where = f"'{source}' in '{reader.path}'" if source == name else \
@@ -193,7 +179,7 @@ def restore(path: PathLike | VarstoreReader, target: Any, *, strict: bool = True
     """
     flat = _tree.flatten(_state_of(target), _classify)
     tensors = {name: value for name, value in flat.arrays.items() if isinstance(value, torch.Tensor)}
-    reader, owned = _open(path, format, storage_options)
+    reader, owned = _tree.open_reader(path, format, storage_options)
     try:
         return _restore_into(reader, tensors, strict, verify)
     finally:
@@ -203,7 +189,7 @@ def restore(path: PathLike | VarstoreReader, target: Any, *, strict: bool = True
 
 def _restore_into(reader: VarstoreReader, tensors: dict[str, torch.Tensor], strict: bool,
                   verify: bool) -> RestoreResult:
-    sources = {name: _source_of(reader, name) for name in tensors}
+    sources = {name: _tree.source_of(reader, name) for name in tensors}
     missing = [name for name, source in sources.items() if source is None]
     used = set(sources.values())
     unexpected = [name for name in reader.keys() if name not in used]
@@ -266,7 +252,7 @@ def load(path: PathLike | VarstoreReader, *, device: str | torch.device | None =
       InvalidNameError: a name is both a variable and a scope ("a" next to "a/b").
       ChecksumError, CorruptCheckpointError, CheckpointNotFoundError: as varstore.restore.
     """
-    reader, owned = _open(path, format, storage_options)
+    reader, owned = _tree.open_reader(path, format, storage_options)
     try:
         return _load(reader, device, verify)
     finally:
@@ -281,7 +267,7 @@ def _load(reader: VarstoreReader, device: str | torch.device | None, verify: boo
             reader.keys() + list(reader.metadata.get(_tree.ALIASES_KEY) or {})
     sources = {}
     for name in wanted:
-        source = _source_of(reader, name)
+        source = _tree.source_of(reader, name)
         if source is None:
             from varstore.errors import CorruptCheckpointError
 
