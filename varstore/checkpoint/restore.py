@@ -36,7 +36,7 @@ from varstore.checkpoint.regions import RegionSource
 from varstore.errors import DtypeMismatchError, RestoreError, RestoreTargetError, ShapeMismatchError
 from varstore.value_sources import Resolver, SliceInfo, ValueSource
 
-__all__ = ["restore", "RestoreResult", "PendingResolver", "map_names", "covered_targets", "targets_of"]
+__all__ = ["restore", "RestoreResult", "PendingResolver", "map_names", "covered_targets", "targets_of", "strict_restore_error"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +55,16 @@ class RestoreResult:
     unexpected: list[str]
     deferred: list[str] = dataclasses.field(default_factory=list)
 
+
+
+def strict_restore_error(path: object, missing: list[str], unexpected: list[str]) -> RestoreError:
+    """The RestoreError of a strict restore (as load_state_dict(strict=True)): names what has no value and
+    what has no variable, and the two ways out. Shared by the one-process and the collective restore."""
+    return RestoreError(
+        f"restoring '{path}' strictly failed: missing from the checkpoint "
+        f"(variables without a value): {missing}; unexpected in the checkpoint "
+        f"(values without a variable): {unexpected}; pass strict=False to restore the "
+        f"intersection or an assignment_map to rename", missing=missing, unexpected=unexpected)
 
 def _root(prefix: str) -> str:
     return "" if prefix in ("", "/") else prefix
@@ -235,11 +245,7 @@ def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
     covered = set(mapped[ckpt] for ckpt, _ in pairs)
     missing = [name for name in covered_targets(list(targets), assignment_map) if name not in covered]
     if strict and (missing or unexpected):
-        raise RestoreError(
-            f"restoring '{reader.path}' strictly failed: missing from the checkpoint "
-            f"(variables without a value): {missing}; unexpected in the checkpoint "
-            f"(values without a variable): {unexpected}; pass strict=False to restore the "
-            f"intersection or an assignment_map to rename", missing=missing, unexpected=unexpected)
+        raise strict_restore_error(reader.path, missing, unexpected)
     from varstore.variables import check_restorable
 
     def validate(name: str, obj: Any, source: CheckpointValue) -> None:

@@ -23,12 +23,11 @@ import numpy as np
 from varstore.checkpoint._batch import paused_gc
 from varstore.checkpoint.reader import VarstoreReader, open_varstore
 from varstore.checkpoint.regions import RegionSource
-from varstore.checkpoint.restore import PendingResolver, RestoreResult, covered_targets, map_names
+from varstore.checkpoint.restore import PendingResolver, RestoreResult, covered_targets, map_names, strict_restore_error
 from varstore.distributed.agree import agree
 from varstore.distributed.checks import check_structure
 from varstore.distributed.communicator import as_communicator
 from varstore.distributed.plan import VariableLayout, layouts_of, plan_restore
-from varstore.errors import RestoreError
 from varstore.value_sources import check_restorable
 
 __all__ = ["restore_collective"]
@@ -57,11 +56,7 @@ def _planned(reader: VarstoreReader, store: Any, rank: int, assignment_map: Mapp
     unexpected = [source_of[t] for t in unexpected_targets]
     missing = list(plan.missing)
     if strict and (missing or unexpected):
-        raise RestoreError(
-            f"restoring '{reader.path}' strictly failed: missing from the checkpoint "
-            f"(variables without a value): {missing}; unexpected in the checkpoint "
-            f"(values without a variable): {unexpected}; pass strict=False to restore the "
-            f"intersection or an assignment_map to rename", missing=missing, unexpected=unexpected)
+        raise strict_restore_error(reader.path, missing, unexpected)
     variables = {v.name: v for v in store.variables()}
     pairs = []
     for item in plan.reads:
