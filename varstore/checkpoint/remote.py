@@ -5,13 +5,17 @@ temporary and rename it (atomic.py's protocol). This module is the other
 protocol (docs/guide/object-storage.md, "Commit without rename"):
 
 - The container is laid out by the same write engine into a local staging
-  directory (a temporary, deleted when the save ends, also on error), then
-  uploaded: an HDF5 checkpoint is ONE object (a single PUT, or a multipart
-  upload with bounded memory) that appears whole or not at all; a Zarr
-  checkpoint is many objects: a `_varstore/pending` marker, then every chunk
-  and array `zarr.json` concurrently (at most the client's max_in_flight
-  requests), and LAST the root `zarr.json` (whose attributes carry the
-  manifest's crc32c) written create-only: the commit. Then the marker goes.
+  directory (a temporary, deleted when the save ends, also on error). An
+  HDF5 checkpoint is then uploaded as ONE object (a single PUT, or a
+  multipart upload with bounded memory) that appears whole or not at all. A
+  Zarr checkpoint is many objects: a `_varstore/pending` marker first; every
+  chunk written whole goes straight from the variable's memory to its object
+  while the engine writes on (storage/staged_upload.py: no local copy); then
+  what the staging directory holds (array and group `zarr.json`, the
+  manifest, the packed blob) concurrently (at most the client's
+  max_in_flight requests), and LAST the root `zarr.json` (whose attributes
+  carry the manifest's crc32c) written create-only: the commit. Then the
+  marker goes.
 - A Zarr prefix without its root `zarr.json` is never listed, opened or
   restored (`committed` says whether one is there). A Zarr checkpoint is read
   with the metadata its reader opens copied into a local temporary directory
@@ -48,6 +52,7 @@ from varstore.storage import storage_for
 from varstore.storage.protocol import Buffer, ReadAhead, StorageWriter
 from varstore.storage.local import LocalStorage
 from varstore.storage.object_storage import ObjectStorage
+from varstore.storage.staged_upload import UploadingStorage
 
 __all__ = ["StagedZarrStorage", "publish_remote", "check_replaceable_remote", "describe_remote", "committed", "is_checkpoint", "container_of", "stage_for_reading", "remove_staged", "sweep",
            "PENDING_MARKER", "COMMIT_OBJECT", "SWEEP_GRACE_SECONDS"]
@@ -144,14 +149,22 @@ def _files(root: Path) -> Iterator[tuple[str, Path]]:
             yield "/".join(path.relative_to(root).parts), path
 
 
-def _upload_tree(storage: ObjectStorage, name: str, local: Path) -> None:
-    """Uploads a staged Zarr directory under `name`, commit object last (see the module docstring)."""
-    commit = f"{name}/{COMMIT_OBJECT}"
+def _begin_tree(storage: ObjectStorage, name: str) -> set[str]:
+    """Starts a Zarr save under `name`: the old commit object goes first (the old checkpoint stops being
+    one before any of its objects change), then the pending marker. Returns what was stored there."""
     before = set(storage.list(name))
+    commit = f"{name}/{COMMIT_OBJECT}"
     if commit in before:
-        storage.client.delete([commit])  # the old checkpoint stops being one before any of its objects change
+        storage.client.delete([commit])
     token = json.dumps({"writer": secrets.token_hex(8), "started_utc": time.time()}).encode()
     storage.put(f"{name}/{PENDING_MARKER}", token)
+    return before
+
+
+def _finish_tree(storage: ObjectStorage, name: str, local: Path, before: set[str], uploaded: Sequence[str]) -> None:
+    """Uploads what the staging directory still holds (metadata, files written in pieces) concurrently,
+    then commits: the root `zarr.json` create-only, LAST; then the marker and stale objects go."""
+    commit = f"{name}/{COMMIT_OBJECT}"
     small: list[tuple[str, Path]] = []
     large: list[tuple[str, Path]] = []
     for relative, path in _files(local):
@@ -166,7 +179,7 @@ def _upload_tree(storage: ObjectStorage, name: str, local: Path) -> None:
     except FileExistsError as err:
         raise CheckpointError(f"another writer committed {storage.url_of(name)} while this save was "
                               f"uploading; this save is discarded: {err}") from err
-    written = {f"{name}/{relative}" for relative, _ in _files(local)}
+    written = {f"{name}/{relative}" for relative, _ in _files(local)} | set(uploaded)
     # the marker and what the old checkpoint had that this one has not: one batch delete (no listing)
     storage.client.delete([f"{name}/{PENDING_MARKER}"] + sorted(before - written - {f"{name}/{PENDING_MARKER}"}))
 
@@ -241,13 +254,19 @@ def publish_remote(final: str, storage: ObjectStorage, fmt: str, entries: list[A
     staging = Path(tempfile.mkdtemp(prefix="varstore-stage-"))
     try:
         local = staging / (Path(name).name or "checkpoint")
-        staging_storage = LocalStorage()
-        staging_storage.writeback = False  # never a commit: no fsync, and nothing pushed to disk early
-        write_container(local, fmt, entries, records, packed_nbytes, header, checksum, release,
-                        make_durable=lambda paths: None, storage=staging_storage)
         if get_backend(fmt).is_directory:
-            _upload_tree(storage, name, local)
+            # chunk files go from the variables' memory straight to their objects while the engine
+            # writes on; only metadata and pieced files are staged on disk (storage/staged_upload.py)
+            before = _begin_tree(storage, name)
+            uploading = UploadingStorage(local, storage, name)
+            write_container(local, fmt, entries, records, packed_nbytes, header, checksum, release,
+                            make_durable=lambda paths: uploading.wait(), storage=uploading)
+            _finish_tree(storage, name, local, before, uploading.uploaded)
         else:
+            staging_storage = LocalStorage()
+            staging_storage.writeback = False  # never a commit: no fsync, and nothing pushed to disk early
+            write_container(local, fmt, entries, records, packed_nbytes, header, checksum, release,
+                            make_durable=lambda paths: None, storage=staging_storage)
             storage.upload_file(name, local)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -185,8 +185,10 @@ def write_container(tmp: Path, fmt: str, entries: list[Any], records: list[Recor
                 release(sum(r.nbytes for r in group))
             if data is not None and packed_extent is not None:
                 start = group[0].offset or 0
+                # the blob is written in windows: one key in several pieces, kept open (an object-store
+                # staging storage uploads only keys written whole; see storage/staged_upload.py)
                 writes.submit(RawExtent(packed_extent.file, packed_extent.offset + start, len(data)),
-                              data, single_file)
+                              data, True)
             window.clear()
             window_values.clear()
             window_bytes = 0

@@ -23,7 +23,7 @@ import numpy as np
 from varstore.errors import CorruptCheckpointError
 from varstore.storage.protocol import Buffer
 
-__all__ = ["LocalStorage", "LocalWriter", "LocalReadAhead", "LocalFilesReadAhead", "pread_into", "pwrite_all", "start_writeback",
+__all__ = ["LocalStorage", "LocalWriter", "LocalReadAhead", "LocalFilesReadAhead", "bytes_of", "pread_into", "pwrite_all", "start_writeback",
            "remove_path"]
 
 #: Bytes per preadv/pwrite call (Linux caps single transfers near 2 GiB).
@@ -34,7 +34,7 @@ _FALLOCATE_BYTES = 1 << 20
 _WRITEBACK_BYTES = 8 << 20
 
 
-def _bytes_of(data: Buffer) -> memoryview:
+def bytes_of(data: Buffer) -> memoryview:
     """A flat byte view of a bytes-like object or a C-contiguous array (no copy; 0-d and bfloat16 too)."""
     if isinstance(data, np.ndarray):
         data = data.reshape(-1).view(np.uint8)
@@ -43,7 +43,7 @@ def _bytes_of(data: Buffer) -> memoryview:
 
 def pwrite_all(fd: int, data: Buffer, offset: int) -> None:
     """Writes all of `data` (bytes-like or C-contiguous array) at byte `offset` of `fd`."""
-    view = _bytes_of(data)
+    view = bytes_of(data)
     done = 0
     total = len(view)
     while done < total:
@@ -56,7 +56,7 @@ def pread_into(fd: int, out: Buffer, offset: int, name: str) -> None:
     Raises:
       CorruptCheckpointError: the file ends early (truncated); `name` names the file.
     """
-    view = _bytes_of(out)
+    view = bytes_of(out)
     done = 0
     total = len(view)
     while done < total:
@@ -274,7 +274,7 @@ class LocalWriter:
 
     def write_at(self, offset: int, data: Buffer) -> None:
         fd = self._fd
-        view = _bytes_of(data)
+        view = bytes_of(data)
         nbytes = len(view)
         if nbytes >= _FALLOCATE_BYTES and not self._reserved and self.key not in self._storage._reserved:
             try:  # reserve the blocks first: writes into allocated extents run ~2x faster on ext4
