@@ -41,7 +41,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from varstore.backends import get_backend
 from varstore.checkpoint.manifest import INDEX_HEADER_BYTES, MANIFEST_PATH, Record, decode_index_header
@@ -53,6 +53,9 @@ from varstore.storage.protocol import Buffer, ReadAhead, StorageWriter
 from varstore.storage.local import LocalStorage
 from varstore.storage.object_storage import ObjectStorage
 from varstore.storage.staged_upload import UploadingStorage
+
+if TYPE_CHECKING:
+    from varstore.storage.object_store import ObjectInfo
 
 __all__ = ["StagedZarrStorage", "publish_remote", "check_replaceable_remote", "describe_remote", "committed", "is_checkpoint", "container_of", "stage_for_reading", "remove_staged", "sweep",
            "PENDING_MARKER", "COMMIT_OBJECT", "SWEEP_GRACE_SECONDS"]
@@ -116,12 +119,15 @@ def is_checkpoint(url: os.PathLike[str] | str, storage_options: Mapping[str, obj
 
 
 def sweep(storage: ObjectStorage, parent: str, *, grace_seconds: float | None = None,
-          now: float | None = None) -> list[str]:
+          now: float | None = None, listing: Sequence[ObjectInfo] | None = None) -> list[str]:
     """Removes what killed saves left under `parent`, once older than the grace period.
 
     Incomplete multipart uploads (S3) are aborted; a prefix with a pending
     marker and no commit object is deleted. A prefix without a marker (a copy
     in progress, another tool's data) is never touched.
+
+    Args:
+      listing: `storage.list_info(parent)` when the caller has it (a save lists the parent once).
 
     Returns:
       What was removed: upload names and "<prefix>/" for deleted prefixes.
@@ -131,7 +137,7 @@ def sweep(storage: ObjectStorage, parent: str, *, grace_seconds: float | None = 
     removed = list(storage.client.abort_incomplete_uploads(
         parent, older_than=grace, now=_dt.datetime.fromtimestamp(now, _dt.timezone.utc)))
     suffix = "/" + PENDING_MARKER
-    for info in storage.list_info(parent):
+    for info in storage.list_info(parent) if listing is None else listing:
         if not info.name.endswith(suffix):
             continue
         prefix = info.name[:-len(suffix)]
@@ -149,10 +155,11 @@ def _files(root: Path) -> Iterator[tuple[str, Path]]:
             yield "/".join(path.relative_to(root).parts), path
 
 
-def _begin_tree(storage: ObjectStorage, name: str) -> set[str]:
+def _begin_tree(storage: ObjectStorage, name: str, listing: Sequence[ObjectInfo]) -> set[str]:
     """Starts a Zarr save under `name`: the old commit object goes first (the old checkpoint stops being
-    one before any of its objects change), then the pending marker. Returns what was stored there."""
-    before = set(storage.list(name))
+    one before any of its objects change), then the pending marker. Returns what was stored there
+    (from `listing`, the parent's listing the sweep used)."""
+    before = {info.name for info in listing if info.name.startswith(name + "/")}
     commit = f"{name}/{COMMIT_OBJECT}"
     if commit in before:
         storage.client.delete([commit])
@@ -248,7 +255,8 @@ def publish_remote(final: str, storage: ObjectStorage, fmt: str, entries: list[A
       Any error of writing (as save_entries).
     """
     name = storage.name_of(final)
-    swept = sweep(storage, _parent(name))
+    listing = storage.list_info(_parent(name))  # once: the sweep's, and what a Zarr save replaces
+    swept = sweep(storage, _parent(name), listing=listing)
     if swept:
         _log.info("swept %d abandoned uploads under %s", len(swept), storage.url_of(_parent(name)))
     staging = Path(tempfile.mkdtemp(prefix="varstore-stage-"))
@@ -257,7 +265,7 @@ def publish_remote(final: str, storage: ObjectStorage, fmt: str, entries: list[A
         if get_backend(fmt).is_directory:
             # chunk files go from the variables' memory straight to their objects while the engine
             # writes on; only metadata and pieced files are staged on disk (storage/staged_upload.py)
-            before = _begin_tree(storage, name)
+            before = _begin_tree(storage, name, listing)
             uploading = UploadingStorage(local, storage, name)
             write_container(local, fmt, entries, records, packed_nbytes, header, checksum, release,
                             make_durable=lambda paths: uploading.wait(), storage=uploading)
