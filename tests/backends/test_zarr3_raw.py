@@ -246,20 +246,20 @@ def test_a_zarr_json_that_cannot_be_written_fails_the_save_and_leaves_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from varstore.backends.zarr3 import store
 
-    real = store._write_text  # noqa: SLF001 - the one place a helper thread writes
+    real = store.Zarr3Writer._write_through_storage  # noqa: SLF001 - the one place a helper thread writes
 
-    def disk_full_for_bias(path: Path, text: str) -> None:
+    def disk_full_for_bias(self: store.Zarr3Writer, path: Path, text: str) -> None:
         if path.parent.name == "bias":
             raise OSError(28, "No space left on device", str(path))
-        real(path, text)
+        real(self, path, text)
 
-    monkeypatch.setattr(store, "_write_text", disk_full_for_bias)
+    monkeypatch.setattr(store.Zarr3Writer, "_write_through_storage", disk_full_for_bias)
     path = tmp_path / "model.zarr"
     with pytest.raises(CheckpointError, match=r"model\.zarr.*No space left on device.*bias/zarr\.json"):
         save(path, VALUES, pack_threshold_bytes=0)
     assert list(tmp_path.iterdir()) == []  # no checkpoint, no temporary left behind
     assert not any(t.name.startswith("varstore-zarr-json") for t in threading.enumerate())
-    monkeypatch.setattr(store, "_write_text", real)
+    monkeypatch.setattr(store.Zarr3Writer, "_write_through_storage", real)
     save(path, VALUES, pack_threshold_bytes=0)
     assert sorted(p.name for p in (path / "dense/bias").iterdir()) == ["0", "zarr.json"]
     assert json.loads((path / "dense/bias/zarr.json").read_text())["shape"] == [6]

@@ -1,5 +1,6 @@
 """UploadingStorage (storage/staged_upload.py) on the real S3 test server: whole writes become objects
-straight from memory, pieced and kept-open writes stay in the staging directory, bounds hold."""
+straight from memory, pieced and kept-open writes stay in the staging directory, bounds hold; a Zarr
+save to a bucket stages nothing but its commit object."""
 
 from __future__ import annotations
 
@@ -91,19 +92,37 @@ def test_a_failed_upload_is_raised_by_wait_and_stops_later_uploads(
 
 def test_a_zarr_save_to_a_bucket_uploads_its_chunks_without_staging_them(
         s3_env: dict[str, str], s3_server: S3TestServer, s3_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    staged: list[int] = []
+    staged: list[list[str]] = []
     original = UploadingStorage.close
 
     def close_and_measure(self: UploadingStorage) -> None:  # what is on the staging disk at the end
-        staged.append(sum(p.stat().st_size for p in Path(self._root).rglob("*") if p.is_file()))
+        root = Path(self._root)
+        staged.append(sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()))
         original(self)
 
     monkeypatch.setattr(UploadingStorage, "close", close_and_measure)
     values = {f"layer{i}/kernel": np.full((256, 256), i, dtype=np.float32) for i in range(4)}  # 256 KiB each
     url = f"{s3_prefix}/m.zarr"
     vs.save(url, values, layout="per-variable")
-    assert len(staged) == 1 and staged[0] < 16 * 1024  # metadata only: the 1 MiB of chunks never touched disk
+    # chunks, arrays' and groups' zarr.json and the manifest went up as they were made; only the commit
+    # object (the root zarr.json, uploaded last) is on the staging disk
+    assert staged == [["zarr.json"]]
     restored = vs.load(url)
     assert sorted(restored) == sorted(values)
     for name, value in values.items():
         np.testing.assert_array_equal(restored[name], value)
+
+
+def test_a_packed_zarr_save_to_a_bucket_stages_the_blob_and_reads_back(
+        s3_env: dict[str, str], s3_server: S3TestServer, s3_prefix: str) -> None:
+    values = {f"opt/slot_{i:04d}": np.full(16, i, dtype=np.float32) for i in range(300)}
+    values["big/kernel"] = np.arange(64 * 1024, dtype=np.float32)  # 256 KiB: its own array
+    url = f"{s3_prefix}/packed.zarr"
+    s3_server.log.clear()
+    vs.save(url, values, layout="packed")
+    # one object per own array, the blob, the manifest and the metadata: not one per small variable
+    assert len(s3_server.log.matching("PUT")) < 20
+    with vs.open_checkpoint(url) as reader:
+        assert len(reader.keys()) == 301
+        np.testing.assert_array_equal(reader["opt/slot_0123"], values["opt/slot_0123"])
+        np.testing.assert_array_equal(reader["big/kernel"], values["big/kernel"])

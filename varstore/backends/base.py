@@ -18,6 +18,8 @@ import numpy as np
 if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import
     import numpy.typing as npt
 
+    from varstore.storage.protocol import Storage
+
 __all__ = ["RawExtent", "BackendWriter", "BackendReader", "Backend"]
 
 
@@ -127,12 +129,16 @@ class Backend(Protocol):
     def sniff(self, path: Path) -> bool:
         """True when `path` looks like this backend's container (magic bytes / zarr.json)."""
 
-    def open_writer(self, path: Path, header_bytes: int = 0) -> BackendWriter:
+    def open_writer(self, path: Path, header_bytes: int = 0, storage: Storage | None = None) -> BackendWriter:
         """Creates a new container at `path`.
 
         `header_bytes` (bytes) reserves room at the start of a single-file
         container that the format ignores (HDF5's user block), for the caller
-        to fill; directory backends ignore it.
+        to fill; directory backends ignore it. `storage`, when given, is where
+        a directory backend writes its metadata documents other than the
+        root's (Zarr: every array's and group's zarr.json, each in one whole
+        write), so a storage that uploads whole files sends them as they are
+        made; None writes them as local files. Single-file backends ignore it.
         """
 
     def open_reader(self, path: Path, source: BinaryIO | None = None) -> BackendReader:

@@ -9,11 +9,11 @@ protocol (docs/guide/object-storage.md, "Commit without rename"):
   HDF5 checkpoint is then uploaded as ONE object (a single PUT, or a
   multipart upload with bounded memory) that appears whole or not at all. A
   Zarr checkpoint is many objects: a `_varstore/pending` marker first; every
-  chunk written whole goes straight from the variable's memory to its object
-  while the engine writes on (storage/staged_upload.py: no local copy); then
-  what the staging directory holds (array and group `zarr.json`, the
-  manifest, the packed blob) concurrently (at most the client's
-  max_in_flight requests), and LAST the root `zarr.json` (whose attributes
+  chunk, array and group `zarr.json` and the manifest goes straight from
+  memory to its object as it is made, while the engine writes on
+  (storage/staged_upload.py: no local copy, at most the client's
+  max_in_flight requests); then what the staging directory holds (the packed
+  blob, written in windows), and LAST the root `zarr.json` (whose attributes
   carry the manifest's crc32c) written create-only: the commit. Then the
   marker goes.
 - A Zarr prefix without its root `zarr.json` is never listed, opened or

@@ -148,8 +148,10 @@ def write_container(tmp: Path, fmt: str, entries: list[Any], records: list[Recor
     """
     backend = get_backend(fmt)
     single_file = not backend.is_directory
-    writer = backend.open_writer(tmp, INDEX_HEADER_BYTES if single_file else 0)
-    writes = _Writes(storage_for(tmp)[0] if storage is None else storage)
+    target = storage_for(tmp)[0] if storage is None else storage
+    # a directory's metadata documents go through the storage too (one that uploads sends them at once)
+    writer = backend.open_writer(tmp, INDEX_HEADER_BYTES if single_file else 0, storage=target)
+    writes = _Writes(target)
     if single_file:
         # Reserve the data's blocks in one go before HDF5 lays out anything: the file's extents then
         # lie on disk in file order (per-dataset reservations interleaved with HDF5's metadata writes

@@ -47,6 +47,8 @@ class _LazyH5py:
 if TYPE_CHECKING:
     import numpy.typing as npt  # annotations only (~1 ms at import)
     import h5py
+
+    from varstore.storage.protocol import Storage
 else:
     h5py = _LazyH5py()
 
@@ -318,8 +320,9 @@ class Hdf5Backend:
             return False
         return False
 
-    def open_writer(self, path: Path, header_bytes: int = 0) -> Hdf5Writer:
-        """Creates the file; `header_bytes` reserves an HDF5 user block the caller may fill (bytes)."""
+    def open_writer(self, path: Path, header_bytes: int = 0, storage: Storage | None = None) -> Hdf5Writer:
+        """Creates the file; `header_bytes` reserves an HDF5 user block the caller may fill (bytes);
+        `storage` is ignored (h5py writes the file's metadata itself)."""
         return Hdf5Writer(path, header_bytes)
 
     def open_reader(self, path: Path, source: BinaryIO | None = None) -> Hdf5Reader:

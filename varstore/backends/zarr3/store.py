@@ -39,6 +39,8 @@ from varstore.errors import (
 if TYPE_CHECKING:  # annotations only: a read imports neither the thread pool (nor logging) nor numpy.typing
     from concurrent.futures import Future, ThreadPoolExecutor
 
+    from varstore.storage.protocol import Storage
+
     import numpy.typing as npt
 
 __all__ = ["Zarr3Backend", "Zarr3Writer", "Zarr3Reader", "BACKEND", "chunk_file", "chunk_path"]
@@ -138,8 +140,9 @@ class Zarr3Writer:
 
     native_bytes_strings = False
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, storage: Storage | None = None) -> None:
         self.path = Path(path)
+        self._storage = storage
         try:
             self.path.mkdir(parents=False, exist_ok=False)
         except OSError as err:
@@ -154,14 +157,26 @@ class Zarr3Writer:
         """Writes a zarr.json from a helper thread (JSON_WRITER_THREADS); encoding errors raise here,
         write errors at close()."""
         text = json.dumps(document, ensure_ascii=False, allow_nan=False)
+        write = _write_text if self._storage is None else self._write_through_storage
         if JSON_WRITER_THREADS <= 0:
-            _write_text(path, text)
+            write(path, text)
             return
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(JSON_WRITER_THREADS, thread_name_prefix="varstore-zarr-json")
-        self._pending.append(self._pool.submit(_write_text, path, text))
+        self._pending.append(self._pool.submit(write, path, text))
+
+    def _write_through_storage(self, path: Path, text: str) -> None:
+        """One document in one whole write through the storage (which may upload it at once)."""
+        assert self._storage is not None
+        writer = self._storage.writer(str(path))
+        try:
+            writer.write_at(0, text.encode("utf-8"))
+        except BaseException:
+            writer.abort()
+            raise
+        writer.finish()
 
     def _wait_for_writes(self) -> BaseException | None:
         """Waits for every zarr.json handed to the helper threads and ends them; the first error, or None."""
@@ -426,9 +441,10 @@ class Zarr3Backend:
         except (OSError, ValueError, AttributeError):
             return False
 
-    def open_writer(self, path: Path, header_bytes: int = 0) -> Zarr3Writer:
-        """Creates the directory; `header_bytes` is ignored (a directory has no file header)."""
-        return Zarr3Writer(path)
+    def open_writer(self, path: Path, header_bytes: int = 0, storage: Storage | None = None) -> Zarr3Writer:
+        """Creates the directory; `header_bytes` is ignored (a directory has no file header); arrays' and
+        groups' zarr.json go through `storage` when given (see Backend.open_writer)."""
+        return Zarr3Writer(path, storage)
 
     def open_reader(self, path: Path, source: BinaryIO | None = None) -> Zarr3Reader:
         if source is not None:
