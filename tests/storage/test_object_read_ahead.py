@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -87,10 +89,32 @@ def test_a_zarr_restore_on_a_bucket_fetches_every_chunk_object_once_through_the_
     chunk_gets = [r for r in s3_server.log.matching("GET", path_contains="/w/0")]  # single-chunk arrays: "<array>/0"
     assert sorted(r.path.rsplit("m.zarr/", 1)[1] for r in chunk_gets) == [f"layer{i}/w/0" for i in range(6)]
     assert all(r.bytes_out == 16 * KiB for r in chunk_gets)
-    # metadata: one listing, then the root (the commit), each array's zarr.json and the manifest; never
-    # the groups' zarr.json ("layer0", "_varstore"), which the reader does not open; no HEAD
+    # metadata: one listing, then the root (the commit), which carries every array's zarr.json (the
+    # varstore_zarr_nodes attribute of a save to a bucket), and the manifest's chunk; no HEAD
     documents = sorted(r.path.rsplit("m.zarr", 1)[1] for r in s3_server.log.matching("GET", path_contains="zarr.json"))
-    assert documents == sorted(["/zarr.json", "/_varstore/manifest/zarr.json"]
-                               + [f"/layer{i}/w/zarr.json" for i in range(6)])
+    assert documents == ["/zarr.json"]
     assert [r.method for r in s3_server.log.requests].count("HEAD") == 0
-    assert len(s3_server.log.requests) == 1 + 8 + 1 + 6  # list, documents, manifest chunk, chunks
+    assert len(s3_server.log.requests) == 1 + 1 + 1 + 6  # list, root, manifest chunk, chunks
+
+
+def test_a_node_rewritten_after_the_save_is_fetched_not_taken_from_the_root(
+        s3_env: dict[str, str], s3_server: S3TestServer, s3_prefix: str, tmp_path: Path) -> None:
+    values = {f"layer{i}/w": np.full(4 * KiB, i, dtype=np.float32) for i in range(3)}
+    url = f"{s3_prefix}/m.zarr"
+    vs.save(url, values, layout="per-variable")
+    client = ObjectStorage(s3_prefix).client
+    # another tool rewrites one array: the default chunk key encoding, its chunk moved to <array>/c/0
+    document = json.loads(client.get("m.zarr/layer1/w/zarr.json"))
+    document["chunk_key_encoding"] = {"name": "default", "configuration": {"separator": "/"}}
+    client.put("m.zarr/layer1/w/zarr.json", json.dumps(document, indent=2).encode())
+    client.put("m.zarr/layer1/w/c/0", client.get("m.zarr/layer1/w/0"))
+    client.delete(["m.zarr/layer1/w/0"])
+    s3_server.log.clear()
+    targets = {name: np.zeros_like(value) for name, value in values.items()}
+    vs.restore(url, targets)
+    assert all(np.array_equal(targets[name], values[name]) for name in values)
+    documents = sorted(r.path.rsplit("m.zarr", 1)[1] for r in s3_server.log.matching("GET", path_contains="zarr.json"))
+    assert documents == ["/layer1/w/zarr.json", "/zarr.json"]  # only the changed node is fetched
+    # a local save does not carry the copies (its reader opens the files anyway)
+    vs.save(tmp_path / "m.zarr", values)
+    assert "varstore_zarr_nodes" not in json.loads((tmp_path / "m.zarr/zarr.json").read_text())["attributes"]

@@ -113,6 +113,7 @@ class UploadingStorage:
     """
 
     renames = True  # a staging directory: nothing written here is a commit
+    uploads = True  # whole files written here go to the object store at once (a backend may say more up front)
 
     def __init__(self, root: Path, remote: ObjectStorage, name: str) -> None:
         self.url = remote.url_of(name)

@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # annotations only: a read imports neither the thread pool (n
 
     import numpy.typing as npt
 
-__all__ = ["Zarr3Backend", "Zarr3Writer", "Zarr3Reader", "BACKEND", "chunk_file", "chunk_path"]
+__all__ = ["Zarr3Backend", "Zarr3Writer", "Zarr3Reader", "BACKEND", "chunk_file", "chunk_path", "NODES_ATTRIBUTE"]
 
 #: Threads writing zarr.json documents while the writer's caller goes on (0: written at once). Creating
 #: a file costs a journal entry and an inode; several in flight overlap that work with the rest of a save.
@@ -126,8 +126,20 @@ def array_metadata(dtype: np.dtype, shape: tuple[int, ...], attrs: dict[str, Any
     }
 
 
+#: Root attribute of a Zarr checkpoint saved to an object store: {node path: its zarr.json document,
+#: exactly as in its own file}, so a reader of the bucket gets every array's and group's metadata with
+#: the commit object instead of one GET each (checkpoint-format.md section 8). An attribute, not
+#: zarr-python's consolidated metadata, which zarr-python would trust over the nodes' own files.
+NODES_ATTRIBUTE = "varstore_zarr_nodes"
+
+
+def document_text(document: dict[str, Any]) -> str:
+    """A zarr.json document as varstore writes it (so a copy in NODES_ATTRIBUTE can be compared by size)."""
+    return json.dumps(document, ensure_ascii=False, allow_nan=False)
+
+
 def _write_json(path: Path, document: dict[str, Any]) -> None:
-    _write_text(path, json.dumps(document, ensure_ascii=False, allow_nan=False))
+    _write_text(path, document_text(document))
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -150,13 +162,15 @@ class Zarr3Writer:
         self._groups: set[str] = {""}
         self._written: list[Path] = [self.path]
         self._root_attrs: dict[str, Any] = {}
+        self._documents: dict[str, dict[str, Any]] = {}  # every node's zarr.json, for NODES_ATTRIBUTE
         self._pool: ThreadPoolExecutor | None = None
         self._pending: list[Future[None]] = []
 
     def _write_json_soon(self, path: Path, document: dict[str, Any]) -> None:
         """Writes a zarr.json from a helper thread (JSON_WRITER_THREADS); encoding errors raise here,
         write errors at close()."""
-        text = json.dumps(document, ensure_ascii=False, allow_nan=False)
+        text = document_text(document)
+        self._documents[os.path.relpath(path.parent, self.path).replace(os.sep, "/")] = document
         write = _write_text if self._storage is None else self._write_through_storage
         if JSON_WRITER_THREADS <= 0:
             write(path, text)
@@ -241,8 +255,11 @@ class Zarr3Writer:
         error = self._wait_for_writes()
         if error is not None:
             raise error
-        _write_json(self.path / "zarr.json",
-                    {"zarr_format": 3, "node_type": "group", "attributes": self._root_attrs})
+        attrs = self._root_attrs
+        if getattr(self._storage, "uploads", False) and self._documents:  # a bucket's reader: see NODES_ATTRIBUTE
+            nodes = {path: self._documents[path] for path in sorted(self._documents)}
+            attrs = {**attrs, NODES_ATTRIBUTE: nodes}
+        _write_json(self.path / "zarr.json", {"zarr_format": 3, "node_type": "group", "attributes": attrs})
         return self._written + [self.path / "zarr.json"]
 
     def abort(self) -> None:
@@ -432,6 +449,21 @@ class Zarr3Backend:
     native_bytes_strings = False
     suffixes: tuple[str, ...] = (".zarr",)
     is_directory = True
+
+    def documents_from_root(self, root: bytes) -> dict[str, bytes]:
+        """{relative file ("layer_0/kernel/zarr.json"): its exact bytes} of the nodes whose zarr.json
+        documents the root zarr.json `root` carries (NODES_ATTRIBUTE; {} when none, or when `root` is
+        not JSON): what a reader of an object store would otherwise fetch one object at a time.
+        A copy that differs from the node's own file is caught by its size (see checkpoint/remote.py)."""
+        try:
+            document = json.loads(root)
+            nodes = document["attributes"][NODES_ATTRIBUTE]
+        except (ValueError, KeyError, TypeError):
+            return {}
+        if not isinstance(nodes, dict):
+            return {}
+        return {f"{path}/zarr.json": document_text(node).encode("utf-8") for path, node in nodes.items()
+                if isinstance(path, str) and isinstance(node, dict) and path and ".." not in path.split("/")}
 
     def sniff(self, path: Path) -> bool:
         """True when `path` is a directory holding a zarr.json that says zarr_format 3."""
