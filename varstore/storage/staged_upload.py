@@ -79,7 +79,7 @@ class _DirectWriter:
             return
         local = self._local
         if local is None:
-            local = self._local = self._owner.local.writer(self.key)
+            local = self._local = self._owner.staging_writer(self.key)
             if self._whole is not None:
                 local.write_at(0, self._whole)
                 self._whole = None
@@ -91,7 +91,7 @@ class _DirectWriter:
         elif self._whole is not None:
             self._owner.upload(self.key, self._whole)
         else:  # an empty file: created locally, uploaded with the metadata
-            self._owner.local.writer(self.key).finish()
+            self._owner.staging_writer(self.key).finish()
         self._whole = None
 
     def abort(self) -> None:
@@ -113,7 +113,8 @@ class UploadingStorage:
     """
 
     renames = True  # a staging directory: nothing written here is a commit
-    uploads = True  # whole files written here go to the object store at once (a backend may say more up front)
+    #: whole files written here go to the object store at once: a backend may skip making local directories
+    uploads = True
 
     def __init__(self, root: Path, remote: ObjectStorage, name: str) -> None:
         self.url = remote.url_of(name)
@@ -186,8 +187,14 @@ class UploadingStorage:
     def writer(self, key: str, *, keep_open: bool = False) -> StorageWriter:
         """A writer for `key`: kept-open keys (written in pieces) are staged locally, others may upload."""
         if keep_open:
-            return self.local.writer(key, keep_open=True)
+            return self.staging_writer(key, keep_open=True)
         return _DirectWriter(self, key)
+
+    def staging_writer(self, key: str, keep_open: bool = False) -> LocalWriter:
+        """A writer of the staging file for `key`, its directory made first (a backend writing through an
+        uploading storage need not make the directories of files that never land here)."""
+        os.makedirs(os.path.dirname(os.fspath(key)), exist_ok=True)
+        return self.local.writer(key, keep_open=keep_open)
 
     def close(self) -> None:
         """Waits for the uploads in flight (at most max_in_flight; their errors are wait()'s to

@@ -163,6 +163,8 @@ class Zarr3Writer:
         self._written: list[Path] = [self.path]
         self._root_attrs: dict[str, Any] = {}
         self._documents: dict[str, dict[str, Any]] = {}  # every node's zarr.json, for NODES_ATTRIBUTE
+        # node directories known without being made (a storage that uploads every file it is given whole)
+        self._directories: set[Path] | None = set() if getattr(storage, "uploads", False) else None
         self._pool: ThreadPoolExecutor | None = None
         self._pending: list[Future[None]] = []
 
@@ -204,13 +206,24 @@ class Zarr3Writer:
             self._pool = None
         return first
 
+    def _make_directory(self, directory: Path) -> None:
+        """Creates a node's directory (a second node at the same path fails here, as mkdir does); with a
+        storage that uploads, only remembers it: files written there go to objects, and the storage
+        makes a local directory itself for any file it keeps (storage/staged_upload.py)."""
+        if self._directories is None:
+            directory.mkdir()
+        elif directory in self._directories:
+            raise FileExistsError(17, "File exists", str(directory))
+        else:
+            self._directories.add(directory)
+
     def _ensure_group(self, group: str) -> None:
         if group in self._groups:
             return
         parent = group.rpartition("/")[0]
         self._ensure_group(parent)
         directory = self.path / group
-        directory.mkdir()
+        self._make_directory(directory)
         self._write_json_soon(directory / "zarr.json", {"zarr_format": 3, "node_type": "group", "attributes": {}})
         self._groups.add(group)
         self._written += [directory, directory / "zarr.json"]
@@ -222,7 +235,7 @@ class Zarr3Writer:
         is one chunk), and no extent is returned for a grid of several."""
         self._ensure_group(path.rpartition("/")[0])
         directory = self.path / path
-        directory.mkdir()
+        self._make_directory(directory)
         whole = chunks is None or tuple(max(1, n) for n in chunks) == tuple(max(1, n) for n in shape)
         self._write_json_soon(directory / "zarr.json", array_metadata(dtype, shape, attrs, chunks))
         self._written += [directory, directory / "zarr.json"]
@@ -233,7 +246,7 @@ class Zarr3Writer:
             chunk = chunk_file(directory, len(shape))
         else:
             chunk = chunk_path(directory, (0,) * len(shape))
-            if shape:
+            if shape and self._directories is None:
                 chunk.parent.mkdir(parents=True)
                 self._written += [directory.joinpath("c", *(["0"] * i)) for i in range(len(shape))]
         self._written.append(chunk)
