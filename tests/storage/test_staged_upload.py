@@ -126,3 +126,23 @@ def test_a_packed_zarr_save_to_a_bucket_stages_the_blob_and_reads_back(
         assert len(reader.keys()) == 301
         np.testing.assert_array_equal(reader["opt/slot_0123"], values["opt/slot_0123"])
         np.testing.assert_array_equal(reader["big/kernel"], values["big/kernel"])
+
+
+def test_an_async_zarr_save_to_a_bucket_within_a_snapshot_budget_round_trips(
+        s3_env: dict[str, str], s3_server: S3TestServer, s3_prefix: str) -> None:
+    store = vs.VariableStore()
+    with store.variable_scope("m"):
+        big = store.get_variable("big", shape=(3 * MiB,), dtype="float32")  # 12 MiB: a multipart chunk
+        small = [store.get_variable(f"s{i}", shape=(1000,), dtype="float32") for i in range(5)]
+    big.assign(np.arange(3 * MiB, dtype=np.float32))
+    for i, variable in enumerate(small):
+        variable.assign(np.full(1000, i, dtype=np.float32))
+    url = f"{s3_prefix}/async.zarr"
+    s3_server.log.clear()
+    handle = vs.save(url, store, blocking=False, max_snapshot_bytes=13 * MiB, layout="per-variable")
+    big.assign(np.zeros(3 * MiB, dtype=np.float32))  # the snapshot was taken: the save keeps the old values
+    handle.wait()
+    assert len(s3_server.log.matching("PUT", query_contains="partNumber")) == 2  # 12 MiB in 8 MiB parts
+    restored = vs.load(url)
+    np.testing.assert_array_equal(restored["m/big"], np.arange(3 * MiB, dtype=np.float32))
+    assert [restored[f"m/s{i}"][0] for i in range(5)] == [0.0, 1.0, 2.0, 3.0, 4.0]

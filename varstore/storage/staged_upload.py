@@ -1,20 +1,22 @@
 """UploadingStorage: a save's staging directory whose whole-file writes go straight to an object store.
 
 A Zarr save to a bucket lays its container out in a local staging directory
-(checkpoint/remote.py). Most of that container's bytes are chunk files, each
-written by the write engine in ONE positional write of a variable's buffer at
-offset 0. This storage turns exactly those writes into PUTs of that buffer (no
-copy, no local file, no read-back) while the engine goes on with the next
-variable; every other write (a key written in several pieces and kept open,
-e.g. the packed blob) lands in the staging file as LocalStorage would write it,
-for the caller to upload afterwards. The checkpoint's metadata documents are
-written by the backend into the staging directory and never pass through here.
+(checkpoint/remote.py). Most of that container's files are written in ONE
+positional write at offset 0: each chunk file (a variable's buffer, from the
+write engine), each array's and group's zarr.json (from the backend, which
+makes no local directories for them: `uploads`). This storage turns exactly
+those writes into PUTs of that buffer (no copy, no local file, no read-back)
+while the engine goes on with the next variable; every other write (a key
+written in several pieces and kept open, e.g. the packed blob) lands in the
+staging file as LocalStorage would write it, for the caller to upload
+afterwards with the commit object.
 
 Requests in flight never exceed the client's max_in_flight: small objects take
-one slot each; an object larger than one part is a multipart upload that takes
-every slot (its parts are the requests). At most UPLOAD_BUFFER_BYTES of small
-objects are queued ahead of the server (on top of the variables' own memory,
-which an in-flight PUT reads in place).
+one slot each and run in the background, at most UPLOAD_BUFFER_BYTES of them
+queued ahead of the server (on top of the variables' own memory, which an
+in-flight PUT reads in place); an object larger than one part is a multipart
+upload that takes every slot (its parts are the requests) and is done before
+its writer's finish() returns.
 
 Knows nothing about formats or commits: the caller decides which keys exist and
 which object is written last.
@@ -138,8 +140,13 @@ class UploadingStorage:
         return f"{self._name}/{relative.replace(os.sep, '/')}"
 
     def upload(self, key: str, data: memoryview) -> None:
-        """Starts the upload of `data` (read in place until it completes) as the object for `key`;
-        blocks while the save's requests in flight or queued bytes are at their bound."""
+        """Uploads `data` (read in place until it completes) as the object for `key`.
+
+        An object of at most one part is started and left to run (at most UPLOAD_BUFFER_BYTES of
+        them at once); a larger one is uploaded before this returns (it takes every request slot
+        anyway), so the caller may release its memory afterwards (an async save's snapshot budget).
+        Blocks while the save's requests in flight or queued bytes are at their bound.
+        """
         name = self._object_name(key)
         client = self._remote.client
         large = len(data) > client.part_size
@@ -150,9 +157,15 @@ class UploadingStorage:
         self._slots.take(count, queued)
         with self._lock:
             self.uploaded.append(name)
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._slots.slots, thread_name_prefix="varstore-upload")
-            self._futures.append(self._pool.submit(self._put, name, data, large, count, queued))
+            if large:
+                future: Future[None] | None = None
+            else:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self._slots.slots, thread_name_prefix="varstore-upload")
+                future = self._pool.submit(self._put, name, data, large, count, queued)
+                self._futures.append(future)
+        if future is None:
+            self._put(name, data, large, count, queued)  # multipart: its parts are the requests in flight
 
     def _put(self, name: str, data: memoryview, large: bool, count: int, queued: int) -> None:
         client = self._remote.client
