@@ -14,7 +14,9 @@ owns no thread (the storage's read-ahead does).
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -112,14 +114,19 @@ class KeyOrder:
         """
         manifest = self._reader.manifest
         columns = manifest.columns
-        packed = [i for i, path in enumerate(columns["path"]) if path is None]
+        paths = columns["path"]
+        packed = list(itertools.compress(range(len(paths)), map(operator.is_, paths, itertools.repeat(None))))
         try:
             views = packed_views(blob, columns, manifest.names, packed, manifest.where)
         except CorruptCheckpointError:
             return
-        table: list[npt.NDArray[Any] | None] = [None] * len(manifest.names)
-        for i, view in zip(packed, views):
-            table[i] = view
+        table: list[npt.NDArray[Any] | None]
+        if len(packed) == len(paths):  # every variable packed (W2): the views are the table
+            table = list(views)
+        else:
+            table = [None] * len(paths)
+            for i, view in zip(packed, views):
+                table[i] = view
         self._views = table
         self._checked = packed_checksum_failure(blob, columns, packed) is None
 
