@@ -263,3 +263,20 @@ def test_a_zarr_json_that_cannot_be_written_fails_the_save_and_leaves_nothing(
     save(path, VALUES, pack_threshold_bytes=0)
     assert sorted(p.name for p in (path / "dense/bias").iterdir()) == ["0", "zarr.json"]
     assert json.loads((path / "dense/bias/zarr.json").read_text())["shape"] == [6]
+
+
+def test_opening_a_zarr_checkpoint_reads_each_zarr_json_once(tmp_path: Path, monkeypatch: Any) -> None:
+    path = save(tmp_path / "ck.zarr", {f"s/v{i}": np.full(3, i, np.float32) for i in range(5)}, layout="packed")
+    read: list[str] = []
+    document = Zarr3Reader._document
+
+    def counted(self: Zarr3Reader, array: str) -> dict[str, Any]:
+        read.append(array)
+        return document(self, array)
+
+    monkeypatch.setattr(Zarr3Reader, "_document", counted)
+    with open_varstore(path) as reader:
+        assert reader.info("s/v3").shape == (3,)
+        assert read == ["", "_varstore/manifest"]  # the root, then the manifest's metadata: once each
+        assert reader["s/v3"].tolist() == [3.0] * 3
+    assert read == ["", "_varstore/manifest", "_varstore/packed"]

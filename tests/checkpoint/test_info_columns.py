@@ -132,3 +132,20 @@ def test_a_damaged_packed_variable_is_named_and_the_others_still_read(tmp_path: 
         for name in reader.keys()[7:]:  # jumps past the bad one: still checked and correct
             np.testing.assert_array_equal(reader[name], values[name])
         assert float(reader.read("s/v06", verify=False)[0]) != 6.0  # unchecked: the damaged bytes
+
+
+def test_a_loop_in_key_order_copies_each_packed_variable_out_of_the_checked_blob(tmp_path: Path) -> None:
+    values = {f"s/v{i:02d}": np.full(4, i, np.float32) for i in range(20)}
+    path = save(tmp_path / "ck.zarr", values, layout="packed")
+    with open_varstore(path) as reader:
+        names = reader.keys()
+        first = [reader[name] for name in names[:10]]
+        assert reader._order.next_copy(10) is not None  # the fast path serves the next key in order...
+        assert reader._order.next_copy(12) is None  # ...and nothing else
+        rest = [reader[name] for name in names[11:]]  # a jump: the slow path, then fast again
+        assert reader._order.next_copy(len(names) - 1) is None  # past the last read: not the next one
+    for name, array in zip(names[:10] + names[11:], first + rest):
+        np.testing.assert_array_equal(array, values[name])
+        assert array.flags.owndata and array.flags.writeable
+    first[0][:] = 9.0
+    assert first[1].tolist() == [1.0] * 4

@@ -100,3 +100,27 @@ def test_load_memory_is_the_arrays_plus_a_bounded_overhead(tmp_path: Path, suffi
     nbytes, grown = map(int, result.stdout.split())
     assert nbytes == 4 * 1024 * 4096 * 4 + 16
     assert nbytes <= grown <= nbytes + (16 << 20), (nbytes, grown)  # the arrays + at most 16 MiB
+
+
+def test_load_of_most_packed_bytes_hands_out_disjoint_views_of_its_own_blob(ckpt: Path) -> None:
+    values = {f"s/v{i:03d}": np.full(16, i, np.float32) for i in range(100)}  # 64 B each: no padding
+    values["s/scalar"] = np.array(2.5, np.float64)
+    vs.save(ckpt, values, layout="packed")
+    loaded = vs.load(ckpt)
+    assert list(loaded) == list(values)
+    assert not any(array.flags.owndata for array in loaded.values())  # views of the blob, none copied
+    assert not np.shares_memory(loaded["s/v000"], loaded["s/v001"])
+    loaded["s/v001"][:] = -1.0  # writable, and no other array (nor a later load) sees it
+    assert loaded["s/v000"].tolist() == [0.0] * 16 and loaded["s/v002"].tolist() == [2.0] * 16
+    assert float(loaded["s/scalar"]) == 2.5 and loaded["s/scalar"].shape == ()
+    assert vs.load(ckpt, names=["s/v001"])["s/v001"].tolist() == [1.0] * 16
+
+
+def test_load_of_a_few_packed_variables_copies_them_out_of_the_blob(ckpt: Path) -> None:
+    values = {f"s/v{i:03d}": np.full(16, i, np.float32) for i in range(100)}
+    vs.save(ckpt, values, layout="packed")
+    few = vs.load(ckpt, filter="s/v00*")  # 10 of 100: a copy each, so the blob is not kept alive
+    assert sorted(few) == [f"s/v{i:03d}" for i in range(10)]
+    for name, array in few.items():
+        assert array.flags.owndata and array.flags.writeable
+        np.testing.assert_array_equal(array, values[name])

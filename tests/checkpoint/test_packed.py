@@ -89,3 +89,45 @@ def test_packed_views_refuse_a_variable_outside_the_blob() -> None:
     columns["dtype"][0] = "float99"
     with pytest.raises(CorruptCheckpointError, match="'v0' in 'm.h5' has an unknown dtype 'float99'"):
         packed_views(blob, columns, ["v0", "v1"], [0, 1], "m.h5")
+
+
+def _regular_run_one_by_one(offsets: list, shapes: list, dtypes: list, positions: list, first: int,
+                            size: int) -> tuple[int, int]:
+    """regular_run's rule, one variable at a time (what the block compares must agree with)."""
+    end, count, start = first + 1, len(positions), offsets[positions[first]]
+    if end >= count or not size or start is None:
+        return end, size or 1
+    stride = offsets[positions[end]] - start if offsets[positions[end]] is not None else 0
+    if stride < size:
+        return end, size
+    while end < count and (offsets[positions[end]] == start + (end - first) * stride
+                           and shapes[positions[end]] == shapes[positions[first]]
+                           and dtypes[positions[end]] == dtypes[positions[first]]):
+        end += 1
+    return end, stride
+
+
+@pytest.mark.parametrize("count", [1, 2, 17, 100, 1000])
+@pytest.mark.parametrize("seed", range(6))
+def test_regular_run_finds_the_same_run_ends_as_the_one_by_one_rule(count: int, seed: int) -> None:
+    rng = np.random.default_rng(seed * 1000 + count)
+    offsets = [64 * i for i in range(count)]
+    shapes = [(4,)] * count
+    dtypes = ["float32"] * count
+    for _ in range(rng.integers(0, 4)):  # breaks anywhere, also deep inside a doubled block
+        at = int(rng.integers(0, count))
+        kind = rng.integers(0, 4)
+        if kind == 0:
+            shapes[at] = (2, 2)  # same bytes, other shape
+        elif kind == 1:
+            dtypes[at] = "int32"
+        elif kind == 2:
+            offsets[at:] = [o + 64 for o in offsets[at:]]  # a gap
+        else:
+            offsets[at] = None  # not packed
+    positions = list(range(count)) if seed % 2 else [i for i in range(count) if offsets[i] is not None]
+    k = 0
+    while k < len(positions):
+        expected = _regular_run_one_by_one(offsets, shapes, dtypes, positions, k, 16)
+        assert regular_run(offsets, shapes, dtypes, positions, k, 16) == expected, (k, expected)
+        k = expected[0]

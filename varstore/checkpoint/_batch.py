@@ -5,19 +5,22 @@ short-lived objects (records, views, manifest lists); each allocation burst
 triggers collections that walk every live object of the process, which
 doubled the time of such saves and restores. Nothing these loops build has
 reference cycles, so collection is paused for their duration and resumed
-(when it was on) afterwards. Knows nothing about files or variables.
+(when it was on) afterwards. Decoding a manifest pauses it too (its JSON
+holds a list per shape: 50,000 of them cost one full collection, ~30 ms, per
+open). Uses the `_thread` lock so that a read does not import `threading`.
+Knows nothing about files or variables.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import threading
+from _thread import allocate_lock
 from collections.abc import Iterator
 
 __all__ = ["paused_gc"]
 
-_lock = threading.Lock()
+_lock = allocate_lock()
 _depth = 0
 _was_enabled = False
 

@@ -4,7 +4,8 @@ A varstore HDF5 file starts with a 512-byte index header (in the HDF5 user
 block) saying where the manifest is and its crc32c, so a reader finds the
 manifest with two small positional reads and no HDF5 library. Otherwise the
 root attribute varstore_format (read through the backend) says whether a
-container is varstore's. Reads through the Storage protocol and the
+container is varstore's, and the manifest read that way is checked against
+the crc32c the file records for it. Reads through the Storage protocol and the
 backends; never decodes the manifest, never reads a variable.
 """
 
@@ -17,10 +18,11 @@ from pathlib import Path
 from varstore.backends import get_backend
 from varstore.checkpoint.checksum import crc32c_raw
 from varstore.checkpoint.manifest import FORMAT_NAMES, INDEX_HEADER_BYTES, MANIFEST_PATH, decode_index_header
-from varstore.errors import CheckpointNotFoundError, NotACheckpointError, VarstoreError
+from varstore.errors import CheckpointNotFoundError, CorruptCheckpointError, NotACheckpointError, VarstoreError
 from varstore.storage import Storage, is_remote, storage_for
 
-__all__ = ["detect_container", "index_header", "manifest_via_index_header", "is_varstore_checkpoint"]
+__all__ = ["detect_container", "index_header", "manifest_via_index_header", "check_manifest_bytes",
+           "is_varstore_checkpoint"]
 
 
 def detect_container(path: Path) -> str:
@@ -73,6 +75,31 @@ def manifest_via_index_header(storage: Storage, key: str) -> bytes | None:
     if crc32c_raw(data) != checksum:
         return None
     return data
+
+
+def check_manifest_bytes(data: bytes, recorded: object, header: tuple[int, int, int] | None, path: str) -> None:
+    """Checks manifest bytes read through the backend against every crc32c the file records for them.
+
+    Those are the root attribute varstore_manifest_crc32c (`recorded`) and the
+    index header's manifest_crc32c (`header`, when a header is there but the
+    fast path did not match, e.g. a rewritten HDF5 file). Files from older
+    writers have neither.
+
+    Raises:
+      CorruptCheckpointError: naming the file and both checksums.
+    """
+    expected = [recorded] if recorded is not None else []
+    if header is not None:
+        expected.append(header[2])
+    if not expected:
+        return
+    found = crc32c_raw(data)
+    for value in expected:
+        if type(value) is not int or value != found:
+            recorded_text = f"{value:08x}" if type(value) is int else repr(value)
+            raise CorruptCheckpointError(
+                f"the manifest of '{path}' is damaged: its bytes have crc32c {found:08x}, the "
+                f"checkpoint recorded {recorded_text}; restore from another checkpoint")
 
 
 def is_varstore_checkpoint(path: os.PathLike[str] | str,

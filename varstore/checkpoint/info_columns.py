@@ -48,7 +48,7 @@ class InfoColumns:
     def __init__(self, columns: ManifestColumns) -> None:
         c = columns.columns
         self._names: list[str] = columns.names
-        self._shapes: list[list[int]] = c["shape"]
+        self._shapes: list[tuple[int, ...]] = c["shape"]  # tuples after check(), shared: handed out as they are
         self._dtypes: list[str] = c["dtype"]
         self._nbytes: list[int] = c["nbytes"]
         self._trainable: list[bool] = c["trainable"]
@@ -66,7 +66,7 @@ class InfoColumns:
         info = _new(_info_class or _variable_info())
         # The fields VariableInfo's generated __init__ sets, set at once (the class has no __post_init__).
         _set(info, "__dict__", {
-            "name": self._names[i], "shape": tuple(self._shapes[i]), "dtype": self._dtypes[i],
+            "name": self._names[i], "shape": self._shapes[i], "dtype": self._dtypes[i],
             "nbytes": self._nbytes[i], "trainable": self._trainable[i],
             "collections": self._sets[self._collections[i]], "checksum":
             None if checksum is None else "crc32c:%08x" % checksum,

@@ -4,14 +4,18 @@
 that the file really holds the bytes its manifest claims) and fills them all
 with one `restore` into that mapping: the packed blob is read once, values
 are read with preadv straight into the arrays in file order with read-ahead,
-and every checksum is checked before it returns. Memory: the arrays, plus
-the packed blob (at most 256 MiB, packed layout only) while it runs. The
+and every checksum is checked before it returns. Packed variables that hold
+at least half of the blob's bytes are returned as views of it (no copy
+each). Memory: the arrays, plus the packed blob (at most 256 MiB, packed
+layout only) while it runs. The
 public entry point for every format is varstore.load (varstore/convert/load.py).
 Never writes.
 """
 
 from __future__ import annotations
 
+import itertools
+import operator
 import os
 from typing import Any
 
@@ -47,22 +51,32 @@ def select_names(keys: list[str], names: list[str] | None, filter: str | None, r
 
 
 def _load_packed(reader: VarstoreReader, selected: list[str], verify: bool) -> dict[str, npt.NDArray[Any]]:
-    """The selected packed variables as new arrays: the blob read once, every checksum checked on it
-    first, then one copy per variable out of its run's view (W2: 50,000 variables at safetensors' pace).
-    Empty when there are none or the blob is larger than the bulk engine reads whole."""
+    """The selected packed variables as arrays: the blob read once, every checksum checked on it first,
+    then one view per variable out of its run's block (W2: 50,000 variables at safetensors' pace).
+
+    The blob is this call's own, so when the selected variables hold at least half of its bytes the
+    arrays are views of it (writable, disjoint; no copy each); otherwise each is copied out, so that
+    a few small arrays never keep a large blob alive. Empty when there are none or the blob is
+    larger than the bulk engine reads whole.
+    """
     columns = reader.manifest.columns
-    index_of, paths = reader.manifest.index, columns["path"]
-    names = [name for name in selected if paths[index_of[name]] is None]
-    if not names:
+    paths = columns["path"]
+    indices = list(map(reader.manifest.index.__getitem__, selected))  # select_names checked every name
+    packed_flags = list(map(operator.is_, map(paths.__getitem__, indices), itertools.repeat(None)))
+    if not packed_flags.count(True):
         return {}
+    if packed_flags.count(True) != len(indices):
+        selected = list(itertools.compress(selected, packed_flags))
+        indices = list(itertools.compress(indices, packed_flags))
     blob = reader.packed_blob(PACKED_CACHE_BYTES)
     if blob is None:
         return {}
-    indices = [index_of[name] for name in names]
     if verify:
         check_packed(reader, blob, indices)
     views = packed_views(blob, columns, reader.manifest.names, indices, str(reader.path))
-    return {name: view.copy() for name, view in zip(names, views)}
+    if 2 * sum(map(columns["nbytes"].__getitem__, set(indices))) >= len(blob):
+        return dict(zip(selected, views))
+    return {name: view.copy() for name, view in zip(selected, views)}
 
 
 def load_varstore(path: os.PathLike[str] | str | VarstoreReader, names: list[str] | None = None,
@@ -80,17 +94,16 @@ def load_varstore(path: os.PathLike[str] | str | VarstoreReader, names: list[str
         selected = select_names(reader.keys(), names, filter, reader)
         packed = _load_packed(reader, selected, verify)
         out: dict[str, npt.NDArray[Any]] = {}
-        reader.locate([name for name in selected if name not in packed])  # Zarr: metadata read in parallel
-        for name in selected:
-            if name in packed:
-                continue
+        rest = [name for name in selected if name not in packed] if packed else selected
+        reader.locate(rest)  # Zarr: metadata read in parallel
+        for name in rest:
             record = reader.record(name)
             reader.check_stored(record)  # before allocating what the manifest claims
             out[name] = np.empty(record.shape, dtype=record.numpy_dtype)
         if out:
             restore(reader, out, verify=verify)  # names not selected are merely "unexpected" there
-        if not packed:
-            return out
+        if not packed or not out:
+            return out or packed  # one kind only: already in the order selected
         return {name: packed[name] if name in packed else out[name] for name in selected}
     finally:
         if reader is not path:

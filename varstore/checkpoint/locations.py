@@ -104,6 +104,8 @@ class VariableBytes:
 
         index, columns = manifest.index, manifest.columns
         paths, sizes = columns["path"], columns["nbytes"]
+        if paths.count(None) == len(paths):  # every variable packed (W2): no file of its own to hint
+            return []
         root = self._path
         files = []
         for name in names:

@@ -4,7 +4,7 @@ Defines the name rules, where each variable is stored (its own array at its
 full name, an alias path, or a slice of the packed blob), how logical dtypes
 map to stored dtypes and shapes, and the JSON document (format version 1)
 kept at "_varstore/manifest" (the optional "file_offset" column
-and the HDF5 index header were added compatibly; files without them read the same). Decoding is
+and the HDF5 index header, index_header.py, were added compatibly; files without them read the same). Decoding is
 columnar and lazy: a Record is built only when one is asked for, so opening
 a checkpoint of 50,000 variables costs one json.loads.
 docs/checkpoint-format.md is the prose version of this module. No file I/O here.
@@ -24,6 +24,8 @@ import numpy as np
 
 from varstore._naming import validate_name as _validate_name
 from varstore import dtypes as _dtypes
+from varstore.checkpoint._batch import paused_gc
+from varstore.checkpoint.index_header import INDEX_HEADER_BYTES, decode_index_header, encode_index_header
 from varstore.errors import CorruptCheckpointError, InvalidNameError, UnsupportedDtypeError
 
 __all__ = [
@@ -264,7 +266,8 @@ class ManifestColumns:
 
     Attributes:
       names: every variable name, in storage order.
-      columns: the JSON columns ("shape", "dtype", ..., and "file_offset" when present).
+      columns: the JSON columns ("shape", "dtype", ..., and "file_offset" when present); after
+        `check`, "shape" holds tuples (shared between variables of one shape).
       where: the checkpoint, for error messages.
       sets: the collection-name tuples the "collections" column indexes.
       devices: the device names the "device" column indexes.
@@ -278,7 +281,7 @@ class ManifestColumns:
         self._sets = self.sets = sets
         self._devices = self.devices = devices
         self._file_offsets = columns.get("file_offset")
-        self.index = {name: i for i, name in enumerate(self.names)}
+        self.index = dict(zip(self.names, range(len(self.names))))
         if len(self.index) != len(self.names):
             raise CorruptCheckpointError(f"the manifest of '{where}' lists a variable name twice")
 
@@ -304,6 +307,11 @@ class ManifestColumns:
     def check(self) -> None:
         """Checks every column's types and ranges at once (C-speed passes, no per-variable Python).
 
+        Afterwards the "shape" column holds tuples, one shared tuple per
+        distinct shape (50,000 variables of one shape hold one tuple, not
+        50,000 lists for the garbage collector to walk), which `record`,
+        `VariableInfo` and the packed views hand out as they are.
+
         Raises:
           ValueError: describing the first bad column.
         """
@@ -312,9 +320,14 @@ class ManifestColumns:
         def types(column: Iterable[Any]) -> set[type]:
             return set(map(type, column))
 
-        if not types(c["shape"]) <= {list} or not types(itertools.chain.from_iterable(c["shape"])) <= {int}:
+        shapes = c["shape"]
+        if not types(shapes) <= {list} or not types(itertools.chain.from_iterable(shapes)) <= {int}:
             raise ValueError("a shape is not a list of ints")
-        if min(itertools.chain.from_iterable(c["shape"]), default=0) < 0:
+        # Every dimension is an int now, so equal tuples are the same shape (64 == 64.0 cannot merge).
+        distinct: dict[tuple[int, ...], tuple[int, ...]] = {}
+        tuples = list(map(tuple, shapes))
+        shared = list(map(distinct.setdefault, tuples, tuples))
+        if min(itertools.chain.from_iterable(distinct), default=0) < 0:
             raise ValueError("a shape has a negative dimension")
         if not types(c["dtype"]) <= {str} or not types(c["trainable"]) <= {bool}:
             raise ValueError("a dtype is not a string or a trainable flag not a bool")
@@ -329,18 +342,23 @@ class ManifestColumns:
             present = [v for v in column if v is not None]
             if not types(present) <= {int} or (present and min(present) < 0):
                 raise ValueError(f"column {key!r} holds a value that is not a non-negative int or null")
-        self._check_nbytes()
-        if not types(c["path"]) <= {str, type(None)}:
+        self._check_nbytes(shared)
+        paths, offsets = c["path"], c["offset"]
+        if not types(paths) <= {str, type(None)}:
             raise ValueError("a path is not a string or null")
-        validate_names([path for path in c["path"] if path is not None])  # no "..", no leading "/": stays inside
-        if any((path is None) == (offset is None) for path, offset in zip(c["path"], c["offset"])):
+        validate_names([path for path in paths if path is not None])  # no "..", no leading "/": stays inside
+        # exactly one of path and offset per variable: no row has both null (a str is never an int, so
+        # `path is offset` only for two nulls) and the nulls of both columns add up to one per row
+        if (paths.count(None) + offsets.count(None) != len(paths)
+                or any(map(operator.is_, paths, offsets))):
             raise ValueError("each variable needs exactly one of path and offset")
         if c["collections"] and max(c["collections"]) >= len(self._sets):
             raise ValueError("a collections index is out of range")
         if c["device"] and max(c["device"]) >= len(self._devices):
             raise ValueError("a device index is out of range")
+        c["shape"] = shared
 
-    def _check_nbytes(self) -> None:
+    def _check_nbytes(self, shapes: list[tuple[int, ...]]) -> None:
         """Checks nbytes == prod(shape) x itemsize for every variable (C-level map passes, exact ints).
 
         Raises:
@@ -354,11 +372,12 @@ class ManifestColumns:
             except UnsupportedDtypeError as err:
                 raise ValueError(f"variable {self.names[c['dtype'].index(name)]!r} has an unknown dtype "
                                  f"{name!r}") from err
-        expected = list(map(operator.mul, map(math.prod, c["shape"]), map(itemsizes.__getitem__, c["dtype"])))
+        sizes = {shape: math.prod(shape) for shape in set(shapes)}  # the distinct shapes only
+        expected = list(map(operator.mul, map(sizes.__getitem__, shapes), map(itemsizes.__getitem__, c["dtype"])))
         if expected != c["nbytes"]:
             i = next(i for i, (e, n) in enumerate(zip(expected, c["nbytes"])) if e != n)
             raise ValueError(f"variable {self.names[i]!r} has nbytes {c['nbytes'][i]}, but its shape "
-                             f"{c['shape'][i]} and dtype {c['dtype'][i]} make {expected[i]}")
+                             f"{list(shapes[i])} and dtype {c['dtype'][i]} make {expected[i]}")
 
 
 def decode_manifest_columns(data: bytes, where: str) -> tuple[dict[str, Any], ManifestColumns]:
@@ -367,6 +386,12 @@ def decode_manifest_columns(data: bytes, where: str) -> tuple[dict[str, Any], Ma
     Raises:
       CorruptCheckpointError: not JSON, a newer major version, or inconsistent columns.
     """
+    with paused_gc():  # nothing here makes cycles; see _batch.py (50,000 shape lists cost a full collection)
+        return _decode_columns(data, where)
+
+
+def _decode_columns(data: bytes, where: str) -> tuple[dict[str, Any], ManifestColumns]:
+    """decode_manifest_columns without the pause."""
     try:
         document = json.loads(data)
         version = str(document["format_version"])
@@ -377,7 +402,7 @@ def decode_manifest_columns(data: bytes, where: str) -> tuple[dict[str, Any], Ma
         sets = [tuple(str(n) for n in c) for c in document.get("collection_sets", [])]
         devices = list(document.get("devices", []))
         count = len(columns["name"])
-        if not all(type(name) is str for name in columns["name"]):
+        if not set(map(type, columns["name"])) <= {str}:
             raise ValueError("a variable name is not a string")
         keys = _COLUMNS + (("file_offset",) if "file_offset" in columns else ())
         if any(not isinstance(columns[key], list) or len(columns[key]) != count for key in keys):
@@ -428,36 +453,6 @@ def validate_names(names: list[Any]) -> None:
         if name in seen:
             raise InvalidNameError(f"variable name '{name}' appears twice in one checkpoint")
         seen.add(name)
-
-
-#: Size of the HDF5 user block that holds the index header (bytes).
-INDEX_HEADER_BYTES = 512
-_INDEX_MAGIC = b"varstore-index "
-
-
-def encode_index_header(manifest_offset: int, manifest_nbytes: int, manifest_checksum: int) -> bytes:
-    """The HDF5 user block: where the manifest's bytes are, so readers can skip the HDF5 library.
-
-    ASCII: b"varstore-index " + JSON {"manifest_offset", "manifest_nbytes",
-    "manifest_crc32c"} + b"\n", padded with NUL bytes to INDEX_HEADER_BYTES.
-    """
-    body = json.dumps({"manifest_offset": manifest_offset, "manifest_nbytes": manifest_nbytes,
-                       "manifest_crc32c": manifest_checksum}, separators=(",", ":")).encode()
-    return (_INDEX_MAGIC + body + b"\n").ljust(INDEX_HEADER_BYTES, b"\0")
-
-
-def decode_index_header(data: bytes) -> tuple[int, int, int] | None:
-    """(manifest_offset, manifest_nbytes, manifest_crc32c) from a user block, or None when it has none."""
-    if not data.startswith(_INDEX_MAGIC):
-        return None
-    try:
-        body = json.loads(data[len(_INDEX_MAGIC):data.index(b"\n")])
-        values = (body["manifest_offset"], body["manifest_nbytes"], body["manifest_crc32c"])
-    except (ValueError, KeyError, TypeError):
-        return None
-    if not all(type(v) is int and v >= 0 for v in values):
-        return None
-    return values
 
 
 def check_dtype_name(name: str, dtype: Any) -> np.dtype:

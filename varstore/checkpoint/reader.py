@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from varstore.backends import BackendReader, RawExtent, get_backend
-from varstore.checkpoint.checksum import crc32c_of, crc32c_raw
+from varstore.checkpoint.checksum import crc32c_of
 from varstore.checkpoint.info_columns import InfoColumns
 from varstore.checkpoint.key_order import KeyOrder, copy_packed
 from varstore.checkpoint.read_session import ReadSession
 from varstore.checkpoint.locations import VariableBytes
 from varstore.checkpoint.detection import (
+    check_manifest_bytes,
     detect_container,
     index_header,
     is_varstore_checkpoint,
@@ -128,7 +129,9 @@ class VarstoreReader(CheckpointReader):
                 if root.get("varstore_format") != self.format:
                     self._refuse_format(root.get("varstore_format"))
                 data = self._store.read_bytes(MANIFEST_PATH)
-                self._check_manifest(data, root.get("varstore_manifest_crc32c"))
+                check_manifest_bytes(data, root.get("varstore_manifest_crc32c"),
+                                     None if self._backend.is_directory else index_header(self.storage, self._key),
+                                     str(path))
             header, columns = decode_manifest_columns(data, str(path))
             if self._direct and header.get("format") != self.format:
                 raise NotACheckpointError(f"'{path}' has an index header but is not a varstore HDF5 file")
@@ -186,30 +189,6 @@ class VarstoreReader(CheckpointReader):
             f"varstore_format is {found!r}, not {self.format!r}: its root metadata is damaged; "
             f"restore from another checkpoint")
 
-    def _check_manifest(self, data: bytes, recorded: Any) -> None:
-        """Checks manifest bytes read through the backend against every crc32c the file records for them.
-
-        Those are the root attribute varstore_manifest_crc32c and the index
-        header's manifest_crc32c (when a header is there but the fast path did
-        not match, e.g. a rewritten HDF5 file). Files from older writers have neither.
-
-        Raises:
-          CorruptCheckpointError: naming the file and both checksums.
-        """
-        expected = [recorded] if recorded is not None else []
-        where = None if self._backend.is_directory else index_header(self.storage, self._key)
-        if where is not None:
-            expected.append(where[2])
-        if not expected:
-            return
-        found = crc32c_raw(data)
-        for value in expected:
-            if type(value) is not int or value != found:
-                recorded_text = f"{value:08x}" if type(value) is int else repr(value)
-                raise CorruptCheckpointError(
-                    f"the manifest of '{self.path}' is damaged: its bytes have crc32c {found:08x}, the "
-                    f"checkpoint recorded {recorded_text}; restore from another checkpoint")
-
     # -- CheckpointReader
     def keys(self) -> list[str]:
         return list(self._names)
@@ -248,6 +227,15 @@ class VarstoreReader(CheckpointReader):
     def infos(self) -> list[VariableInfo]:
         return self._infos.infos()
 
+
+    def __getitem__(self, name: str) -> npt.NDArray[Any]:
+        """`read(name)`; in a loop in key order over packed variables, one copy out of the checked blob."""
+        index = self._columns.index.get(name)
+        if index is not None and self.session is None:
+            value = self._order.next_copy(index)
+            if value is not None:
+                return value
+        return self.read(name)
 
     def read(self, name: str, out: npt.NDArray[Any] | None = None, *,
              verify: bool = True) -> npt.NDArray[Any]:

@@ -36,8 +36,12 @@ def load(path: os.PathLike[str] | str, names: list[str] | None = None, filter: s
 
     Returns:
       {name: array} with each variable's stored shape and logical dtype
-      (bfloat16/float8 as ml_dtypes). Memory: the arrays plus, for varstore
-      files in the packed layout, the packed blob (at most 256 MiB) while loading.
+      (bfloat16/float8 as ml_dtypes), each writable and sharing memory with no
+      other. Memory: the arrays plus, for varstore files in the packed layout,
+      the packed blob (at most 256 MiB) while loading; when the loaded small
+      variables hold at least half of that blob, they are views of it (no
+      copy each, as safetensors' arrays are views of its buffers), so it lives
+      as long as one of them does.
 
     Raises:
       UnknownVariableError: a name in `names` that the checkpoint lacks.

@@ -350,8 +350,13 @@ class Zarr3Reader:
     def array_attrs(self, path: str) -> dict[str, Any]:
         return dict(self._document(path).get("attributes") or {})
 
-    def raw_extent(self, path: str, dtype: np.dtype, shape: tuple[int, ...]) -> RawExtent | None:
-        document = self._document(path)
+    def raw_extent(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
+                   document: dict[str, Any] | None = None) -> RawExtent | None:
+        """The single raw chunk file holding the array at `path`, or None when it is stored otherwise.
+
+        `document`: its zarr.json, when the caller has just read it (read once, not twice).
+        """
+        document = self._document(path) if document is None else document
         if document.get("node_type") != "array":
             raise CorruptCheckpointError(f"'{path}' in '{self.path}' is a group, expected an array")
         if tuple(document.get("shape", ())) != tuple(shape) or document.get("data_type") != dtype.name:
@@ -417,7 +422,7 @@ class Zarr3Reader:
         """The bytes of a 1-D uint8 single-chunk array (the manifest)."""
         document = self._document(path)
         shape = tuple(document.get("shape", ()))
-        extent = self.raw_extent(path, np.dtype("u1"), shape) if len(shape) == 1 else None
+        extent = self.raw_extent(path, np.dtype("u1"), shape, document) if len(shape) == 1 else None
         if extent is None:
             out = np.empty(shape, dtype=np.uint8)
             self.read_array(path, out)
