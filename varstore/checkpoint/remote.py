@@ -169,8 +169,10 @@ def _begin_tree(storage: ObjectStorage, name: str, listing: Sequence[ObjectInfo]
 
 
 def _finish_tree(storage: ObjectStorage, name: str, local: Path, before: set[str], uploaded: Sequence[str]) -> None:
-    """Uploads what the staging directory still holds (metadata, files written in pieces) concurrently,
-    then commits: the root `zarr.json` create-only, LAST; then the marker and stale objects go."""
+    """Uploads what the staging directory still holds (files written in pieces: the packed blob)
+    concurrently, then commits: the root `zarr.json` create-only, LAST; then the marker and the
+    objects of the old checkpoint that this one has not (`before` minus `uploaded` and the staged
+    files) go."""
     commit = f"{name}/{COMMIT_OBJECT}"
     small: list[tuple[str, Path]] = []
     large: list[tuple[str, Path]] = []
@@ -263,8 +265,8 @@ def publish_remote(final: str, storage: ObjectStorage, fmt: str, entries: list[A
     try:
         local = staging / (Path(name).name or "checkpoint")
         if get_backend(fmt).is_directory:
-            # chunk files go from the variables' memory straight to their objects while the engine
-            # writes on; only metadata and pieced files are staged on disk (storage/staged_upload.py)
+            # chunks and node documents go from memory straight to their objects while the engine writes
+            # on; only the packed blob and the commit object are staged on disk (storage/staged_upload.py)
             before = _begin_tree(storage, name, listing)
             uploading = UploadingStorage(local, storage, name)
             write_container(local, fmt, entries, records, packed_nbytes, header, checksum, release,
