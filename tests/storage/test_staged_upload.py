@@ -48,6 +48,10 @@ def test_whole_writes_are_uploaded_from_memory_and_pieced_ones_are_staged(
     assert not (root / "w" / "0").exists()  # never written to the local disk
     assert (root / "p").read_bytes() == b"abcdef" and (root / "k").read_bytes() == b"12345678"
     assert not remote.exists("m.zarr/p") and not remote.exists("m.zarr/k")  # the caller uploads those
+    outside = uploading.writer(str(tmp_path / "elsewhere"))
+    outside.write_at(0, b"x")
+    with pytest.raises(ObjectStoreError, match="is not under the staging directory"):
+        outside.finish()
 
 
 def test_a_large_whole_write_is_one_multipart_upload_inside_the_request_bound(

@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from varstore.errors import ObjectStoreError
 from varstore.storage.local import LocalStorage, LocalWriter, bytes_of
 from varstore.storage.object_storage import UPLOAD_BUFFER_BYTES, ObjectStorage
 from varstore.storage.protocol import Buffer, ReadAhead, StorageWriter
@@ -136,7 +137,8 @@ class UploadingStorage:
     def _object_name(self, key: str) -> str:
         relative = os.path.relpath(os.fspath(key), self._root)
         if relative.startswith(os.pardir):
-            raise ValueError(f"{key} is not under the staging directory {self._root}")
+            raise ObjectStoreError(f"{key} is not under the staging directory {self._root} of {self.url}; "
+                                   f"nothing outside it is uploaded")
         return f"{self._name}/{relative.replace(os.sep, '/')}"
 
     def upload(self, key: str, data: memoryview) -> None:
