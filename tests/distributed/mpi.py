@@ -50,6 +50,29 @@ def _is_hydra(launcher: str) -> bool:
     return "HYDRA" in done.stdout or "MPICH" in done.stdout
 
 
+_SHM = Path("/dev/shm")
+
+
+def _remove_orphaned_segments(segments: set[Path]) -> None:
+    """Deletes MPICH shared-memory segments this job created that no process maps any more.
+
+    A job whose rank is killed (the fault tests do it on purpose) leaves its
+    segment behind, 2 MB of RAM per run of the suite; one still mapped by a
+    live process (another job on the machine) is left alone.
+    """
+    if not segments:
+        return
+    mapped: set[str] = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            mapped.update(line.rsplit(" ", 1)[-1].strip() for line in maps.read_text().splitlines() if "/dev/shm/" in line)
+        except OSError:
+            continue  # the process ended, or is not ours to read
+    for segment in segments:
+        if str(segment) not in mapped:
+            segment.unlink(missing_ok=True)
+
+
 def run_mpi(script: Path, ranks: int, workdir: Path, args: tuple[str, ...] = (), timeout_s: float = 120) -> MPIRun:
     """Runs `python script *args` on `ranks` MPI processes in `workdir`; kills the whole job after `timeout_s` seconds.
 
@@ -70,6 +93,7 @@ def run_mpi(script: Path, ranks: int, workdir: Path, args: tuple[str, ...] = (),
         def files(rank: int) -> tuple[Path, Path]:
             base = outdir / "1" / f"rank.{rank}"
             return base / "stdout", base / "stderr"
+    segments_before = set(_SHM.glob("mpich_shm_*"))
     command = [launcher, "-n", str(ranks), *flags, sys.executable, str(script), *args]
     env = dict(os.environ, VARSTORE_DISABLE_GPU="1", PYTHONUNBUFFERED="1")
     process = subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -85,6 +109,7 @@ def run_mpi(script: Path, ranks: int, workdir: Path, args: tuple[str, ...] = (),
     def read(path: Path) -> str:
         return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
 
+    _remove_orphaned_segments(set(_SHM.glob("mpich_shm_*")) - segments_before)
     outputs = [read(files(rank)[0]) for rank in range(ranks)]
     errors = [read(files(rank)[1]) for rank in range(ranks)]
     run = MPIRun(process.returncode, outputs, errors, launcher_output)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import varstore as vs
+import varstore.checkpoint  # noqa: F401 - vs.checkpoint below, also when this file runs alone
 from tests.distributed.mpi import run_mpi
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -57,8 +58,10 @@ def test_saved_by_n_ranks_restores_on_m_ranks_for_every_pair(tmp_path):
 
 def test_a_rank_killed_mid_save_leaves_the_previous_checkpoint_and_the_next_job_resumes(tmp_path):
     directory = tmp_path / "run"
+    segments = set(Path("/dev/shm").glob("mpich_shm_*"))
     crashed = run_mpi(SCRIPTS / "fault_job.py", 2, tmp_path, args=(str(directory), "save"), timeout_s=60)
     assert crashed.returncode != 0
+    assert set(Path("/dev/shm").glob("mpich_shm_*")) <= segments  # the killed job's shared memory went too
     assert json.loads(crashed.stdout[0].splitlines()[0])["saved"].endswith("ckpt-1.h5")
     assert "unreachable" not in "".join(crashed.stdout)
     names = sorted(p.name for p in directory.iterdir())
