@@ -164,15 +164,16 @@ class UploadingStorage:
             else:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(self._slots.slots, thread_name_prefix="varstore-upload")
-                future = self._pool.submit(self._put, name, data, large, count, queued)
+                future = self._pool.submit(self._put, name, data, count, queued)
                 self._futures.append(future)
         if future is None:
-            self._put(name, data, large, count, queued)  # multipart: its parts are the requests in flight
+            self._put(name, data, count, queued)  # multipart: its parts are the requests in flight
 
-    def _put(self, name: str, data: memoryview, large: bool, count: int, queued: int) -> None:
+    def _put(self, name: str, data: memoryview, count: int, queued: int) -> None:
+        """Sends one object (multipart above one part), then gives back its `count` slots and `queued` bytes."""
         client = self._remote.client
         try:
-            if large:
+            if len(data) > client.part_size:
                 part = client.part_size
 
                 def parts() -> Iterator[memoryview]:

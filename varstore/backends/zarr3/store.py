@@ -162,17 +162,21 @@ class Zarr3Writer:
         self._groups: set[str] = {""}
         self._written: list[Path] = [self.path]
         self._root_attrs: dict[str, Any] = {}
-        self._documents: dict[str, dict[str, Any]] = {}  # every node's zarr.json, for NODES_ATTRIBUTE
-        # node directories known without being made (a storage that uploads every file it is given whole)
-        self._directories: set[Path] | None = set() if getattr(storage, "uploads", False) else None
+        # with a storage that uploads every file it is given whole (a bucket): the node directories,
+        # known without being made, and every node's zarr.json for NODES_ATTRIBUTE; None otherwise
+        uploads = getattr(storage, "uploads", False)
+        self._directories: set[Path] | None = set() if uploads else None
+        self._documents: dict[str, dict[str, Any]] | None = {} if uploads else None
         self._pool: ThreadPoolExecutor | None = None
         self._pending: list[Future[None]] = []
 
-    def _write_json_soon(self, path: Path, document: dict[str, Any]) -> None:
+    def _write_json_soon(self, node: str, document: dict[str, Any]) -> None:
         """Writes a zarr.json from a helper thread (JSON_WRITER_THREADS); encoding errors raise here,
         write errors at close()."""
         text = document_text(document)
-        self._documents[os.path.relpath(path.parent, self.path).replace(os.sep, "/")] = document
+        path = self.path / node / "zarr.json"
+        if self._documents is not None:
+            self._documents[node] = document
         write = _write_text if self._storage is None else self._write_through_storage
         if JSON_WRITER_THREADS <= 0:
             write(path, text)
@@ -224,7 +228,7 @@ class Zarr3Writer:
         self._ensure_group(parent)
         directory = self.path / group
         self._make_directory(directory)
-        self._write_json_soon(directory / "zarr.json", {"zarr_format": 3, "node_type": "group", "attributes": {}})
+        self._write_json_soon(group, {"zarr_format": 3, "node_type": "group", "attributes": {}})
         self._groups.add(group)
         self._written += [directory, directory / "zarr.json"]
 
@@ -237,7 +241,7 @@ class Zarr3Writer:
         directory = self.path / path
         self._make_directory(directory)
         whole = chunks is None or tuple(max(1, n) for n in chunks) == tuple(max(1, n) for n in shape)
-        self._write_json_soon(directory / "zarr.json", array_metadata(dtype, shape, attrs, chunks))
+        self._write_json_soon(path, array_metadata(dtype, shape, attrs, chunks))
         self._written += [directory, directory / "zarr.json"]
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if nbytes == 0 or not whole:
@@ -269,7 +273,7 @@ class Zarr3Writer:
         if error is not None:
             raise error
         attrs = self._root_attrs
-        if getattr(self._storage, "uploads", False) and self._documents:  # a bucket's reader: see NODES_ATTRIBUTE
+        if self._documents:  # a bucket's reader: see NODES_ATTRIBUTE
             nodes = {path: self._documents[path] for path in sorted(self._documents)}
             attrs = {**attrs, NODES_ATTRIBUTE: nodes}
         _write_json(self.path / "zarr.json", {"zarr_format": 3, "node_type": "group", "attributes": attrs})
