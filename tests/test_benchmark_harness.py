@@ -51,7 +51,7 @@ def test_tiny_run_writes_every_cell(tmp_path):
     methods = ["raw", "h5py", "npz", "safetensors", "varstore-h5"]
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, str(BENCH / "run.py"), "--scale", "0.001", "--repeat", "1",
+        [sys.executable, str(BENCH / "run.py"), "--scale", "0.001", "--repeat", "1", "--process-repeat", "2",
          "--methods", ",".join(methods), "--cache", "fadvise",
          "--workdir", str(tmp_path / "work"), "--out-dir", str(out)],
         check=False, capture_output=True, text=True, timeout=300)
@@ -83,10 +83,15 @@ def test_tiny_run_writes_every_cell(tmp_path):
             if phase == "restore":
                 assert row["initializer_calls"] == 0
     assert cells[("raw", "W1", "save")]["ratio_to_raw"] == 1.0
+    # the cheap whole-process cells get --process-repeat runs, every other cell --repeat
+    assert cells[("raw", "W3", "import")]["repeats"] == 2
+    if "varstore-h5" in ran:
+        assert cells[("varstore-h5", "W3", "process")]["repeats"] == 2
+        assert cells[("varstore-h5", "W3", "import")]["repeats"] == 2
     assert cells[("raw", "W1", "save")]["bytes"] == 24 * (12 * 32 * 32 + 13 * 32) * 4  # hidden 32
     assert cells[("raw", "W3", "read-one")]["bytes"] == 32 * 32 * 4
     assert cells[("raw", "W2", "load")]["bytes"] == 50 * 64 * 4
-    assert data["meta"]["scale"] == 0.001 and data["meta"]["repeat"] == 1
+    assert data["meta"]["scale"] == 0.001 and data["meta"]["repeat"] == 1 and data["meta"]["process_repeat"] == 2
 
     md = (out / "results.md").read_text()
     assert "| raw | W1 | save |" in md

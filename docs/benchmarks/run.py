@@ -39,6 +39,8 @@ from _targets import format_targets, targets
 from _workloads import SLEEP_S, build_workloads
 
 WORKLOADS = ("W1", "W2", "W3", "W4")
+#: W3's whole-process phases: one fresh interpreter each, cheap, so they get --process-repeat runs.
+PROCESS_PHASES = ("process", "import")
 DEFAULT_METHODS = ("raw", "h5py", "zarr3", "zarr3-nocomp", "safetensors", "npz",
                    "varstore-h5", "varstore-zarr", "torch", "safetensors-torch", "varstore-torch",
                    "tensorstore")
@@ -59,6 +61,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    help="W2's variable count x this instead of --scale (issue 11's W2 targets are at full "
                         "scale: --scale 0.25 --w2-scale 1)")
     p.add_argument("--repeat", type=int, default=3, help="repeats per cell, each a fresh process (default 3)")
+    p.add_argument("--process-repeat", type=int, default=9,
+                   help="repeats of the W3 whole-process cells (`process`, `import`; default 9, at least "
+                        "--repeat): a fresh interpreter takes 0.1-0.3 s, and a median of 3 of them moves by "
+                        "a third with whatever else the machine does")
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                    help="comma-separated; raw is always added (every ratio needs it)")
     p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated subset of W1,W2,W3,W4")
@@ -146,6 +152,13 @@ def _interleaved(methods: list[Any], workloads: list[str],
             if (method.name, workload) not in skip_cells:
                 groups.setdefault((workload, phase), []).append((method, workload, phase))
     return list(groups.values())
+
+
+def _repeats(args: argparse.Namespace, phase: str) -> int:
+    """How many fresh-process runs a cell of `phase` gets: --process-repeat for the cheap whole-process ones."""
+    if phase in PROCESS_PHASES:
+        return max(args.repeat, args.process_repeat)
+    return args.repeat
 
 
 def _profile_cell(args: argparse.Namespace, method: Any, workload: str, phase: str, workdir: Path,
@@ -237,11 +250,12 @@ def main(argv: list[str] | None = None) -> int:
             if args.profile:
                 continue
             spent = {id(cell): 0.0 for cell in group}
-            for rep in range(args.repeat):
+            repeats = {id(cell): _repeats(args, cell[2]) for cell in group}
+            for rep in range(max(repeats.values())):
                 for cell in group:
                     method, workload, phase = cell
-                    if rep and spent[id(cell)] > args.budget_s:
-                        continue  # over budget: the repeats kept so far stand
+                    if rep >= repeats[id(cell)] or (rep and spent[id(cell)] > args.budget_s):
+                        continue  # its repeats are done, or over budget: the repeats kept so far stand
                     source = "W1" if workload in ("W3", "W4") else workload
                     checkpoint = workdir / "checkpoints" / f"{method.name}-{source}{method.suffix}"
                     task = dict(method=method.name, workload=workload, phase=phase, workdir=str(workdir),
@@ -281,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         "scale": args.scale,
         "w2_scale": args.w2_scale if args.w2_scale is not None else args.scale,
         "repeat": args.repeat,
+        "process_repeat": max(args.repeat, args.process_repeat),
         "budget_s": args.budget_s,
         "cache": ", ".join(caches) if caches else args.cache,
         "workloads": {
