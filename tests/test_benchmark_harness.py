@@ -125,3 +125,18 @@ def test_interleave_runs_repeats_round_robin(tmp_path):
             assert cells[(m, "W1", phase)]["repeats"] == 2
     assert cells[("npz", "W1", "load")]["verified"] is True
     assert not any((tmp_path / "work").iterdir()), "the run must clean up its temporary folder"
+
+
+def test_zarr_floor_prints_every_case(tmp_path):
+    proc = subprocess.run([sys.executable, str(BENCH / "zarr_floor.py"), "--scale", "0.001", "--rounds", "1",
+                           "--workdir", str(tmp_path)], check=False, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split(" | ") for line in proc.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [row[0] for row in rows][1:] == [
+        "| h5py read_direct, plain HDF5 (the target's baseline)", "| varstore restore, HDF5",
+        "| Zarr files, open+read, 1 thread (1036 files)", "| Zarr files, open+read, 8 threads",
+        "| Zarr files, open+read, 32 threads", "| varstore restore, Zarr",
+        "| varstore open_checkpoint + ck[name] for all, Zarr"]
+    assert rows[1][-1] == "1.00x |"
+    assert "384 float32 variables" in proc.stdout
+    assert not any(tmp_path.iterdir()), "the script must remove its temporary folder"
