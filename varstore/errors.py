@@ -43,6 +43,7 @@ __all__ = [
     "CommunicatorError",
     "ObjectStoreError",
     "ObjectNotFoundError",
+    "ObjectChangedError",
     "ConditionalWriteError",
     "InvalidURLError",
 ]
@@ -217,6 +218,11 @@ class ObjectStoreError(CheckpointError):
 
 class ObjectNotFoundError(ObjectStoreError, FileNotFoundError):
     """The object store has no object at the URL (GET/HEAD answered 404)."""
+
+
+class ObjectChangedError(ObjectStoreError):
+    """An object changed while it was being read: a ranged GET carrying the ETag the object had when it
+    was opened (If-Match) was refused, because another save replaced the object since. Open it again."""
 
 
 class ConditionalWriteError(ObjectStoreError):

@@ -26,7 +26,7 @@ def _extents(url: str, names: list[str]) -> dict[str, tuple[int, int]]:
 def _variable_gets(server: S3TestServer, name: str) -> list[tuple[int, int]]:
     """(first byte, bytes) of every ranged GET after the index header and the manifest."""
     gets = [r for r in server.log.matching("GET", path_contains=name) if r.range]
-    assert gets[0].range == "bytes=0-511"
+    assert gets[0].range == "bytes=0-4095"  # opening: size, ETag and the index header in one GET
     spans = []
     for request in gets[2:]:
         first, last = (int(v) for v in request.range.split("=")[1].split("-"))
@@ -89,4 +89,4 @@ def test_a_restore_of_many_variables_takes_a_number_of_gets_set_by_their_bytes_n
     assert spans[0][0] == min(o for o, _ in where.values())
     assert spans[-1][0] + spans[-1][1] == max(o + n for o, n in where.values())
     assert sum(n for _, n in spans) < 40 * 32 * KiB + 40 * 8 * KiB  # the variables and the headers between
-    assert len(s3_server.log.matching("HEAD")) == 1
+    assert len(s3_server.log.matching("HEAD")) == 0  # the opening GET brought the size

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from tests._s3server import S3TestServer
-from varstore.errors import ConditionalWriteError, ObjectNotFoundError
+from varstore.errors import ConditionalWriteError, ObjectChangedError, ObjectNotFoundError
 from varstore.storage.object_store import ObjectStoreClient, parse_url
 
 MiB = 1024 * 1024
@@ -33,14 +33,6 @@ def test_ranged_reads_fetch_only_the_requested_bytes(s3_server: S3TestServer, s3
     assert [r.range for r in gets] == ["bytes=1000-1099", "bytes=500000-504095"]
     assert [r.bytes_out for r in gets] == [100, 4096]
     assert client.requests["GET"] == 2 and client.bytes_read == 4196
-
-
-def test_get_ranges_returns_each_range(s3_server: S3TestServer, s3_prefix: str) -> None:
-    client = _client(s3_server, s3_prefix)
-    payload = hashlib.sha256(b"x").digest() * 1000
-    client.put("blob", payload)
-    parts = client.get_ranges("blob", [(0, 10), (31_000, 1000), (100, 5)])
-    assert parts == [payload[0:10], payload[31_000:32_000], payload[100:105]]
 
 
 def test_a_truncated_object_is_an_error_naming_the_url(s3_server: S3TestServer, s3_prefix: str) -> None:
@@ -194,3 +186,32 @@ def test_a_conditional_write_that_finds_its_own_bytes_succeeds(s3_server: S3Test
     assert client.put_if_absent("manifest", b"writer-7f3a step 5") == etag
     with pytest.raises(ConditionalWriteError, match="already exists"):
         client.put_if_absent("manifest", b"writer-0b1c step 5")
+
+
+def test_get_head_brings_size_etag_and_first_bytes_in_one_request(s3_server: S3TestServer, s3_prefix: str) -> None:
+    client = _client(s3_server, s3_prefix)
+    payload = bytes(range(256)) * 64  # 16 KiB
+    etag = client.put("model.h5", payload)
+    client.put("small", b"abc")
+    client.put("empty", b"")
+    s3_server.log.clear()
+    info, head = client.get_head("model.h5", 4096)
+    assert (info.name, info.size, info.etag, bytes(head)) == ("model.h5", 16384, etag, payload[:4096])
+    info, head = client.get_head("small", 4096)  # shorter than asked: all of it
+    assert (info.size, bytes(head)) == (3, b"abc")
+    assert [(r.method, r.range) for r in s3_server.log.requests] == [("GET", "bytes=0-4095")] * 2
+    info, head = client.get_head("empty", 4096)  # answers a range with 416: a HEAD more
+    assert (info.size, bytes(head)) == (0, b"")
+    with pytest.raises(ObjectNotFoundError, match="missing"):
+        client.get_head("missing", 4096)
+
+
+def test_a_read_pinned_to_an_etag_refuses_a_replaced_object(s3_server: S3TestServer, s3_prefix: str) -> None:
+    client = _client(s3_server, s3_prefix)
+    old = client.put("model.h5", b"A" * 1000)
+    assert bytes(client.get_range_view("model.h5", 10, 5, etag=old)) == b"AAAAA"
+    assert s3_server.log.requests[-1].range == "bytes=10-14"
+    client.put("model.h5", b"B" * 1000)  # another save replaced it
+    with pytest.raises(ObjectChangedError, match=rf"{s3_prefix}/model.h5 changed while it was being read"):
+        client.get_range_view("model.h5", 10, 5, etag=old)
+    assert bytes(client.get_range_view("model.h5", 10, 5)) == b"BBBBB"  # unpinned reads see the new one

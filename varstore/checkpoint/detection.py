@@ -18,7 +18,8 @@ from pathlib import Path
 from varstore.backends import get_backend
 from varstore.checkpoint.checksum import crc32c_raw
 from varstore.checkpoint.manifest import FORMAT_NAMES, INDEX_HEADER_BYTES, MANIFEST_PATH, decode_index_header
-from varstore.errors import CheckpointNotFoundError, CorruptCheckpointError, NotACheckpointError, VarstoreError
+from varstore.errors import (CheckpointNotFoundError, CorruptCheckpointError, NotACheckpointError, ObjectChangedError,
+                             VarstoreError)
 from varstore.storage import Storage, is_remote, storage_for
 
 __all__ = ["detect_container", "index_header", "manifest_via_index_header", "check_manifest_bytes",
@@ -48,9 +49,14 @@ def index_header(storage: Storage, key: str) -> tuple[int, int, int] | None:
 
     None for anything without a valid header: a directory, a short file, a
     file from an older writer, or an unreadable one.
+
+    Raises:
+      ObjectChangedError: an object kept open was replaced meanwhile (not a reason to try another way).
     """
     try:
         data = bytes(storage.read_range(key, 0, INDEX_HEADER_BYTES))
+    except ObjectChangedError:
+        raise
     except (OSError, VarstoreError):
         return None
     return decode_index_header(data)
@@ -61,6 +67,9 @@ def manifest_via_index_header(storage: Storage, key: str) -> bytes | None:
 
     None sends the caller to the backend (the HDF5 library), which also
     reports whatever is wrong with the file.
+
+    Raises:
+      ObjectChangedError: an object kept open was replaced meanwhile.
     """
     where = index_header(storage, key)
     if where is None:
@@ -70,6 +79,8 @@ def manifest_via_index_header(storage: Storage, key: str) -> bytes | None:
         if offset + nbytes > storage.size(key):
             return None
         data = bytes(storage.read_range(key, offset, nbytes))
+    except ObjectChangedError:
+        raise
     except (OSError, VarstoreError):
         return None
     if crc32c_raw(data) != checksum:

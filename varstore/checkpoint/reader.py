@@ -107,7 +107,8 @@ class VarstoreReader(CheckpointReader):
       session: the ReadSession of a running bulk read, or None.
     """
 
-    def __init__(self, path: Path, fmt: str, storage: Storage | None = None) -> None:
+    def __init__(self, path: Path, fmt: str, storage: Storage | None = None, *,
+                 backend_source: Callable[[], BinaryIO] | None = None) -> None:
         super().__init__(path)
         self.format = FORMAT_NAMES[fmt]
         self._backend = get_backend(fmt)
@@ -115,7 +116,8 @@ class VarstoreReader(CheckpointReader):
         located, self._key = storage_for(path) if storage is None else (storage, os.fspath(path))
         self.storage: Storage = located
         self.staged: Path | None = None  # a local copy of an object-store checkpoint, deleted on close
-        self.backend_source: Callable[[], BinaryIO] | None = None  # a file object over a remote single file
+        # a file object over a remote single file, for the backend (also when the constructor needs it)
+        self.backend_source: Callable[[], BinaryIO] | None = backend_source
         self.session: ReadSession | None = None
         self._closed = False
         self._direct = False  # offsets in the manifest are trusted (the index header matched)
@@ -473,8 +475,8 @@ def _open_remote(url: os.PathLike[str] | str, format: str | None,
     local = None if staged is None else staged[0]
     try:
         if staged is None:
-            reader = VarstoreReader(Path(key), fmt, storage=storage)
-            reader.backend_source = lambda: io.BufferedReader(storage.open_reader(name), 1 << 16)
+            reader = VarstoreReader(Path(key), fmt, storage=storage,
+                                    backend_source=lambda: io.BufferedReader(storage.open_reader(name), 1 << 16))
         else:
             reader = VarstoreReader(staged[0], fmt, storage=staged[1])
             reader.staged = staged[0]

@@ -366,8 +366,9 @@ def stage_for_reading(storage: ObjectStorage, name: str, fmt: str) -> tuple[Path
     """Prepares a committed checkpoint at `name` for reading.
 
     HDF5 is read in place with ranged GETs (returns None; its object is
-    kept open on `storage`, one HEAD for the whole read). For a Zarr
-    checkpoint the prefix is listed once and only its metadata (every
+    kept open on `storage`: one GET of its first bytes brings its size and
+    ETag for the whole read). For a Zarr checkpoint the prefix is listed
+    once and only its metadata (every
     zarr.json, the manifest's chunks) is copied into a local temporary
     directory; variable bytes are read from their objects on demand through
     the returned StagedZarrStorage. The caller deletes the directory
@@ -378,7 +379,7 @@ def stage_for_reading(storage: ObjectStorage, name: str, fmt: str) -> tuple[Path
     """
     if not get_backend(fmt).is_directory:
         try:
-            storage.keep_open(name)  # one HEAD: the reader's size checks answer from it until it closes
+            storage.keep_open(name)  # one GET: size, ETag and index header, for the reader until it closes
         except FileNotFoundError:
             raise CheckpointNotFoundError(f"no checkpoint at {storage.url_of(name)}; check the URL") from None
         return None

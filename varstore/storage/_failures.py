@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from varstore.errors import ConditionalWriteError, ObjectNotFoundError, ObjectStoreError
+from varstore.errors import ConditionalWriteError, ObjectChangedError, ObjectNotFoundError, ObjectStoreError
 from varstore.storage._s3_multipart import SweepUnavailable
 
 __all__ = ["is_transient", "typed_error"]
@@ -17,7 +17,8 @@ __all__ = ["is_transient", "typed_error"]
 def typed_error(err: BaseException, operation: str, url: str, redact: Callable[[str], str]) -> ObjectStoreError:
     """The varstore error for a failed `operation` ("GET", "PUT", ...) on `url`; its message is redacted.
 
-    404 -> ObjectNotFoundError; a failed precondition -> ConditionalWriteError; refused credentials
+    404 -> ObjectNotFoundError; a failed precondition -> ObjectChangedError for a read (GET with
+    If-Match), ConditionalWriteError for a write; refused credentials
     and everything else -> ObjectStoreError with the attempts made (`err.varstore_attempts`).
     """
     import obstore.exceptions as ox
@@ -26,6 +27,10 @@ def typed_error(err: BaseException, operation: str, url: str, redact: Callable[[
     attempts = getattr(err, "varstore_attempts", 1)
     if isinstance(err, (ox.NotFoundError, FileNotFoundError)):
         return ObjectNotFoundError(redact(f"no object at {url} ({operation}); check the URL"))
+    if isinstance(err, ox.PreconditionError) and operation == "GET":
+        return ObjectChangedError(redact(
+            f"{url} changed while it was being read: it is no longer the object that was opened (another "
+            "save replaced it); open it again"))
     if isinstance(err, (ox.PreconditionError, ox.AlreadyExistsError)):
         what = "already exists" if isinstance(err, ox.AlreadyExistsError) else "changed since it was read"
         return ConditionalWriteError(redact(

@@ -17,6 +17,7 @@ import functools
 import io
 import tempfile
 import threading
+from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,8 +25,8 @@ from types import TracebackType
 
 import numpy as np
 
-from varstore.errors import (ConditionalWriteError, CorruptCheckpointError, InvalidURLError, ObjectNotFoundError,
-                             ObjectStoreError)
+from varstore.errors import (ConditionalWriteError, CorruptCheckpointError, InvalidURLError, ObjectChangedError,
+                             ObjectNotFoundError, ObjectStoreError)
 from varstore.storage._ranged_reads import (MERGE_GAP_BYTES, RANGE_BYTES, BlockReadAhead, ObjectsReadAhead,
                                             split_ranges)
 from varstore.storage._urls import ObjectURL, is_url, parse_url, url_from_path
@@ -36,6 +37,18 @@ __all__ = ["ObjectReader", "ObjectStorage", "ObjectWriter", "UPLOAD_BUFFER_BYTES
 
 #: The most bytes a file upload holds in memory (issue 13: a save needs the model plus 64 MiB at most).
 UPLOAD_BUFFER_BYTES = 64 << 20
+#: Bytes of a kept-open object fetched with its size and ETag by the one GET that opens it: a page,
+#: which holds a checkpoint's 512-byte index header (or another format's magic and superblock).
+OPEN_HEAD_BYTES = 4 << 10
+
+
+@dataclass(frozen=True)
+class _Pinned:
+    """A kept-open object as it was when opened: its size, its ETag and its first bytes."""
+
+    size: int
+    etag: str | None
+    head: memoryview
 
 
 def _bytes_view(data: Buffer) -> memoryview:
@@ -141,11 +154,13 @@ class ObjectReader(io.RawIOBase):
     No read-ahead and no cache: wrap it in io.BufferedReader for many small reads.
     """
 
-    def __init__(self, client: ObjectStoreClient, name: str) -> None:
+    def __init__(self, client: ObjectStoreClient, name: str, *, size: int | None = None,
+                 etag: str | None = None) -> None:
         super().__init__()
         self._client = client
         self._name = name
-        self._size = client.size(name)
+        self._size = client.size(name) if size is None else size
+        self._etag = etag  # every GET carries If-Match: a replaced object raises ObjectChangedError
         self._position = 0
 
     @property
@@ -172,7 +187,7 @@ class ObjectReader(io.RawIOBase):
         view = memoryview(buffer).cast("B")
         length = max(0, min(len(view), self._size - self._position))
         if length:
-            self._client.get_range(self._name, self._position, length, out=view)
+            view[:length] = self._client.get_range_view(self._name, self._position, length, etag=self._etag)
             self._position += length
         return length
 
@@ -198,7 +213,7 @@ class ObjectStorage:
         self.url: str = str(self.client.url)  # the root URL (no credentials)
         # name -> (read-ahead, serve(offset, length, out) -> bool) of the read-aheads running over it
         self._read_aheads: dict[str, builtins.list[tuple[object, Callable[[int, int, memoryview], bool]]]] = {}
-        self._pinned: dict[str, int] = {}  # name -> size, for objects kept open (see keep_open)
+        self._pinned: dict[str, _Pinned] = {}  # objects kept open (see keep_open)
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -238,7 +253,7 @@ class ObjectStorage:
         """
         name = self.name_of(key)
         pinned = self._pinned.get(name)
-        return self.client.size(name) if pinned is None else pinned
+        return self.client.size(name) if pinned is None else pinned.size
 
     def list(self, prefix: str = "") -> builtins.list[str]:
         """Names of the objects under `prefix` (a "directory": `prefix/...`), sorted."""
@@ -262,10 +277,14 @@ class ObjectStorage:
             for _, serve in list(self._read_aheads.get(name, ())):
                 if serve(offset, length, view[:length]):
                     return target  # from a planned block (or a failed one: read again below, raising there)
+        pinned = self._pinned.get(name)
+        if length and pinned is not None and offset + length <= len(pinned.head):
+            view[:length] = pinned.head[offset:offset + length]  # fetched when the object was opened
+            return target
         if length:
             try:
-                self._get_into(name, offset, length, view[:length])
-            except ObjectNotFoundError:
+                self._get_into(name, offset, length, view[:length], pinned.etag if pinned else None)
+            except (ObjectNotFoundError, ObjectChangedError):
                 raise
             except ObjectStoreError as err:
                 size = self.client.size(name)
@@ -307,9 +326,11 @@ class ObjectStorage:
         if not any(nbytes for _, nbytes in extents):
             return None
         name = self.name_of(key)
+        pinned = self._pinned.get(name)
+        etag = pinned.etag if pinned else None
 
         def fetch(offset: int, length: int) -> memoryview:
-            return self.client.get_range_view(name, offset, length)
+            return self.client.get_range_view(name, offset, length, etag=etag)
 
         ahead = BlockReadAhead(fetch, extents, window_bytes, self.client.max_in_flight, range_bytes=RANGE_BYTES,
                                gap_bytes=MERGE_GAP_BYTES, on_stop=self._forget)
@@ -342,17 +363,17 @@ class ObjectStorage:
                 if not running:
                     del self._read_aheads[name]
 
-    def _get_into(self, name: str, offset: int, length: int, view: memoryview) -> None:
+    def _get_into(self, name: str, offset: int, length: int, view: memoryview, etag: str | None = None) -> None:
         """One ranged GET into `view`, or (above 16 MiB) concurrent GETs of 16 MiB pieces (at most 4 at
-        once), each copied into its slice."""
+        once), each copied into its slice; with `etag`, every GET carries If-Match."""
         pieces = split_ranges(offset, length, RANGE_BYTES)
         if len(pieces) == 1:
-            self.client.get_range(name, offset, length, out=view)
+            view[:length] = self.client.get_range_view(name, offset, length, etag=etag)
             return
 
         def fetch(piece: tuple[int, int]) -> None:
             start, nbytes = piece
-            self.client.get_range(name, start, nbytes, out=view[start - offset:start - offset + nbytes])
+            view[start - offset:start - offset + nbytes] = self.client.get_range_view(name, start, nbytes, etag=etag)
 
         # at most 64 MiB of responses at once (4 pieces of 16 MiB): a read holds its target plus that
         workers = max(1, min(len(pieces), self.client.max_in_flight, UPLOAD_BUFFER_BYTES // RANGE_BYTES))
@@ -361,20 +382,24 @@ class ObjectStorage:
                 pass
 
     def keep_open(self, key: str) -> None:
-        """Pins the object under `key` as it is now (one HEAD): exists/size answer from it until close().
+        """Pins the object under `key` as it is now, with ONE ranged GET of its first OPEN_HEAD_BYTES
+        (no HEAD): until close(), exists/size answer from it, reads of those first bytes (the index
+        header) make no request, and every other read of it carries If-Match with the ETag it had,
+        so a save that replaces it meanwhile fails the read with ObjectChangedError instead of
+        mixing two checkpoints' bytes.
 
-        The reader of an HDF5 checkpoint keeps its object open, as a local file
-        is kept open, so the reads of one open checkpoint ask its size once.
+        The reader of an HDF5 checkpoint keeps its object open, as a local file is kept open.
 
         Raises:
           ObjectNotFoundError: nothing under `key`.
         """
         name = self.name_of(key)
         if name not in self._pinned:
-            self._pinned[name] = self.client.size(name)
+            info, head = self.client.get_head(name, OPEN_HEAD_BYTES)
+            self._pinned[name] = _Pinned(info.size, info.etag, head)
 
     def close(self) -> None:
-        """Forgets the kept-open objects' sizes; the storage stays usable."""
+        """Forgets the kept-open objects; the storage stays usable."""
         self._pinned.clear()
 
     # ------------------------------------------------------------ ConditionalStorage
@@ -445,7 +470,11 @@ class ObjectStorage:
 
     def open_reader(self, key: str) -> ObjectReader:
         """A seekable file object over `key` (ranged GETs). Raises ObjectNotFoundError when absent."""
-        return ObjectReader(self.client, self.name_of(key))
+        name = self.name_of(key)
+        pinned = self._pinned.get(name)
+        if pinned is None:
+            return ObjectReader(self.client, name)
+        return ObjectReader(self.client, name, size=pinned.size, etag=pinned.etag)
 
     def sweep_uploads(self, prefix: str = "", older_than: float = 3600.0) -> builtins.list[str]:
         """Aborts incomplete multipart uploads under `prefix` older than `older_than` seconds."""

@@ -154,17 +154,27 @@ class ObjectStoreClient:
         target[:length] = self.get_range_view(name, offset, length)
         return target[:length]
 
-    def get_range_view(self, name: str, offset: int, length: int) -> memoryview:
+    def get_range_view(self, name: str, offset: int, length: int, *, etag: str | None = None) -> memoryview:
         """`length` bytes at `offset` with one ranged GET, as a read-only view of the response buffer
         (no copy here: the caller copies out what it needs, once).
 
+        Args:
+          etag: the ETag the object had when it was opened: the GET carries If-Match, so bytes of a
+            replaced object are refused instead of mixed with the old one's.
+
         Raises:
-          ObjectNotFoundError; ObjectStoreError when the object is shorter than offset + length, or after retries.
+          ObjectNotFoundError; ObjectChangedError: `etag` given and the object is no longer that version;
+          ObjectStoreError when the object is shorter than offset + length, or after retries.
         """
         if length == 0:
             return memoryview(b"")
         obs = _obstore()
-        data = self._call("GET", name, lambda: obs.get_range(self._store, self._key(name), start=offset, length=length))
+        key = self._key(name)
+        if etag is None:
+            data = self._call("GET", name, lambda: obs.get_range(self._store, key, start=offset, length=length))
+        else:
+            options = {"range": (offset, offset + length), "if_match": etag}
+            data = self._call("GET", name, lambda: obs.get(self._store, key, options=options).bytes())
         got = memoryview(data).cast("B")
         if len(got) != length:
             raise ObjectStoreError(self.redact(
@@ -173,21 +183,30 @@ class ObjectStoreClient:
         self._add_read(length)
         return got
 
-    def get_ranges(self, name: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
-        """Several (offset, length) ranges of one object; the client merges nearby ranges into fewer GETs."""
-        if not ranges:
-            return []
-        obs = _obstore()
-        starts = [o for o, _ in ranges]
-        ends = [o + n for o, n in ranges]
-        parts = self._call("GET", name, lambda: obs.get_ranges(self._store, self._key(name), starts=starts, ends=ends))
-        out = [bytes(p) for p in parts]
-        for (offset, length), part in zip(ranges, out):
-            if len(part) != length:
-                raise ObjectStoreError(self.redact(
-                    f"ranged read of {self.url_of(name)} at {offset} returned {len(part)} of {length} bytes"))
-        self._add_read(sum(len(p) for p in out))
-        return out
+    def get_head(self, name: str, length: int) -> tuple[ObjectInfo, memoryview]:
+        """The object's size and ETag with its first min(`length`, size) bytes: ONE ranged GET, no HEAD
+        (opening a single-file checkpoint needs all three). An empty object answers any range with
+        416: that costs a HEAD more.
+
+        Raises:
+          ObjectNotFoundError: no object at the URL.  ObjectStoreError: failed after retries.
+        """
+        obs, key = _obstore(), self._key(name)
+        try:
+            result = self._call("GET", name, lambda: obs.get(self._store, key, options={"range": (0, length)}))
+            info, view = self._info(result.meta), memoryview(result.bytes()).cast("B")
+        except ObjectNotFoundError:
+            raise
+        except ObjectStoreError:
+            info = self.head(name)
+            if info.size:
+                raise
+            return info, memoryview(b"")
+        if len(view) != min(length, info.size):
+            raise ObjectStoreError(self.redact(
+                f"ranged read of {self.url_of(name)} bytes [0, {min(length, info.size)}) returned {len(view)} bytes"))
+        self._add_read(len(view))
+        return info, view
 
     def head(self, name: str) -> ObjectInfo:
         """Size, last_modified and etag of one object.  Raises ObjectNotFoundError when absent."""
