@@ -18,6 +18,9 @@ flight):
   varstore-h5   vs.save / vs.restore of "model.h5" (one object, ranged GETs);
   varstore-zarr vs.save / vs.restore of "model.zarr" (default layout: per-variable up to 4,096
                 variables, packed above);
+  varstore-zarr-packed  the same with layout="packed" and every variable below the pack threshold
+                (all of them in one blob array): what the per-variable layout's node documents (an
+                array's and a group's zarr.json per variable) cost in requests;
   zarr-python   zarr.open_group(zarr.storage.ObjectStore(S3Store)) with one array per variable
                 (one chunk each), written and read back with zarr's own concurrency.
 
@@ -41,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SYSTEMS = ("raw", "raw-one-object", "varstore-h5", "varstore-zarr", "zarr-python")
+SYSTEMS = ("raw", "raw-one-object", "varstore-h5", "varstore-zarr", "varstore-zarr-packed", "zarr-python")
 
 
 def _arrays(workload: str, w1_mb: int, w2_vars: int) -> dict[str, "object"]:
@@ -146,10 +149,14 @@ def _child(system: str, workload: str, phase: str, endpoint: str, prefix: str, w
         import varstore as vs
 
         suffix = "h5" if system == "varstore-h5" else "zarr"
+        name = f"{url}/model{'-packed' if system.endswith('-packed') else ''}.{suffix}"
         if phase == "save":
-            vs.save(f"{url}/model.{suffix}", arrays, storage_options=options)
+            layout: dict[str, object] = {}
+            if system.endswith("-packed"):
+                layout = {"layout": "packed", "pack_threshold_bytes": max(v.nbytes for v in arrays.values()) + 1}
+            vs.save(name, arrays, storage_options=options, **layout)
         else:
-            vs.restore(f"{url}/model.{suffix}", targets, storage_options=options)
+            vs.restore(name, targets, storage_options=options)
     else:
         import zarr
         from obstore.store import S3Store
