@@ -357,14 +357,26 @@ class ObjectStoreClient:
         return count
 
     def delete(self, names: Sequence[str]) -> None:
-        """Deletes objects (batched by the client; absent objects are not an error)."""
+        """Deletes objects (batched by the client; absent objects are not an error).
+
+        S3 answers a DELETE of an absent key with success; Azure answers 404 (BlobNotFound). A batch
+        that fails with "not found" is redone one object at a time, skipping the absent ones, so
+        both providers behave the same.
+        """
         if not names:
             return
         obs = _obstore()
         keys = [self._key(n) for n in names]
         for start in range(0, len(keys), 1000):
             batch = keys[start:start + 1000]
-            self._call("DELETE", names[start], functools.partial(obs.delete, self._store, batch))
+            try:
+                self._call("DELETE", names[start], functools.partial(obs.delete, self._store, batch))
+            except ObjectNotFoundError:
+                for offset, key in enumerate(batch):
+                    try:
+                        self._call("DELETE", names[start + offset], functools.partial(obs.delete, self._store, key))
+                    except ObjectNotFoundError:
+                        pass
 
     # ------------------------------------------------ incomplete multipart uploads
     def incomplete_uploads(self, prefix: str = "") -> builtins.list[tuple[str, _dt.datetime]]:
