@@ -319,13 +319,20 @@ def test_a_wrong_key_or_a_missing_container_is_a_typed_error_without_the_key(
     monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", wrong)
     with pytest.raises(ObjectStoreError, match=rf"{url} was refused: .*check the credentials") as refused:
         vs.load(url)
+    with pytest.raises(ObjectStoreError, match=rf"LIST {url} was refused: .*403 Forbidden \(AuthorizationFailure\); "
+                                               r"check the credentials") as on_save:
+        vs.save(url, {"w": np.arange(3.0)})
+    result = cli("ls", "--json", url)
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1 and url in result.stderr
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", az_server.key)
     missing_url = "az://no-such-container/m.h5"
     with pytest.raises(ObjectNotFoundError, match=rf"no object at {missing_url}") as missing:
         _client(az_server, "az://no-such-container").get("m.h5")
-    result = cli("ls", "--json", url)
-    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1 and url in result.stderr
-    texts = [str(refused.value), repr(refused.value), str(refused.value.__cause__), str(missing.value),
-             result.stdout, result.stderr]
+    with pytest.raises(ObjectStoreError, match=r"LIST az://no-such-container/runs failed: the bucket \(container\) "
+                                               r"'no-such-container' does not exist .*\(ContainerNotFound\)") as gone:
+        vs.CheckpointManager("az://no-such-container/runs").save({"w": np.arange(2.0)}, step=1)
+    texts = [str(refused.value), repr(refused.value), str(refused.value.__cause__), str(on_save.value),
+             str(missing.value), str(gone.value), result.stdout, result.stderr]
     for text in texts:
         assert wrong not in text and az_server.key not in text
 
