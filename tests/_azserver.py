@@ -88,7 +88,8 @@ def azurite_environment(server: AzuriteServer) -> dict[str, str]:
 
 
 def shared_key_request(endpoint: str, account: str, key: str, method: str, path: str,
-                       query: dict[str, str] | None = None, body: bytes = b"", timeout: float = 10.0) -> int:
+                       query: dict[str, str] | None = None, body: bytes = b"",
+                       timeout: float = 10.0) -> tuple[int, bytes]:
     """One Blob-service request signed with SharedKey (the account key), standard library only.
 
     Args:
@@ -97,7 +98,7 @@ def shared_key_request(endpoint: str, account: str, key: str, method: str, path:
       query: query parameters (also signed).
 
     Returns:
-      The HTTP status (2xx); a 409 "already exists" counts as success for a container create.
+      (HTTP status, response body); a 409 "already exists" counts as success for a container create.
 
     Raises:
       urllib.error.HTTPError: any other error status.
@@ -122,10 +123,10 @@ def shared_key_request(endpoint: str, account: str, key: str, method: str, path:
                                      headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return int(response.status)
+            return int(response.status), response.read()
     except urllib.error.HTTPError as err:
         if err.code == 409 and query.get("restype") == "container" and method == "PUT":
-            return 409
+            return 409, err.read()
         raise
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import threading
 import urllib.error
 from collections.abc import Callable
@@ -166,13 +167,29 @@ def test_uncommitted_blocks_of_a_killed_hdf5_upload_are_invisible(az_env: dict[s
     client = _client(az_server, az_prefix)
     blob = f"/{az_server.container}/{client.url.key}/runs/ckpt-2.h5"
     block_id = base64.b64encode(b"block-000001").decode()
-    assert shared_key_request(az_server.endpoint, az_server.account, az_server.key, "PUT", blob,
-                              {"comp": "block", "blockid": block_id}, body=b"\x89HDF" * 256) == 201
+    status, _ = shared_key_request(az_server.endpoint, az_server.account, az_server.key, "PUT", blob,
+                                   {"comp": "block", "blockid": block_id}, body=b"\x89HDF" * 256)
+    assert status == 201
     assert client.list("runs") == [] and not client.exists("runs/ckpt-2.h5")
     assert client.incomplete_uploads("runs") == []  # Azure lists no uploads; the service drops blocks in 7 days
     with pytest.raises(CheckpointNotFoundError, match=r"ckpt-2.h5"):
         vs.open_checkpoint(f"{az_prefix}/runs/ckpt-2.h5")
     assert vs.CheckpointManager(f"{az_prefix}/runs").checkpoints == []
+
+
+def test_a_large_hdf5_checkpoint_goes_up_as_one_block_blob_of_8_mib_blocks(
+        az_env: dict[str, str], az_server: AzuriteServer, az_prefix: str) -> None:
+    big = {"w": np.arange(12 * 1024 * 1024 // 8, dtype=np.float64)}  # 12 MiB: two blocks
+    vs.save(f"{az_prefix}/big.h5", big)
+    key = _client(az_server, az_prefix).url.key
+    status, body = shared_key_request(az_server.endpoint, az_server.account, az_server.key, "GET",
+                                      f"/{az_server.container}/{key}/big.h5", {"comp": "blocklist",
+                                                                              "blocklisttype": "all"})
+    sizes = [int(size) for size in re.findall(rb"<Size>(\d+)</Size>", body)]
+    assert status == 200 and b"<UncommittedBlocks/>" in body  # every block is committed, none left behind
+    assert len(sizes) == 2 and sizes[0] == 8 * 1024 * 1024 and sum(sizes) == _client(az_server, az_prefix).size("big.h5")
+    with vs.open_checkpoint(f"{az_prefix}/big.h5") as reader:
+        np.testing.assert_array_equal(reader.read("w"), big["w"])
 
 
 def test_the_next_save_sweeps_abandoned_saves_after_the_grace_period(az_env: dict[str, str], az_server: AzuriteServer,
