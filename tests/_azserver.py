@@ -171,7 +171,8 @@ def install_azurite(directory: Path | None = None, timeout: float = INSTALL_TIME
         raise AzuriteUnavailable(f"npm install azurite@{AZURITE_VERSION} ran past {timeout:.0f} s") from err
     if result.returncode != 0 or not _executable(staging).exists():
         shutil.rmtree(staging, ignore_errors=True)
-        tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+        lines = [line for line in (result.stderr or result.stdout).splitlines() if line.strip() not in ("", "npm error")]
+        tail = lines[:3]  # npm's first error lines carry the code (ECONNREFUSED, E404, ...)
         raise AzuriteUnavailable(f"npm install azurite@{AZURITE_VERSION} failed "
                                  f"(exit {result.returncode}): {' | '.join(tail)}")
     try:

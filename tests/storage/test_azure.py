@@ -22,7 +22,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 import varstore as vs
-from tests._azserver import AzuriteServer, shared_key_request
+from tests._azserver import (AZURITE_FLAGS, AZURITE_VERSION, AzuriteServer, AzuriteUnavailable, cache_dir,
+                             install_azurite, shared_key_request)
 from tests.storage._fault_proxy import FaultProxy
 from varstore.checkpoint import is_varstore_checkpoint, remote, remote_manager
 from varstore.dtypes import as_dtype
@@ -55,6 +56,25 @@ def cli() -> Callable[..., Result]:
 
     runner = CliRunner()
     return lambda *args: runner.invoke(command, [str(a) for a in args], prog_name="varstore")
+
+
+# ------------------------------------------------------------------ the server helper (no server needed)
+def test_the_install_is_taken_as_done_only_when_complete_and_says_what_is_missing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "azurite-x"
+    leftover = tmp_path / "azurite-x.tmp-4242" / "node_modules" / ".bin"  # a killed install's staging
+    leftover.mkdir(parents=True)
+    (leftover / "azurite-blob").write_text("")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(AzuriteUnavailable, match="Azurite needs Node.js: npm is not on PATH"):
+        install_azurite(target)
+    assert not target.exists()
+    (target / "node_modules" / ".bin").mkdir(parents=True)
+    (target / "node_modules" / ".bin" / "azurite-blob").write_text("")
+    assert install_azurite(target) == target / "node_modules" / ".bin" / "azurite-blob"  # no npm needed
+    monkeypatch.setenv("VARSTORE_TEST_CACHE", str(tmp_path / "cache"))
+    assert cache_dir() == tmp_path / "cache" / f"azurite-{AZURITE_VERSION}"
+    assert "--disableTelemetry" in AZURITE_FLAGS and AZURITE_VERSION == "3.37.0"
 
 
 # ------------------------------------------------------------------ round trips
@@ -306,6 +326,9 @@ def test_convert_safetensors_to_the_container_and_back_to_a_disk(az_env: dict[st
     back = vs.load(tmp_path / "back.zarr")
     assert back["a"].tolist() == [0.0, 1.0, 2.0, 3.0] and back["b"].tolist() == [[1, 0], [0, 1]]
     assert back["b"].dtype == np.int16
+    vs.convert(tmp_path / "m.safetensors", f"{az_prefix}/m.safetensors")  # a foreign format, uploaded whole
+    with vs.open_checkpoint(f"{az_prefix}/m.safetensors") as reader:  # read in place with ranged GETs
+        assert reader.read("b").tolist() == [[1, 0], [0, 1]] and reader.read("a")[3] == 3.0
 
 
 # ------------------------------------------------------------------ the CLI, redaction
