@@ -13,6 +13,7 @@ Azure SDK). Nothing here is a mock: the client talks HTTP to a real Blob service
 from __future__ import annotations
 
 import base64
+import ctypes
 import datetime as dt
 import hashlib
 import hmac
@@ -21,6 +22,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -184,6 +186,16 @@ def install_azurite(directory: Path | None = None, timeout: float = INSTALL_TIME
     return done
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: on Linux, SIGTERM when the test process dies (even by SIGKILL), so a
+    killed session never leaves a server behind. Elsewhere a no-op (stop() still ends it)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -219,7 +231,7 @@ def start_azurite(container: str = "varstore-test", directory: Path | None = Non
         assert "--disableTelemetry" in command
         with log_path.open("ab") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       cwd=workdir, start_new_session=True)
+                                       cwd=workdir, start_new_session=True, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline and process.poll() is None and not _answers(port):
             time.sleep(0.1)

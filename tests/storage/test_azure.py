@@ -24,7 +24,7 @@ from click.testing import CliRunner, Result
 import varstore as vs
 from tests._azserver import (AZURITE_FLAGS, AZURITE_VERSION, AzuriteServer, AzuriteUnavailable, cache_dir,
                              install_azurite, shared_key_request)
-from tests.storage._fault_proxy import FaultProxy
+from tests.storage._fault_proxy import FaultProxy, Faults
 from varstore.checkpoint import is_varstore_checkpoint, remote, remote_manager
 from varstore.dtypes import as_dtype
 from varstore.errors import (CheckpointNotFoundError, ConditionalWriteError, ObjectNotFoundError, ObjectStoreError)
@@ -145,6 +145,24 @@ def test_hdf5_open_and_one_variable_read_far_fewer_bytes_than_the_object(az_env:
     assert opened < 16 * KiB                                  # HEAD, the 512-byte header, the manifest
     assert 256 * KiB <= total - opened < 256 * KiB + 8 * KiB  # the one variable, plus response headers
     assert total < size // 6
+
+
+@pytest.mark.parametrize("suffix", ["h5", "zarr"])
+def test_cut_connections_are_retried_on_azure_too(az_server: AzuriteServer, az_prefix: str, suffix: str) -> None:
+    values = {f"layer{i}/w": np.full((128, 128), i, dtype=np.float32) for i in range(4)}  # 64 KiB each
+    url = f"{az_prefix}/m.{suffix}"
+    with FaultProxy("127.0.0.1", az_server.port, Faults(cut_upstream_after=200, cut_connections=2),
+                    lifetime=60) as proxy:
+        vs.save(url, values, pack_threshold_bytes=0,
+                storage_options={**az_server.storage_options, "endpoint": f"{proxy.endpoint}/{az_server.account}"})
+        assert proxy.cuts == 2
+    with FaultProxy("127.0.0.1", az_server.port, Faults(cut_downstream_after=100, cut_connections=2),
+                    lifetime=60) as proxy:
+        out = {name: np.zeros_like(value) for name, value in values.items()}
+        vs.restore(url, out,
+                   storage_options={**az_server.storage_options, "endpoint": f"{proxy.endpoint}/{az_server.account}"})
+        assert proxy.cuts == 2
+    assert all(np.array_equal(out[name], values[name]) for name in values)
 
 
 # ------------------------------------------------------------------ plain Zarr
