@@ -173,7 +173,8 @@ def install_azurite(directory: Path | None = None, timeout: float = INSTALL_TIME
         raise AzuriteUnavailable(f"npm install azurite@{AZURITE_VERSION} ran past {timeout:.0f} s") from err
     if result.returncode != 0 or not _executable(staging).exists():
         shutil.rmtree(staging, ignore_errors=True)
-        lines = [line for line in (result.stderr or result.stdout).splitlines() if line.strip() not in ("", "npm error")]
+        output = (result.stderr or result.stdout).splitlines()
+        lines = [line for line in output if line.strip() not in ("", "npm error")]
         tail = lines[:3]  # npm's first error lines carry the code (ECONNREFUSED, E404, ...)
         raise AzuriteUnavailable(f"npm install azurite@{AZURITE_VERSION} failed "
                                  f"(exit {result.returncode}): {' | '.join(tail)}")
@@ -216,6 +217,8 @@ def start_azurite(container: str = "varstore-test", directory: Path | None = Non
     Raises:
       AzuriteUnavailable (an OSError): node/npm missing, the install failed, or the server did not
         answer within START_TIMEOUT seconds (the message ends with its log's last lines).
+      RuntimeError: the server answered but refused the signed container creation (a test bug:
+        it must fail the session, not skip it).
     """
     executable = install_azurite(directory)
     node = shutil.which("node")
@@ -228,7 +231,8 @@ def start_azurite(container: str = "varstore-test", directory: Path | None = Non
         port = _free_port()
         command = [node, str(executable.resolve()), "--blobHost", "127.0.0.1", "--blobPort", str(port),
                    *AZURITE_FLAGS]
-        assert "--disableTelemetry" in command
+        if "--disableTelemetry" not in command:  # a hard rule: no traffic beyond 127.0.0.1
+            raise RuntimeError("azurite-blob must run with --disableTelemetry")
         with log_path.open("ab") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        cwd=workdir, start_new_session=True, preexec_fn=_die_with_parent)
@@ -238,7 +242,7 @@ def start_azurite(container: str = "varstore-test", directory: Path | None = Non
         if process.poll() is None and _answers(port):
             break
         _terminate(process)
-        last_error = log_path.read_text(errors="replace").strip().splitlines()[-3:].__str__()
+        last_error = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
     else:
         shutil.rmtree(workdir, ignore_errors=True)
         raise AzuriteUnavailable(f"azurite-blob did not answer on 127.0.0.1 within {START_TIMEOUT:.0f} s: {last_error}")
@@ -251,6 +255,9 @@ def start_azurite(container: str = "varstore-test", directory: Path | None = Non
                            process.pid, stop)
     try:
         server.create_container(container)
+    except urllib.error.HTTPError as err:  # the server answered and refused: a bug here, not a missing tool
+        stop()
+        raise RuntimeError(f"Azurite refused to create container {container!r}: HTTP {err.code} {err.reason}") from err
     except Exception:
         stop()
         raise

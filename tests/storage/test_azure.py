@@ -225,7 +225,8 @@ def test_a_large_hdf5_checkpoint_goes_up_as_one_block_blob_of_8_mib_blocks(
                                                                               "blocklisttype": "all"})
     sizes = [int(size) for size in re.findall(rb"<Size>(\d+)</Size>", body)]
     assert status == 200 and b"<UncommittedBlocks/>" in body  # every block is committed, none left behind
-    assert len(sizes) == 2 and sizes[0] == 8 * 1024 * 1024 and sum(sizes) == _client(az_server, az_prefix).size("big.h5")
+    assert len(sizes) == 2 and sizes[0] == 8 * 1024 * 1024
+    assert sum(sizes) == _client(az_server, az_prefix).size("big.h5")
     with vs.open_checkpoint(f"{az_prefix}/big.h5") as reader:
         np.testing.assert_array_equal(reader.read("w"), big["w"])
 

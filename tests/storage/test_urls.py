@@ -69,7 +69,8 @@ def test_gcs_and_azure_environment() -> None:
 
 def test_azure_standard_environment_endpoint_emulator_and_key_aliases(monkeypatch: pytest.MonkeyPatch) -> None:
     """The AZURE_* variables obstore reads itself are read here too (endpoint, emulator, key aliases, SAS token)."""
-    azure = resolve("az://c/k", environ={"AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_STORAGE_ACCESS_KEY": "a2V5LWFsaWFz",
+    azure = resolve("az://c/k", environ={"AZURE_STORAGE_ACCOUNT_NAME": "acct",
+                                         "AZURE_STORAGE_ACCESS_KEY": "a2V5LWFsaWFz",
                                          "AZURE_STORAGE_ENDPOINT": "http://127.0.0.1:10000/acct",
                                          "AZURE_STORAGE_SAS_TOKEN": "sv=2024&sig=0a1b2c"})
     assert dict(azure.config) == {"account_name": "acct", "account_key": "a2V5LWFsaWFz",
