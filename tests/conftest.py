@@ -1,4 +1,5 @@
-"""Shared test fixtures and markers: fixtures_dir, gpu / slow / minilm skips, hypothesis profiles, the S3 test server."""
+"""Shared test fixtures and markers: fixtures_dir, gpu / slow / minilm skips, hypothesis profiles, the S3 and
+Azure (Azurite) test servers."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests._azserver import AzuriteServer, azurite_environment, start_azurite
 from tests._s3server import S3TestServer, start_s3_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,6 +88,52 @@ def s3_env(s3_server: S3TestServer, monkeypatch: pytest.MonkeyPatch) -> dict[str
 
     env = s3_environment(s3_server)
     for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+# ------------------------------------------------------------------ the Azure test server (Azurite)
+_AZURE_VARIABLES = ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_ACCESS_KEY",
+                    "AZURE_STORAGE_MASTER_KEY", "AZURE_STORAGE_SAS_KEY", "AZURE_STORAGE_SAS_TOKEN",
+                    "AZURE_STORAGE_TOKEN", "AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT", "AZURE_STORAGE_USE_EMULATOR",
+                    "AZURITE_BLOB_STORAGE_URL", "AZURE_ALLOW_HTTP", "AZURE_CLIENT_ID", "AZURE_STORAGE_CLIENT_ID",
+                    "AZURE_CLIENT_SECRET", "AZURE_STORAGE_CLIENT_SECRET", "AZURE_TENANT_ID", "AZURE_STORAGE_TENANT_ID")
+
+
+@pytest.fixture(scope="session")
+def az_server() -> Iterator[AzuriteServer]:
+    """Azurite's Blob service on 127.0.0.1 with container "varstore-test" (npm-installed once into a
+    cache, telemetry off); skips, saying what is missing, when node/npm, the install or the server fail."""
+    pytest.importorskip("obstore", reason="the [s3] extra (obstore) is not installed")
+    try:
+        server = start_azurite()
+    except OSError as err:  # AzuriteUnavailable: no node/npm, npm failed, the server did not answer
+        pytest.skip(f"Azurite (Azure Blob emulator) is not available: {err}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def az_prefix(az_server: AzuriteServer) -> Iterator[str]:
+    """A URL under which this test alone writes: az://varstore-test/t-<random>; emptied afterwards."""
+    prefix = f"az://{az_server.container}/t-{uuid.uuid4().hex[:12]}"
+    yield prefix
+    try:
+        from varstore.storage.object_store import ObjectStoreClient
+
+        client = ObjectStoreClient(prefix, az_server.storage_options, environ={})
+        client.delete([info.name for info in client.list()])
+    except Exception:  # noqa: BLE001 - a stopped server or a test that broke the container: nothing to free
+        pass
+
+
+@pytest.fixture
+def az_env(az_server: AzuriteServer, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The standard AZURE_STORAGE_* environment pointing at Azurite (development account key)."""
+    env = azurite_environment(az_server)
+    for name in _AZURE_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from tests._s3server import S3TestServer
-from varstore.errors import ConditionalWriteError, ObjectChangedError, ObjectNotFoundError
+from varstore.errors import ConditionalWriteError, ObjectChangedError, ObjectNotFoundError, ObjectStoreError
 from varstore.storage.object_store import ObjectStoreClient, parse_url
 
 MiB = 1024 * 1024
@@ -215,3 +215,11 @@ def test_a_read_pinned_to_an_etag_refuses_a_replaced_object(s3_server: S3TestSer
     with pytest.raises(ObjectChangedError, match=rf"{s3_prefix}/model.h5 changed while it was being read"):
         client.get_range_view("model.h5", 10, 5, etag=old)
     assert bytes(client.get_range_view("model.h5", 10, 5)) == b"BBBBB"  # unpinned reads see the new one
+
+
+def test_listing_a_missing_bucket_says_so_on_s3_too(s3_server: S3TestServer) -> None:
+    """A LIST of a bucket that does not exist is a 404 (S3 NoSuchBucket, Azure ContainerNotFound): named as such."""
+    client = ObjectStoreClient("s3://no-such-bucket-7c1/runs", s3_server.storage_options)
+    with pytest.raises(ObjectStoreError, match=r"LIST s3://no-such-bucket-7c1/runs/a failed: the bucket \(container\) "
+                                               r"'no-such-bucket-7c1' does not exist .*\(NoSuchBucket\); create it"):
+        client.list("a")

@@ -67,6 +67,32 @@ def test_gcs_and_azure_environment() -> None:
     assert azure.redactor.redact("key a2V5a2V5 sas sv=2024&sig=abcdef") == "key *** sas ***"
 
 
+def test_azure_standard_environment_endpoint_emulator_and_key_aliases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The AZURE_* variables obstore reads itself are read here too (endpoint, emulator, key aliases, SAS token)."""
+    azure = resolve("az://c/k", environ={"AZURE_STORAGE_ACCOUNT_NAME": "acct",
+                                         "AZURE_STORAGE_ACCESS_KEY": "a2V5LWFsaWFz",
+                                         "AZURE_STORAGE_ENDPOINT": "http://127.0.0.1:10000/acct",
+                                         "AZURE_STORAGE_SAS_TOKEN": "sv=2024&sig=0a1b2c"})
+    assert dict(azure.config) == {"account_name": "acct", "account_key": "a2V5LWFsaWFz",
+                                  "endpoint": "http://127.0.0.1:10000/acct", "sas_key": "sv=2024&sig=0a1b2c"}
+    assert azure.allow_http is True and azure.endpoint == "http://127.0.0.1:10000/acct"  # an http endpoint
+    assert azure.redactor.redact("a2V5LWFsaWFz and sv=2024&sig=0a1b2c") == "*** and ***"
+    # the specific variable wins over the generic one, as in obstore
+    both = resolve("az://c", environ={"AZURE_ENDPOINT": "https://generic.example", "AZURE_STORAGE_ENDPOINT":
+                                      "https://specific.example", "AZURE_STORAGE_MASTER_KEY": "bWFzdGVy",
+                                      "AZURE_STORAGE_ACCOUNT_KEY": "YWNjb3VudA=="})
+    assert both.config["endpoint"] == "https://specific.example" and both.config["account_key"] == "YWNjb3VudA=="
+    assert both.allow_http is False
+    monkeypatch.delenv("AZURITE_BLOB_STORAGE_URL", raising=False)
+    emulator = resolve("az://c/k", environ={"AZURE_STORAGE_USE_EMULATOR": "true"})
+    assert emulator.config["use_emulator"] == "true" and emulator.allow_http is True
+    assert emulator.endpoint == "http://127.0.0.1:10000/devstoreaccount1"  # Azurite's default address
+    monkeypatch.setenv("AZURITE_BLOB_STORAGE_URL", "http://127.0.0.1:41000/")
+    assert resolve("az://c", {"use_emulator": True, "account_name": "dev2"}, environ={}).endpoint == \
+        "http://127.0.0.1:41000/dev2"
+    assert resolve("az://c", environ={"AZURE_STORAGE_USE_EMULATOR": "false"}).endpoint is None
+
+
 def test_unknown_storage_option_is_named_with_the_known_ones() -> None:
     with pytest.raises(InvalidURLError, match=r"'endpoint_url' is not known for s3://b/k; known keys: .*endpoint"):
         resolve("s3://b/k", {"endpoint_url": "http://x"}, environ={})

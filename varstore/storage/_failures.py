@@ -6,6 +6,7 @@ it builds passes the caller's redactor and names the URL. It makes no requests.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from varstore.errors import ConditionalWriteError, ObjectChangedError, ObjectNotFoundError, ObjectStoreError
@@ -23,26 +24,53 @@ def typed_error(err: BaseException, operation: str, url: str, redact: Callable[[
     """
     import obstore.exceptions as ox
 
-    detail = redact(str(err).splitlines()[0] if str(err) else type(err).__name__)[:500]
+    text = str(err)
+    detail = redact(_first_line(text) if text else type(err).__name__)[:500]
     attempts = getattr(err, "varstore_attempts", 1)
+    status = _status(text)
     if isinstance(err, (ox.NotFoundError, FileNotFoundError)):
         return ObjectNotFoundError(redact(f"no object at {url} ({operation}); check the URL"))
     if isinstance(err, ox.PreconditionError) and operation == "GET":
         return ObjectChangedError(redact(
             f"{url} changed while it was being read: it is no longer the object that was opened (another "
             "save replaced it); open it again"))
+    if operation == "LIST" and status == 404:
+        # S3 (NoSuchBucket) and Azure (ContainerNotFound) answer a listing of a missing bucket with 404
+        bucket = url.split("://", 1)[-1].split("/", 1)[0]
+        return ObjectStoreError(redact(
+            f"LIST {url} failed: the bucket (container) {bucket!r} does not exist or is not visible with "
+            f"these credentials: {detail}; create it or check the URL"))
     if isinstance(err, (ox.PreconditionError, ox.AlreadyExistsError)):
         what = "already exists" if isinstance(err, ox.AlreadyExistsError) else "changed since it was read"
         return ConditionalWriteError(redact(
             f"conditional write to {url} lost the race: the object {what} (another writer won); "
             "re-read it and decide again"))
     if isinstance(err, (ox.PermissionDeniedError, ox.UnauthenticatedError,
-                        PermissionError)):
+                        PermissionError)) or status in (401, 403):  # a LIST's refusal is a generic error
         return ObjectStoreError(redact(
             f"{operation} {url} was refused: {detail}; check the credentials (AWS_ACCESS_KEY_ID/"
             "AWS_SECRET_ACCESS_KEY, GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*) or storage_options"))
     return ObjectStoreError(redact(
         f"{operation} {url} failed after {attempts} attempt(s): {detail}"))
+
+
+def _status(text: str) -> int | None:
+    """The HTTP status in an obstore message ("... status code: 404 ..."), None when there is none."""
+    match = _STATUS.search(text)
+    return int(match.group(1)) if match else None
+
+
+def _first_line(text: str) -> str:
+    """The message's first line without a dangling XML prolog, with the service's error code if it sent one
+    (Azure's "AuthorizationFailure", S3's "NoSuchBucket")."""
+    line = text.splitlines()[0]
+    line = line.split(": <?xml", 1)[0].rstrip()
+    code = _ERROR_CODE.search(text)
+    return f"{line} ({code.group(1)})" if code else line
+
+
+_STATUS = re.compile(r"status code: (\d{3})")
+_ERROR_CODE = re.compile(r"<Code>([A-Za-z0-9]{1,64})</Code>")
 
 
 def is_transient(err: BaseException) -> bool:

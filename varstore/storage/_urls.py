@@ -44,10 +44,18 @@ _ENVIRONMENT: dict[str, tuple[tuple[str, str], ...]] = {
     "gcs": (("GOOGLE_SERVICE_ACCOUNT", "service_account"),
             ("GOOGLE_APPLICATION_CREDENTIALS", "application_credentials"),
             ("GOOGLE_SERVICE_ACCOUNT_KEY", "service_account_key")),
-    "azure": (("AZURE_STORAGE_ACCOUNT_NAME", "account_name"), ("AZURE_STORAGE_ACCOUNT_KEY", "account_key"),
-              ("AZURE_STORAGE_SAS_KEY", "sas_key"), ("AZURE_STORAGE_TOKEN", "token"),
-              ("AZURE_STORAGE_CLIENT_SECRET", "client_secret")),
+    # as obstore / object_store read them; for one key the later (more specific) variable wins
+    "azure": (("AZURE_STORAGE_ACCOUNT_NAME", "account_name"), ("AZURE_STORAGE_MASTER_KEY", "account_key"),
+              ("AZURE_STORAGE_ACCESS_KEY", "account_key"), ("AZURE_STORAGE_ACCOUNT_KEY", "account_key"),
+              ("AZURE_STORAGE_SAS_TOKEN", "sas_key"), ("AZURE_STORAGE_SAS_KEY", "sas_key"),
+              ("AZURE_STORAGE_TOKEN", "token"), ("AZURE_CLIENT_ID", "client_id"),
+              ("AZURE_STORAGE_CLIENT_ID", "client_id"), ("AZURE_CLIENT_SECRET", "client_secret"),
+              ("AZURE_STORAGE_CLIENT_SECRET", "client_secret"), ("AZURE_TENANT_ID", "tenant_id"),
+              ("AZURE_STORAGE_TENANT_ID", "tenant_id"), ("AZURE_ENDPOINT", "endpoint"),
+              ("AZURE_STORAGE_ENDPOINT", "endpoint"), ("AZURE_STORAGE_USE_EMULATOR", "use_emulator")),
 }
+# Azurite's default address; object_store reads AZURITE_BLOB_STORAGE_URL itself when use_emulator is set
+_AZURITE_DEFAULT_URL = "http://127.0.0.1:10000"
 # obstore config keys whose values are secrets
 _SECRET_KEYS = frozenset({"access_key_id", "secret_access_key", "session_token", "service_account_key", "account_key",
                           "sas_key", "token", "client_secret"})
@@ -148,9 +156,20 @@ class ResolvedURL:
 
     @property
     def endpoint(self) -> str | None:
-        """The custom endpoint (S3-compatible server, emulator), or None for the provider's own."""
+        """The custom endpoint (S3-compatible server, emulator), or None for the provider's own.
+
+        For Azure's emulator (`use_emulator`), the account URL the client will use:
+        `$AZURITE_BLOB_STORAGE_URL` (default http://127.0.0.1:10000) plus the account name.
+        """
         value = self.config.get("endpoint") or self.config.get("base_url")
+        if not value and self.url.provider == "azure" and _is_true(self.config.get("use_emulator")):
+            base = (os.environ.get("AZURITE_BLOB_STORAGE_URL") or _AZURITE_DEFAULT_URL).rstrip("/")
+            return f"{base}/{self.config.get('account_name') or 'devstoreaccount1'}"
         return str(value) if value else None
+
+
+def _is_true(value: object) -> bool:
+    return value is True or (isinstance(value, str) and value.strip().lower() in _TRUE)
 
 
 def resolve(url: str | ObjectURL, storage_options: Mapping[str, object] | None = None,
@@ -162,7 +181,12 @@ def resolve(url: str | ObjectURL, storage_options: Mapping[str, object] | None =
       storage_options: our keys per provider, e.g. for s3 {"endpoint": "http://127.0.0.1:9000",
         "region": "us-east-1", "access_key_id": ..., "secret_access_key": ..., "session_token": ...};
         gs: service_account / service_account_key / application_credentials; az: account_name,
-        account_key, sas_token, endpoint, use_emulator. "allow_http" for any of them.
+        account_key, sas_token, endpoint (path-style "http://127.0.0.1:10000/devstoreaccount1"
+        for Azurite), use_emulator. "allow_http" for any of them. Azure's environment:
+        AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY (or _ACCESS_KEY / _MASTER_KEY),
+        AZURE_STORAGE_SAS_KEY (_SAS_TOKEN), AZURE_STORAGE_TOKEN, AZURE_[STORAGE_]CLIENT_ID /
+        CLIENT_SECRET / TENANT_ID, AZURE_STORAGE_ENDPOINT (AZURE_ENDPOINT), AZURE_STORAGE_USE_EMULATOR,
+        AZURE_ALLOW_HTTP.
       environ: the environment to read (os.environ by default).
 
     Raises:
@@ -191,6 +215,8 @@ def resolve(url: str | ObjectURL, storage_options: Mapping[str, object] | None =
     endpoint = config.get("endpoint") or config.get("base_url")
     if isinstance(endpoint, str) and endpoint.lower().startswith("http://"):
         allow_http = True  # an explicit http endpoint (a local server) is the caller's choice
+    if provider == "azure" and _is_true(config.get("use_emulator")):
+        allow_http = True  # Azurite serves plain HTTP; object_store allows it for the emulator too
     secrets = tuple(str(v) for k, v in config.items() if k in _SECRET_KEYS and v)
     # the client library may read the process environment itself: know those secrets too
     secrets += tuple(os.environ[variable] for pairs in _ENVIRONMENT.values() for variable, key in pairs

@@ -9,7 +9,7 @@ on it. Every message it raises names the URL and has passed through the Redactor
 from __future__ import annotations
 
 import builtins
-
+import contextlib
 import datetime as _dt
 import functools
 import logging
@@ -26,7 +26,7 @@ from varstore.errors import (ConditionalWriteError, InvalidURLError, MissingDepe
                              ObjectNotFoundError, ObjectStoreError)
 from varstore.storage._failures import is_transient, typed_error
 from varstore.storage._retry import RetryPolicy, call_with_retries
-from varstore.storage._s3_multipart import S3MultipartAdmin, SweepUnavailable
+from varstore.storage._s3_multipart import IncompleteUpload, S3MultipartAdmin, SweepUnavailable
 from varstore.storage._urls import ObjectURL, ResolvedURL, is_url, parse_url, resolve
 
 __all__ = ["ObjectInfo", "ObjectStoreClient", "ObjectURL", "RetryPolicy", "DEFAULT_PART_SIZE", "DEFAULT_MAX_IN_FLIGHT",
@@ -357,14 +357,18 @@ class ObjectStoreClient:
         return count
 
     def delete(self, names: Sequence[str]) -> None:
-        """Deletes objects (batched by the client; absent objects are not an error)."""
-        if not names:
-            return
+        """Deletes objects, batched. An absent one is no error: S3 answers success, Azure a 404, and a
+        batch that fails "not found" is redone one object at a time, skipping the absent ones."""
         obs = _obstore()
-        keys = [self._key(n) for n in names]
-        for start in range(0, len(keys), 1000):
-            batch = keys[start:start + 1000]
-            self._call("DELETE", names[start], functools.partial(obs.delete, self._store, batch))
+        for start in range(0, len(names), 1000):
+            batch = names[start:start + 1000]
+            try:
+                keys = [self._key(n) for n in batch]
+                self._call("DELETE", batch[0], functools.partial(obs.delete, self._store, keys))
+            except ObjectNotFoundError:
+                for name in batch:
+                    with contextlib.suppress(ObjectNotFoundError):
+                        self._call("DELETE", name, functools.partial(obs.delete, self._store, self._key(name)))
 
     # ------------------------------------------------ incomplete multipart uploads
     def incomplete_uploads(self, prefix: str = "") -> builtins.list[tuple[str, _dt.datetime]]:
@@ -374,16 +378,8 @@ class ObjectStoreClient:
         (see docs/guide/object-storage.md: Azure discards uncommitted blocks after 7 days; GCS
         needs a lifecycle rule) and when no static credentials are configured.
         """
-        admin = self._multipart_admin()
-        if admin is None:
-            return []
         root = self.url.key + "/" if self.url.key else ""
-        try:
-            uploads = self._call("LIST-UPLOADS", prefix, lambda: admin.list(self._key(prefix)))
-        except SweepUnavailable as err:
-            _log.info("%s", self.redact(f"not sweeping {self.url_of(prefix)}: {err}"))
-            return []
-        return [(u.key[len(root):], u.initiated) for u in uploads]
+        return [(upload.key[len(root):], upload.initiated) for upload, _ in self._uploads(prefix)]
 
     def abort_incomplete_uploads(self, prefix: str = "", older_than: float = 3600.0,
                                  now: _dt.datetime | None = None) -> builtins.list[str]:
@@ -391,23 +387,27 @@ class ObjectStoreClient:
 
         The grace period protects a concurrent writer's upload in progress. Returns the names aborted.
         """
-        admin = self._multipart_admin()
-        if admin is None:
-            return []
         now = now or _dt.datetime.now(_dt.timezone.utc)
         root = self.url.key + "/" if self.url.key else ""
-        try:
-            uploads = self._call("LIST-UPLOADS", prefix, lambda: admin.list(self._key(prefix)))
-        except SweepUnavailable as err:
-            _log.info("%s", self.redact(f"not sweeping {self.url_of(prefix)}: {err}"))
-            return []
         aborted: builtins.list[str] = []
-        for upload in uploads:
+        for upload, admin in self._uploads(prefix):
             if (now - upload.initiated).total_seconds() >= older_than:
                 name = upload.key[len(root):]
                 self._call("ABORT-UPLOAD", name, functools.partial(admin.abort, upload))
                 aborted.append(name)
         return aborted
+
+    def _uploads(self, prefix: str) -> builtins.list[tuple[IncompleteUpload, S3MultipartAdmin]]:
+        """Incomplete uploads under `prefix`, each with the admin that can abort it; [] off S3 or unsigned."""
+        admin = self._multipart_admin()
+        if admin is None:
+            return []
+        try:
+            uploads = self._call("LIST-UPLOADS", prefix, lambda: admin.list(self._key(prefix)))
+        except SweepUnavailable as err:
+            _log.info("%s", self.redact(f"not sweeping {self.url_of(prefix)}: {err}"))
+            return []
+        return [(upload, admin) for upload in uploads]
 
     # ------------------------------------------------------------- internals
     def _make_store(self) -> object:
