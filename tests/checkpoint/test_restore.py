@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import os
 from pathlib import Path
 
 import numpy as np
@@ -170,3 +172,37 @@ def test_restore_onto_gpu_variable(ckpt: Path) -> None:
     restore(ckpt, store)
     assert g.device == "gpu:0"
     np.testing.assert_array_equal(g.numpy(), np.arange(4, dtype=np.float32))
+
+
+def _open_descriptors_of(path: Path) -> list[str]:
+    fds = Path("/proc/self/fd")
+    targets = []
+    for fd in fds.iterdir():
+        try:
+            targets.append(os.readlink(fd))
+        except OSError:
+            continue
+    return [t for t in targets if t.startswith(str(path))]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc/self/fd (Linux)")
+@pytest.mark.parametrize("suffix", ["h5", "zarr"])
+def test_restore_closes_the_checkpoint_it_opened_unless_lazy_variables_still_read_from_it(
+        tmp_path: Path, suffix: str) -> None:
+    path = save(tmp_path / f"m.{suffix}", {"a": np.arange(6, dtype=np.float32), "b": np.ones(3)})
+    gc.disable()  # closed by restore itself, not by the collector finding the reader later
+    try:
+        targets = {"a": np.zeros(6, np.float32), "b": np.zeros(3)}
+        restore(path, targets)
+        assert targets["a"].tolist() == [0, 1, 2, 3, 4, 5] and _open_descriptors_of(path) == []
+        with pytest.raises(ShapeMismatchError, match="'a'"):
+            restore(path, {"a": np.zeros(5, np.float32)})
+        assert _open_descriptors_of(path) == []  # also when the restore fails
+
+        store = VariableStore()
+        a = store.get_variable("a", [6], initializer=CountingInitializer())
+        restore(path, store, lazy=True)  # a reads on first use: the reader stays open for it
+        assert a.is_restore_pending
+        np.testing.assert_array_equal(a.numpy(), np.arange(6, dtype=np.float32))
+    finally:
+        gc.enable()

@@ -31,7 +31,7 @@ from varstore.checkpoint.detection import is_varstore_checkpoint
 from varstore.checkpoint.remote_manager import remote_directory
 from varstore.checkpoint.plan import entries_from
 from varstore.checkpoint.reader import open_varstore
-from varstore.checkpoint.restore import RestoreResult, restore, targets_of
+from varstore.checkpoint.restore import RestoreResult, reader_still_needed, restore, targets_of
 from varstore.checkpoint.snapshot import SaveHandle, save_async
 from varstore.checkpoint.writer import save
 from varstore.errors import CheckpointError, CheckpointLockedError, CorruptCheckpointError, NotACheckpointError
@@ -315,8 +315,7 @@ class CheckpointManager:
                 reader.close()
                 raise
             # Lazy, deferred and not-yet-allocated variables keep reading from it; else close it now.
-            if not result.deferred and not isinstance(target, Iterator) and not any(
-                    getattr(obj, "is_restore_pending", False) for obj in targets_of(target)[0].values()):
+            if not isinstance(target, Iterator) and not reader_still_needed(result, targets_of(target)[0]):
                 reader.close()
             return result
         return None

@@ -36,7 +36,8 @@ from varstore.checkpoint.regions import RegionSource
 from varstore.errors import DtypeMismatchError, RestoreError, RestoreTargetError, ShapeMismatchError
 from varstore.value_sources import Resolver, SliceInfo, ValueSource
 
-__all__ = ["restore", "RestoreResult", "PendingResolver", "map_names", "covered_targets", "targets_of", "strict_restore_error"]
+__all__ = ["restore", "RestoreResult", "PendingResolver", "map_names", "covered_targets", "targets_of", "strict_restore_error",
+           "reader_still_needed"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,14 +233,36 @@ def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
         return _restore(path, target, assignment_map, strict, lazy, verify, format, storage_options)
 
 
+def reader_still_needed(result: RestoreResult, targets: Mapping[str, Any]) -> bool:
+    """True when a restore's reader must stay open after it returns: deferred restores (variables
+    created later) and lazy variables, whose values are read on first use, still read from it."""
+    return bool(result.deferred) or any(getattr(obj, "is_restore_pending", False) for obj in targets.values())
+
+
 def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
              assignment_map: Mapping[str, str] | None, strict: bool, lazy: bool, verify: bool,
              format: str | None, storage_options: Mapping[str, object] | None = None) -> RestoreResult:
-    reader = (path if isinstance(path, VarstoreReader)
-              else open_varstore(path, format, storage_options=storage_options))
+    if isinstance(path, VarstoreReader):  # the caller's reader: the caller closes it
+        return _restore_from(path, *targets_of(target), assignment_map, strict, lazy, verify)
+    reader = open_varstore(path, format, storage_options=storage_options)
+    try:
+        targets, store = targets_of(target)
+        result = _restore_from(reader, targets, store, assignment_map, strict, lazy, verify)
+    except BaseException:
+        reader.close()
+        raise
+    # Closed now unless lazy or deferred variables read from it later (they hold it; the last one
+    # gone, the garbage collector closes it). Left to the collector, a reader's h5py file could be
+    # closed in whichever thread collects it, at any time, holding h5py's lock there.
+    if not reader_still_needed(result, targets):
+        reader.close()
+    return result
+
+
+def _restore_from(reader: VarstoreReader, targets: dict[str, Any], store: Any,
+                  assignment_map: Mapping[str, str] | None, strict: bool, lazy: bool, verify: bool) -> RestoreResult:
     names = reader.keys()
     mapped = map_names(names, assignment_map)
-    targets, store = targets_of(target)
     pairs = [(ckpt, mapped[ckpt]) for ckpt in names if ckpt in mapped and mapped[ckpt] in targets]
     unexpected = [ckpt for ckpt in names if ckpt in mapped and mapped[ckpt] not in targets]
     covered = set(mapped[ckpt] for ckpt, _ in pairs)
