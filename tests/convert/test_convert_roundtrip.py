@@ -173,7 +173,7 @@ def test_convert_streams_one_variable_at_a_time(fixtures_dir: Path, tmp_path: Pa
         real_read = reader.read
 
         def read(name, out=None):
-            gc.collect()
+            gc.collect(1)  # the values read here are young; a full pass costs ~0.25 s in the whole suite
             most[0] = max(most[0], sum(r() is not None for r in alive))
             value = real_read(name, out)
             alive.append(weakref.ref(value))
