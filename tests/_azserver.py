@@ -29,6 +29,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from email.utils import format_datetime
 from pathlib import Path
@@ -187,6 +188,26 @@ def install_azurite(directory: Path | None = None, timeout: float = INSTALL_TIME
     return done
 
 
+_background_install: Future[Path] | None = None
+
+
+def install_in_background() -> None:
+    """Starts install_azurite() (default cache) in a thread, once: on a fresh machine npm's download
+    (~20 s) then overlaps the tests that run before the first az:// one; start_azurite waits for it."""
+    global _background_install
+    if _background_install is None:
+        pool = ThreadPoolExecutor(1, thread_name_prefix="azurite-install")
+        _background_install = pool.submit(install_azurite)
+        pool.shutdown(wait=False)
+
+
+def _installed(directory: Path | None) -> Path:
+    """The azurite-blob executable: the background install's result (its error re-raised) when one runs."""
+    if directory is None and _background_install is not None:
+        return _background_install.result()
+    return install_azurite(directory)
+
+
 def _die_with_parent() -> None:
     """In the child before exec: on Linux, SIGTERM when the test process dies (even by SIGKILL), so a
     killed session never leaves a server behind. Elsewhere a no-op (stop() still ends it)."""
@@ -220,7 +241,7 @@ def start_azurite(container: str = "varstore-test", directory: Path | None = Non
       RuntimeError: the server answered but refused the signed container creation (a test bug:
         it must fail the session, not skip it).
     """
-    executable = install_azurite(directory)
+    executable = _installed(directory)
     node = shutil.which("node")
     if node is None:
         raise AzuriteUnavailable("Azurite needs Node.js: node is not on PATH")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests._azserver import AzuriteServer, azurite_environment, start_azurite
+from tests._azserver import AzuriteServer, azurite_environment, install_in_background, start_azurite
 from tests._s3server import S3TestServer, start_s3_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,6 +100,12 @@ _AZURE_VARIABLES = ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY", "
                     "AZURE_STORAGE_TOKEN", "AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT", "AZURE_STORAGE_USE_EMULATOR",
                     "AZURITE_BLOB_STORAGE_URL", "AZURE_ALLOW_HTTP", "AZURE_CLIENT_ID", "AZURE_STORAGE_CLIENT_ID",
                     "AZURE_CLIENT_SECRET", "AZURE_STORAGE_CLIENT_SECRET", "AZURE_TENANT_ID", "AZURE_STORAGE_TENANT_ID")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """When az:// tests were collected, installs Azurite (first run: ~20 s of npm) while earlier tests run."""
+    if any("az_server" in getattr(item, "fixturenames", ()) for item in session.items):
+        install_in_background()
 
 
 @pytest.fixture(scope="session")
