@@ -18,7 +18,6 @@ table gives medians and minima, and each median's ratio to h5py's.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import sys
@@ -33,31 +32,9 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _workloads import w1_layout  # noqa: E402  (a sibling module of this script)
-
-
-def _files_under(root: Path) -> list[Path]:
-    if root.is_file():
-        return [root]
-    return sorted(Path(folder) / name for folder, _, names in os.walk(root) for name in names)
-
-
-def _evict(paths: list[Path]) -> str:
-    """Empties the page cache of `paths` (all of it as root); returns how."""
-    os.sync()
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3")
-        return "drop_caches"
-    except OSError:
-        pass
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-    return "fadvise"
+from _methods import files_under  # noqa: E402  (sibling modules of this script)
+from _worker import _cold_cache as cold_cache  # noqa: E402
+from _workloads import w1_layout  # noqa: E402
 
 
 def _read_file(path: Path) -> int:
@@ -94,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         with h5py.File(plain_path, "w") as f:
             for name, value in arrays.items():
                 f[name] = value
-        zarr_files = _files_under(zarr_path)
+        zarr_files = sorted(files_under(zarr_path))
         dests = {name: np.ones_like(value) for name, value in arrays.items()}  # resident, as run.py's h5py cell
 
         def h5py_read_direct() -> None:
@@ -106,21 +83,21 @@ def main(argv: list[str] | None = None) -> int:
             with vs.open_checkpoint(zarr_path) as ck:
                 return {name: ck[name] for name in ck.keys()}
 
-        cases: list[tuple[str, list[Path], Callable[[], object]]] = [
-            ("h5py read_direct, plain HDF5 (the target's baseline)", [plain_path], h5py_read_direct),
-            ("varstore restore, HDF5", [h5_path], lambda: vs.restore(h5_path, dests)),
-            (f"Zarr files, open+read, 1 thread ({len(zarr_files)} files)", zarr_files,
+        cases: list[tuple[str, Path, Callable[[], object]]] = [
+            ("h5py read_direct, plain HDF5 (the target's baseline)", plain_path, h5py_read_direct),
+            ("varstore restore, HDF5", h5_path, lambda: vs.restore(h5_path, dests)),
+            (f"Zarr files, open+read, 1 thread ({len(zarr_files)} files)", zarr_path,
              lambda: _read_files(zarr_files, 1)),
-            ("Zarr files, open+read, 8 threads", zarr_files, lambda: _read_files(zarr_files, 8)),
-            ("Zarr files, open+read, 32 threads", zarr_files, lambda: _read_files(zarr_files, 32)),
-            ("varstore restore, Zarr", zarr_files, lambda: vs.restore(zarr_path, dests)),
-            ("varstore open_checkpoint + ck[name] for all, Zarr", zarr_files, read_all),
+            ("Zarr files, open+read, 8 threads", zarr_path, lambda: _read_files(zarr_files, 8)),
+            ("Zarr files, open+read, 32 threads", zarr_path, lambda: _read_files(zarr_files, 32)),
+            ("varstore restore, Zarr", zarr_path, lambda: vs.restore(zarr_path, dests)),
+            ("varstore open_checkpoint + ck[name] for all, Zarr", zarr_path, read_all),
         ]
         seconds: dict[str, list[float]] = {name: [] for name, _, _ in cases}
         how = set()
         for _ in range(args.rounds):
-            for name, files, run in cases:
-                how.add(_evict(files))
+            for name, where, run in cases:
+                how.add(cold_cache(where, "drop"))  # drop_caches as root, else fadvise on its files
                 start = time.perf_counter()
                 run()
                 seconds[name].append(time.perf_counter() - start)
