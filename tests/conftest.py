@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from tests._azserver import AzuriteServer, azurite_environment, install_in_background, start_azurite
+from tests._bucket import Bucket
 from tests._s3server import S3TestServer, start_s3_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,3 +145,13 @@ def az_env(az_server: AzuriteServer, monkeypatch: pytest.MonkeyPatch) -> dict[st
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return env
+
+
+# ------------------------------------------------------------------ one test, every object store
+@pytest.fixture(params=["s3", "az"])
+def bucket(request: pytest.FixtureRequest) -> Bucket:
+    """Runs the test once on s3:// (moto) and once on az:// (Azurite), each with its provider's
+    standard environment set (s3_env / az_env); a server that cannot start skips its run."""
+    request.getfixturevalue(f"{request.param}_env")
+    server = request.getfixturevalue(f"{request.param}_server")
+    return Bucket(request.param, request.getfixturevalue(f"{request.param}_prefix"), dict(server.storage_options))

@@ -9,36 +9,35 @@ import numpy as np
 import pytest
 
 import varstore as vs
-from tests._s3server import S3TestServer
+from tests._bucket import Bucket
 from varstore.checkpoint import remote_manager
-from varstore.storage.object_store import ObjectStoreClient
 
 
 @pytest.mark.parametrize("fmt", ["h5", "zarr"])
-def test_manager_on_a_url_saves_prunes_and_restores_the_latest(s3_env: dict[str, str], s3_server: S3TestServer,
-                                                               s3_prefix: str, fmt: str) -> None:
-    manager = vs.CheckpointManager(f"{s3_prefix}/runs/a7", max_to_keep=2, format=fmt)
+def test_manager_on_a_url_saves_prunes_and_restores_the_latest(bucket: Bucket, fmt: str) -> None:
+    prefix = bucket.prefix  # s3:// on moto, az:// on Azurite
+    manager = vs.CheckpointManager(f"{prefix}/runs/a7", max_to_keep=2, format=fmt)
     store = {"w": np.zeros(4, dtype=np.float32)}
     for step in (100, 200, 300):
         store["w"][:] = step
-        assert manager.save(store, step=step) == f"{s3_prefix}/runs/a7/ckpt-{step}.{fmt}"
-    assert manager.checkpoints == [f"{s3_prefix}/runs/a7/ckpt-{s}.{fmt}" for s in (200, 300)]
-    assert manager.latest == f"{s3_prefix}/runs/a7/ckpt-300.{fmt}"
-    client = ObjectStoreClient(s3_prefix, s3_server.storage_options)
+        assert manager.save(store, step=step) == f"{prefix}/runs/a7/ckpt-{step}.{fmt}"
+    assert manager.checkpoints == [f"{prefix}/runs/a7/ckpt-{s}.{fmt}" for s in (200, 300)]
+    assert manager.latest == f"{prefix}/runs/a7/ckpt-300.{fmt}"
+    client = bucket.client()
     assert not client.list(f"runs/a7/ckpt-100.{fmt}") and not client.exists(f"runs/a7/ckpt-100.{fmt}")  # pruned
     state = json.loads(client.get("runs/a7/latest"))
     assert state["latest"] == f"ckpt-300.{fmt}" and [c["step"] for c in state["checkpoints"]] == [200, 300]
     out = {"w": np.ones(4, dtype=np.float32)}
     assert manager.restore_latest(out) is not None and out["w"].tolist() == [300.0] * 4
     handle = manager.save(store, step=400, blocking=False)
-    assert handle.wait() == handle.path == f"{s3_prefix}/runs/a7/ckpt-400.{fmt}"
-    assert manager.latest == f"{s3_prefix}/runs/a7/ckpt-400.{fmt}"
+    assert handle.wait() == handle.path == f"{prefix}/runs/a7/ckpt-400.{fmt}"
+    assert manager.latest == f"{prefix}/runs/a7/ckpt-400.{fmt}"
 
 
-def test_two_writers_never_lose_an_update_of_latest(s3_env: dict[str, str], s3_server: S3TestServer,
-                                                    s3_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Writer A reads the pointer, writer B moves it, A's If-Match write fails, A re-reads and applies again."""
-    directory = f"{s3_prefix}/runs"
+def test_two_writers_never_lose_an_update_of_latest(bucket: Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writer A reads the pointer, writer B moves it, A's If-Match write is refused by the server (moto,
+    Azurite), A re-reads and applies again."""
+    directory = f"{bucket.prefix}/runs"
     a = vs.CheckpointManager(directory, max_to_keep=None)
     b = vs.CheckpointManager(directory, max_to_keep=None)
     a.save({"w": np.zeros(2)}, step=1)
@@ -57,16 +56,15 @@ def test_two_writers_never_lose_an_update_of_latest(s3_env: dict[str, str], s3_s
     monkeypatch.setattr(remote_manager.RemoteDirectory, "read_state", read_state)
     a.save({"w": np.full(2, 2.0)}, step=2)
     monkeypatch.undo()
-    state = json.loads(ObjectStoreClient(s3_prefix, s3_server.storage_options).get("runs/latest"))
+    state = json.loads(bucket.client().get("runs/latest"))
     assert sorted(c["step"] for c in state["checkpoints"]) == [1, 2, 3]  # nobody's update was lost
     assert state["latest"] == "ckpt-3.h5" and state["latest_step"] == 3  # and latest never went back
     assert calls.count("ckpt-1.h5") >= 1 and "ckpt-3.h5" in calls  # A re-read after losing the race
     assert a.latest == f"{directory}/ckpt-3.h5"
 
 
-def test_concurrent_writers_in_threads_keep_every_checkpoint(s3_env: dict[str, str], s3_server: S3TestServer,
-                                                             s3_prefix: str) -> None:
-    directory = f"{s3_prefix}/runs"
+def test_concurrent_writers_in_threads_keep_every_checkpoint(bucket: Bucket) -> None:
+    directory = f"{bucket.prefix}/runs"
     errors: list[BaseException] = []
 
     def writer(first: int) -> None:
@@ -83,6 +81,6 @@ def test_concurrent_writers_in_threads_keep_every_checkpoint(s3_env: dict[str, s
     for thread in threads:
         thread.join()
     assert errors == []
-    state = json.loads(ObjectStoreClient(s3_prefix, s3_server.storage_options).get("runs/latest"))
+    state = json.loads(bucket.client().get("runs/latest"))
     assert sorted(c["step"] for c in state["checkpoints"]) == [1, 2, 3, 4, 5, 6]
     assert state["latest"] == "ckpt-6.h5"

@@ -11,11 +11,8 @@ import base64
 import json
 import os
 import re
-import threading
-import urllib.error
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -25,9 +22,9 @@ import varstore as vs
 from tests._azserver import (AZURITE_FLAGS, AZURITE_VERSION, AzuriteServer, AzuriteUnavailable, cache_dir,
                              install_azurite, shared_key_request)
 from tests.storage._fault_proxy import FaultProxy, Faults
-from varstore.checkpoint import is_varstore_checkpoint, remote, remote_manager
+from varstore.checkpoint import is_varstore_checkpoint, remote
 from varstore.dtypes import as_dtype
-from varstore.errors import (CheckpointNotFoundError, ConditionalWriteError, ObjectChangedError, ObjectNotFoundError,
+from varstore.errors import (CheckpointNotFoundError, ConditionalWriteError, ObjectNotFoundError,
                              ObjectStoreError)
 from varstore.storage.object_store import ObjectStoreClient
 
@@ -148,21 +145,6 @@ def test_hdf5_open_and_one_variable_read_far_fewer_bytes_than_the_object(az_env:
     assert total < size // 6
 
 
-def test_an_hdf5_checkpoint_replaced_while_open_fails_the_read_on_azure_too(az_env: dict[str, str],
-                                                                          az_prefix: str) -> None:
-    """Reads are pinned with If-Match to the ETag seen at open; Azurite answers a replaced blob with 412."""
-    values = {"a": np.arange(1024, dtype=np.float32), "b": np.linspace(0, 1, 2048)}
-    url = f"{az_prefix}/model.h5"
-    vs.save(url, values)
-    with vs.open_checkpoint(url) as reader:
-        np.testing.assert_array_equal(reader["a"], values["a"])
-        vs.save(url, {name: value + 1 for name, value in values.items()})  # another job's save lands
-        with pytest.raises(ObjectChangedError, match=rf"{url} changed while it was being read.*open it again"):
-            reader["b"]
-    with vs.open_checkpoint(url) as reader:  # opened again: the new checkpoint, whole
-        np.testing.assert_array_equal(reader["b"], values["b"] + 1)
-
-
 @pytest.mark.parametrize("suffix", ["h5", "zarr"])
 def test_cut_connections_are_retried_on_azure_too(az_server: AzuriteServer, az_prefix: str, suffix: str) -> None:
     values = {f"layer{i}/w": np.full((128, 128), i, dtype=np.float32) for i in range(4)}  # 64 KiB each
@@ -200,21 +182,6 @@ def test_a_zarr_checkpoint_in_the_container_is_plain_zarr_v3(az_env: dict[str, s
 
 
 # ------------------------------------------------------------------ commit without rename, sweep
-def test_a_save_without_its_commit_object_is_never_listed_or_opened(az_env: dict[str, str],
-                                                                    az_server: AzuriteServer, az_prefix: str) -> None:
-    url = f"{az_prefix}/runs/ckpt-5.zarr"
-    vs.save(url, {"w": np.arange(3.0)}, step=5)
-    client = _client(az_server, az_prefix)
-    client.delete(["runs/ckpt-5.zarr/zarr.json"])  # as a writer killed before its commit leaves it
-    with pytest.raises(CheckpointNotFoundError, match=r"ckpt-5.zarr: objects are there but no commit object"):
-        vs.open_checkpoint(url)
-    with pytest.raises(CheckpointNotFoundError, match="no commit object"):
-        vs.restore(url, {"w": np.zeros(3)})
-    assert not is_varstore_checkpoint(url)
-    manager = vs.CheckpointManager(f"{az_prefix}/runs", format="zarr")
-    assert manager.checkpoints == [] and manager.latest is None
-
-
 def test_uncommitted_blocks_of_a_killed_hdf5_upload_are_invisible(az_env: dict[str, str], az_server: AzuriteServer,
                                                                   az_prefix: str) -> None:
     """A block blob exists only once its block list is committed: what a killed upload staged is not an object."""
@@ -262,7 +229,7 @@ def test_the_next_save_sweeps_abandoned_saves_after_the_grace_period(az_env: dic
     assert vs.load(f"{az_prefix}/runs/ckpt-3.zarr")["w"].tolist() == [0.0, 1.0]
 
 
-# ------------------------------------------------------------------ conditional writes, the manager
+# ------------------------------------------------------------------ conditional writes (the manager: test_remote_manager.py)
 def test_azurite_enforces_if_match_and_if_none_match(az_env: dict[str, str], az_server: AzuriteServer,
                                                      az_prefix: str) -> None:
     client = _client(az_server, az_prefix)
@@ -275,76 +242,6 @@ def test_azurite_enforces_if_match_and_if_none_match(az_env: dict[str, str], az_
     with pytest.raises(ConditionalWriteError, match=r"latest lost the race: the object changed since it was read"):
         client.put_if_match("latest", b"ckpt-150", first)  # a stale etag: refused by the server
     assert client.get("latest") == b"ckpt-200" and client.head("latest").etag == second
-
-
-@pytest.mark.parametrize("fmt", ["h5", "zarr"])
-def test_manager_keeps_max_to_keep_and_moves_latest(az_env: dict[str, str], az_server: AzuriteServer,
-                                                    az_prefix: str, fmt: str) -> None:
-    manager = vs.CheckpointManager(f"{az_prefix}/runs/a7", max_to_keep=2, format=fmt)
-    store = {"w": np.zeros(4, dtype=np.float32)}
-    for step in (100, 200, 300):
-        store["w"][:] = step
-        assert manager.save(store, step=step) == f"{az_prefix}/runs/a7/ckpt-{step}.{fmt}"
-    assert manager.checkpoints == [f"{az_prefix}/runs/a7/ckpt-{s}.{fmt}" for s in (200, 300)]
-    client = _client(az_server, az_prefix)
-    assert client.list(f"runs/a7/ckpt-100.{fmt}") == [] and not client.exists(f"runs/a7/ckpt-100.{fmt}")
-    state = json.loads(client.get("runs/a7/latest"))
-    assert state["latest"] == f"ckpt-300.{fmt}" and [c["step"] for c in state["checkpoints"]] == [200, 300]
-    out = {"w": np.ones(4, dtype=np.float32)}
-    assert manager.restore_latest(out) is not None and out["w"].tolist() == [300.0] * 4
-
-
-def test_two_racing_managers_never_lose_an_update_of_latest(az_env: dict[str, str], az_server: AzuriteServer,
-                                                            az_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A reads the pointer, B moves it, A's If-Match write is refused by Azurite, A re-reads and applies again."""
-    directory = f"{az_prefix}/runs"
-    a = vs.CheckpointManager(directory, max_to_keep=None)
-    b = vs.CheckpointManager(directory, max_to_keep=None)
-    a.save({"w": np.zeros(2)}, step=1)
-    original = remote_manager.RemoteDirectory.read_state
-    raced = threading.Event()
-    seen: list[Any] = []
-
-    def read_state(self: remote_manager.RemoteDirectory, pointer: str) -> tuple[dict, str | None]:
-        result = original(self, pointer)
-        seen.append(result[0].get("latest"))
-        if self is a._remote and not raced.is_set():
-            raced.set()
-            b.save({"w": np.ones(2)}, step=3)  # B wins the race between A's read and A's write
-        return result
-
-    monkeypatch.setattr(remote_manager.RemoteDirectory, "read_state", read_state)
-    a.save({"w": np.full(2, 2.0)}, step=2)
-    monkeypatch.undo()
-    state = json.loads(_client(az_server, az_prefix).get("runs/latest"))
-    assert sorted(c["step"] for c in state["checkpoints"]) == [1, 2, 3]   # nobody's update was lost
-    assert state["latest"] == "ckpt-3.h5" and state["latest_step"] == 3   # and latest never went back
-    assert seen.count("ckpt-1.h5") >= 1 and "ckpt-3.h5" in seen           # A re-read after losing
-    assert a.latest == f"{directory}/ckpt-3.h5"
-
-
-def test_two_managers_in_threads_keep_every_checkpoint(az_env: dict[str, str], az_server: AzuriteServer,
-                                                       az_prefix: str) -> None:
-    directory = f"{az_prefix}/runs"
-    errors: list[BaseException] = []
-
-    def writer(first: int) -> None:
-        manager = vs.CheckpointManager(directory, max_to_keep=None)
-        try:
-            for step in range(first, first + 6, 2):
-                manager.save({"w": np.full(3, float(step))}, step=step)
-        except BaseException as err:  # noqa: BLE001 - reported below
-            errors.append(err)
-
-    threads = [threading.Thread(target=writer, args=(first,)) for first in (1, 2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
-    state = json.loads(_client(az_server, az_prefix).get("runs/latest"))
-    assert sorted(c["step"] for c in state["checkpoints"]) == [1, 2, 3, 4, 5, 6]
-    assert state["latest"] == "ckpt-6.h5"
 
 
 # ------------------------------------------------------------------ convert
