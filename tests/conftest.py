@@ -66,6 +66,17 @@ def s3_server() -> Iterator[S3TestServer]:
     server.stop()
 
 
+def _empty(prefix: str, storage_options: dict[str, object]) -> None:
+    """Deletes every object under a test's prefix (the servers keep them in memory for the session)."""
+    try:
+        from varstore.storage.object_store import ObjectStoreClient
+
+        client = ObjectStoreClient(prefix, storage_options, environ={})
+        client.delete([info.name for info in client.list()])
+    except Exception:  # noqa: BLE001 - a stopped server or a test that broke the bucket: nothing to free
+        pass
+
+
 @pytest.fixture
 def s3_prefix(s3_server: S3TestServer) -> Iterator[str]:
     """A URL under which this test alone writes: s3://varstore-test/<random>; emptied afterwards
@@ -73,13 +84,7 @@ def s3_prefix(s3_server: S3TestServer) -> Iterator[str]:
     s3_server.log.clear()
     prefix = f"s3://{s3_server.bucket}/t-{uuid.uuid4().hex[:12]}"
     yield prefix
-    try:
-        from varstore.storage.object_store import ObjectStoreClient
-
-        client = ObjectStoreClient(prefix, s3_server.storage_options)
-        client.delete([info.name for info in client.list()])
-    except Exception:  # noqa: BLE001 - a stopped server or a test that broke the bucket: nothing to free
-        pass
+    _empty(prefix, s3_server.storage_options)
 
 
 @pytest.fixture
@@ -127,13 +132,7 @@ def az_prefix(az_server: AzuriteServer) -> Iterator[str]:
     """A URL under which this test alone writes: az://varstore-test/t-<random>; emptied afterwards."""
     prefix = f"az://{az_server.container}/t-{uuid.uuid4().hex[:12]}"
     yield prefix
-    try:
-        from varstore.storage.object_store import ObjectStoreClient
-
-        client = ObjectStoreClient(prefix, az_server.storage_options, environ={})
-        client.delete([info.name for info in client.list()])
-    except Exception:  # noqa: BLE001 - a stopped server or a test that broke the container: nothing to free
-        pass
+    _empty(prefix, az_server.storage_options)
 
 
 @pytest.fixture
