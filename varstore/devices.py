@@ -210,9 +210,19 @@ def array_module(label: str) -> ModuleType:
 
 
 def is_device_array(obj: Any) -> bool:
-    """True for a CuPy ndarray (without importing cupy when it was never loaded)."""
+    """True for a CuPy ndarray (without importing cupy unless `obj` came from it).
+
+    A CuPy array made before varstore first looked for a GPU probes CuPy
+    here (its class lives in a `cupy` module); anything else never does.
+    """
     cp = _cupy_module
-    return cp is not None and isinstance(obj, cp.ndarray)
+    if cp is None:
+        if _cupy_probed or not type(obj).__module__.startswith("cupy"):
+            return False
+        cp = _cupy()
+        if cp is None:
+            return False
+    return isinstance(obj, cp.ndarray)
 
 
 def device_of_array(array: Any) -> str:

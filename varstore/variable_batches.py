@@ -94,7 +94,7 @@ def restore_many(variables: Sequence[VariableState], values: Sequence[Any], adop
 
     Args:
       variables: the targets.
-      values: host NumPy arrays, `values[i]` of `variables[i].shape` and a
+      values: host NumPy arrays (or CuPy arrays, as a GPU restore's reads), `values[i]` of `variables[i].shape` and a
         dtype that casts to `variables[i].dtype` by NumPy's "same_kind" rule.
       adopt: the caller hands over fresh arrays it keeps no reference to (a
         restore's reads): a CPU variable without memory takes a C-contiguous
@@ -121,6 +121,16 @@ def restore_many(variables: Sequence[VariableState], values: Sequence[Any], adop
                     and value.flags.owndata and value.flags.c_contiguous and value.flags.writeable
                     and not devices.is_gpu(variable._device)):
                 variable._buffer = value
+            elif devices.is_device_array(value):  # read to the device already (device_transfers)
+                if buf is not None:
+                    devices.copy_into(buf, value)
+                elif adopt and value.dtype == variable._dtype and value.flags.c_contiguous \
+                        and devices.device_of_array(value) == variable._device:
+                    variable._buffer = value
+                else:
+                    fresh = devices.empty(variable._shape, variable._dtype, variable._device)
+                    devices.copy_into(fresh, value)
+                    variable._buffer = fresh
             elif type(buf) is np.ndarray:
                 if value.dtype == buf.dtype:
                     buf[...] = value

@@ -21,7 +21,7 @@ from typing import Any, Protocol, Union
 import numpy as np
 import numpy.typing as npt
 
-from varstore import devices, dtypes, ownership, placement
+from varstore import device_transfers, devices, dtypes, ownership, placement
 from varstore._array_interop import ArrayInterop
 from varstore._assignment import Assignable
 from varstore.errors import DtypeMismatchError, InitializationCycleError, InitializerError, ScopeError, ShapeMismatchError
@@ -341,16 +341,23 @@ class Variable(Assignable, ArrayInterop):
         self._buffer = buffer
 
     def _fill_from(self, source: ValueSource) -> None:
-        """Fills the buffer from `source` (in place when allocated on the host)."""
+        """Fills the buffer from `source`: in place when allocated (same data pointer, host or GPU).
+
+        GPU values are read into pinned host staging and copied with one
+        asynchronous host-to-device copy (device_transfers); inside a restore's
+        batch the copy finishes when the batch ends.
+        """
         if self._buffer is not None and not devices.is_device_array(self._buffer):
             source.read_into(self._buffer)
             return
-        host = np.empty(self._shape, dtype=self._dtype)
-        source.read_into(host)
-        if self._buffer is not None:
-            devices.copy_into(self._buffer, host)
-        else:
+        if not devices.is_gpu(self._device):
+            host = np.empty(self._shape, dtype=self._dtype)
+            source.read_into(host)
             self._buffer = devices.to_device(host, self._device)
+            return
+        # a GPU variable: read into pinned staging, then one async copy (device_transfers)
+        self._buffer = device_transfers.fill_on_device(source.read_into, self._shape, self._dtype,
+                                                       self._device, self._buffer)
 
     def initialize(self) -> Variable:
         """Materializes the value now (initializer or pending restore), as running tf's v.initializer once.
@@ -386,7 +393,7 @@ class Variable(Assignable, ArrayInterop):
         """A new host NumPy array with the current value."""
         buf = self._materialize()
         if devices.is_device_array(buf):
-            return devices.to_host(buf)
+            return device_transfers.to_host(buf)
         copied: npt.NDArray[Any] = buf.copy()
         return copied
 
@@ -402,7 +409,7 @@ class Variable(Assignable, ArrayInterop):
             cached: npt.NDArray[Any] = self._view
             return cached
         if type(buf) is not np.ndarray and devices.is_device_array(buf):
-            return devices.to_host(buf)
+            return device_transfers.to_host(buf)
         view: npt.NDArray[Any] = buf.view()
         view.flags.writeable = False
         self._view, self._view_of = view, buf  # the same buffer for life: the view stays valid

@@ -5,7 +5,10 @@ while the next one is read, and the storage's read-ahead fetches the planned
 extents ahead of the reader. Small packed variables that already hold a value
 take the batch path: one read of the packed blob, every checksum on it, then
 one validated copy into every buffer (variables.restore_many); Variables
-without memory are read into new arrays, checked, and adopted last. The engine
+without memory are read into new arrays, checked, and adopted last. Values
+for GPU variables are read into pinned staging and copied to the device
+asynchronously (device_transfers); a deferred check holds its staging until
+it has read it; copies and checks are waited for before the engine returns. The engine
 lends the reader a ReadSession for the duration and takes it back, threads
 stopped, whatever happens. Decides nothing about names or which targets
 (restore.py does); never writes files.
@@ -20,6 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from varstore import device_transfers, devices
 from varstore.checkpoint.checksum import crc32c_of
 from varstore.checkpoint.manifest import Record
 from varstore.checkpoint.packed import packed_checksum_failure, packed_views
@@ -83,51 +87,66 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
             else:
                 batch_variables.append(obj)
                 batch_indices.append(index)
-    checks = _Checks(reader, session)
-    reader.session = session
-    try:
-        sources = [(obj, name, reader.source(ckpt, verify=verify)) for ckpt, name, obj in rest]
-        batch_values = (packed_views(blob, reader.manifest.columns, reader.manifest.names, batch_indices,
-                                     str(reader.path)) if batch_indices and blob is not None else [])
-        names = reader.manifest.names
-        for variable, value, index in zip(batch_variables, batch_values, batch_indices):
-            if value.shape != variable.shape or value.dtype != variable.dtype:
-                validate(variable.name, variable, reader.source(names[index], verify=verify))
-        for obj, name, source in sources:
-            validate(name, obj, source)
-        fresh: list[tuple[Any, CheckpointValue]] = []  # Variables without memory: read into new arrays
-        if not lazy:
-            fresh = [(obj, source) for obj, _, source in sources
-                     if isinstance(obj, Variable) and not obj.is_allocated]
-            fresh_ids = {id(obj) for obj, _ in fresh}
-            sources = [item for item in sources if id(item[0]) not in fresh_ids]
-        if not lazy and verify and blob is not None:
-            check_packed(reader, blob, batch_indices + _packed_indices(reader, [ckpt for ckpt, _, _ in rest]))
-            session.packed_checked = True
-        fresh_values = []
-        if fresh:  # read and check into new memory before any variable changes: all-or-nothing for them
-            checks.start(verify, [source.name for _, source in fresh])
-            for obj, source in fresh:
-                value = np.empty(obj.shape, dtype=obj.dtype)
-                source.read_into(value)
-                fresh_values.append(value)
+    with device_transfers.batch(0 if lazy else _device_bytes(items)):  # GPU targets: see device_transfers
+        checks = _Checks(reader, session)
+        reader.session = session
+        try:
+            sources = [(obj, name, reader.source(ckpt, verify=verify)) for ckpt, name, obj in rest]
+            batch_values = (packed_views(blob, reader.manifest.columns, reader.manifest.names, batch_indices,
+                                         str(reader.path)) if batch_indices and blob is not None else [])
+            names = reader.manifest.names
+            for variable, value, index in zip(batch_variables, batch_values, batch_indices):
+                if value.shape != variable.shape or value.dtype != variable.dtype:
+                    validate(variable.name, variable, reader.source(names[index], verify=verify))
+            for obj, name, source in sources:
+                validate(name, obj, source)
+            fresh: list[tuple[Any, CheckpointValue]] = []  # Variables without memory: read into new arrays
+            if not lazy:
+                fresh = [(obj, source) for obj, _, source in sources
+                         if isinstance(obj, Variable) and not obj.is_allocated]
+                fresh_ids = {id(obj) for obj, _ in fresh}
+                sources = [item for item in sources if id(item[0]) not in fresh_ids]
+            if not lazy and verify and blob is not None:
+                check_packed(reader, blob, batch_indices + _packed_indices(reader, [ckpt for ckpt, _, _ in rest]))
+                session.packed_checked = True
+            fresh_values: list[Any] = []
+            if fresh:  # read and check into new memory before any variable changes: all-or-nothing for them
+                checks.start(verify, [source.name for _, source in fresh])
+                for obj, source in fresh:
+                    if devices.is_gpu(obj.device):  # new device memory, filled through pinned staging
+                        fresh_values.append(device_transfers.fill_on_device(source.read_into, obj.shape,
+                                                                            obj.dtype, obj.device))
+                        continue
+                    value = np.empty(obj.shape, dtype=obj.dtype)
+                    source.read_into(value)
+                    fresh_values.append(value)
+                checks.finish()
+            if not lazy:
+                checks.start(verify, [source.name for _, _, source in sources])
+            restore_many(batch_variables, batch_values)
+            del batch_values
+            for obj, name, source in sources:
+                if hasattr(obj, "restore_from"):
+                    obj.restore_from(source, lazy=lazy)
+                else:
+                    source.read_into(obj)
             checks.finish()
-        if not lazy:
-            checks.start(verify, [source.name for _, _, source in sources])
-        restore_many(batch_variables, batch_values)
-        del batch_values
-        for obj, name, source in sources:
-            if hasattr(obj, "restore_from"):
-                obj.restore_from(source, lazy=lazy)
-            else:
-                source.read_into(obj)
-        checks.finish()
-        # last: a failure of the in-place targets above leaves the variables without memory as they were
-        restore_many([obj for obj, _ in fresh], fresh_values, adopt=True)
-        del fresh_values
-    finally:
-        checks.close()
-        reader.session = None
+            # last: a failure of the in-place targets above leaves the variables without memory as they were
+            restore_many([obj for obj, _ in fresh], fresh_values, adopt=True)
+            del fresh_values
+        finally:
+            checks.close()
+            reader.session = None
+
+
+def _device_bytes(items: Sequence[tuple[str, str, Any]]) -> int:
+    """Bytes of the targets that live on a GPU (sizes the pinned staging ring)."""
+    total = 0
+    for _, _, obj in items:
+        device = getattr(obj, "device", None)
+        if isinstance(device, str) and devices.is_gpu(device):
+            total += int(np.prod(obj.shape, dtype=np.int64)) * np.dtype(obj.dtype).itemsize
+    return total
 
 
 class _Checks:
@@ -151,7 +170,9 @@ class _Checks:
     def _defer(self, record: Record, out: npt.NDArray[Any]) -> bool:
         if record.nbytes < THREADED_CHECK_BYTES or self._pool is None:
             return False
-        self._pending.append((record, self._pool.submit(crc32c_of, out)))
+        future = self._pool.submit(crc32c_of, out)
+        device_transfers.guard(out, future)  # pinned staging (a GPU target) is kept until the check read it
+        self._pending.append((record, future))
         return True
 
     def finish(self) -> None:
