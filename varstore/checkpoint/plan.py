@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from varstore import devices
+from varstore import device_transfers, devices
 from varstore import dtypes as _dtypes
 from varstore._version import __version__
 from varstore.checkpoint.entry import SaveEntry
@@ -166,7 +166,7 @@ def checked_value(value: Any, record: Record, where: Path) -> npt.NDArray[Any]:
             and value.dtype == record.numpy_dtype:
         return value
     if devices.is_device_array(value):
-        value = devices.to_host(value)
+        value = device_transfers.to_host(value)  # an async save's device-side snapshot
     value = np.asarray(value)
     if value.dtype.kind == "O":
         raise UnsupportedDtypeError(f"cannot save variable '{record.name}' to '{where}': it is an object array")

@@ -1,4 +1,4 @@
-"""Async saves: snapshot the values into host memory, then write them in a background thread (SaveHandle).
+"""Async saves: snapshot the values (host copies; device copies for GPU variables), then write them in a background thread.
 
 `save_async` copies every value (bounded by `max_snapshot_bytes`, blocking
 the caller while the background thread frees copies it has written) and
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from varstore import devices
+from varstore import device_transfers, devices
 from varstore.backends import format_for_path
 from varstore.checkpoint.commit import publish
 from varstore.checkpoint.entry import SnapshotEntry
@@ -108,7 +108,34 @@ class _SnapshotBudget:
 
 
 
-def _host_copy(value: Any) -> npt.NDArray[Any]:
+def _gpu_variable(entry: Any) -> Any:
+    variable = getattr(entry, "variable", None)
+    return variable if variable is not None and devices.is_gpu(variable.device) else None
+
+
+def _device_room(entries: list[Any]) -> dict[str, bool]:
+    """For each GPU holding variables of `entries`: whether it has room for copies of them all (has_room)."""
+    totals: dict[str, int] = {}
+    for entry in entries:
+        variable = _gpu_variable(entry)
+        if variable is not None:
+            totals[variable.device] = totals.get(variable.device, 0) + variable.nbytes
+    return {label: device_transfers.has_room(label, nbytes) for label, nbytes in totals.items()}
+
+
+def _snapshot_copy(entry: Any, room: dict[str, bool]) -> Any:
+    """A copy of `entry`'s value that nobody else changes.
+
+    A GPU variable's value is copied on its device when the device has room
+    for the whole snapshot (`room`): the caller waits only for device-side
+    copies, and the background writer moves each to the host. Otherwise a host copy.
+    """
+    variable = _gpu_variable(entry)
+    if variable is not None:
+        if room[variable.device]:
+            return variable.read_value()  # a device-side copy, queued on the current stream
+        return variable.numpy()  # a new host array already
+    value = entry.get()
     if devices.is_device_array(value):
         return np.ascontiguousarray(devices.to_host(value))
     return np.array(value, order="C", copy=True)
@@ -121,7 +148,12 @@ def save_async(final: Path, entries: list[Any], *, step: int | None = None,
                after: Callable[[Path], object] | None = None,
                overwrite: bool = False, layout: str | None = None, storage: Storage | None = None,
                durable: bool = True) -> SaveHandle:
-    """Snapshots `entries` into host memory and writes them in a background thread.
+    """Snapshots `entries` and writes them in a background thread.
+
+    Host values are copied in host memory; a GPU variable's value is copied on
+    its device when the device has room (then the caller waits only for
+    device-side copies; the writer moves each to the host as it writes it).
+    `max_snapshot_bytes` counts both kinds of copies.
 
     Returns once every value has been copied (so the caller may mutate its
     variables at once). With `max_snapshot_bytes` (bytes), at most that many
@@ -153,6 +185,7 @@ def save_async(final: Path, entries: list[Any], *, step: int | None = None,
         finally:
             budget.fail()  # unblocks a caller still copying when the writer stopped early
 
+    room = _device_room(entries)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="varstore-save")
     future = pool.submit(run)
     pool.shutdown(wait=False)
@@ -160,7 +193,7 @@ def save_async(final: Path, entries: list[Any], *, step: int | None = None,
         if not budget.acquire(record.nbytes):
             break  # the writer failed; wait() reports why
         try:
-            snapshot.put(_host_copy(entry.get()))
+            snapshot.put(_snapshot_copy(entry, room))
         except BaseException as err:
             snapshot.put(err)
             future.exception()  # let the writer stop before the caller sees the error

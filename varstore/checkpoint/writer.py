@@ -107,10 +107,12 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
       step, metadata, format, checksum, pack_threshold_bytes, overwrite, layout, storage_options, durable: as
         `save_entries` (overwrite=False never replaces what is not a varstore
         checkpoint of the same format; layout="packed" opts in to the packed layout).
-      blocking: False copies every value into host memory (a snapshot, so the
-        caller may change its variables as soon as the call returns) and
-        writes in a background thread; returns a SaveHandle (wait(), done(),
-        exception()).
+      blocking: False copies every value (a snapshot, so the caller may
+        change its variables as soon as the call returns) and writes in a
+        background thread; returns a SaveHandle (wait(), done(), exception()).
+        Host values are copied in host memory; a GPU variable's value on its
+        own device while it keeps 1 GiB free (device_transfers.has_room), so
+        the call waits only for device-side copies, else in host memory.
       max_snapshot_bytes: with blocking=False, the most bytes of snapshot
         copies alive at once (bytes; None: no limit, the call returns after
         one copy of the model). When the model is larger, the call blocks,
