@@ -35,8 +35,37 @@ def _has_gpu() -> bool:
         return False
 
 
+_GPU_PRESENT: bool | None = None
+
+
+def _gpu_present() -> bool:
+    global _GPU_PRESENT
+    if _GPU_PRESENT is None:
+        _GPU_PRESENT = _has_gpu()
+    return _GPU_PRESENT
+
+
+@pytest.fixture(autouse=True)
+def _host_only_unless_marked_gpu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """On a machine with a GPU, a test not marked `gpu` sees none (in this process and in those it starts).
+
+    The default placement is "gpu:0" wherever CuPy sees a device; the unmarked
+    tests pin down host behaviour (views sharing memory, "cpu:0" in reprs), and
+    the `gpu` tests pin down the device paths.
+    """
+    if "gpu" in request.keywords or not _gpu_present():
+        yield
+        return
+    from varstore import devices
+
+    devices._set_gpu_count_override(0)
+    monkeypatch.setenv("VARSTORE_DISABLE_GPU", "1")
+    yield
+    devices._set_gpu_count_override(None)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    gpu = _has_gpu()
+    gpu = _gpu_present()
     slow = os.environ.get("VARSTORE_SLOW") == "1"
     for item in items:
         if "gpu" in item.keywords and not gpu:
