@@ -140,3 +140,19 @@ def test_zarr_floor_prints_every_case(tmp_path):
     assert rows[1][-1] == "1.00x |"
     assert "384 float32 variables" in proc.stdout
     assert not any(tmp_path.iterdir()), "the script must remove its temporary folder"
+
+
+def test_gpu_benchmark_runs_or_says_why_not(tmp_path):
+    """Without CuPy and a device: one line saying target 8 was not measured; with them: every table, a JSON file."""
+    out = tmp_path / "gpu.json"
+    proc = subprocess.run([sys.executable, str(BENCH / "gpu.py"), "--scale", "0.002", "--repeat", "1",
+                           "--workdir", str(tmp_path), "--out", str(out)],
+                          check=False, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    if proc.stdout.startswith("no CuPy or no CUDA device here"):
+        assert proc.stdout.strip() == "no CuPy or no CUDA device here: target 8 not measured" and not out.exists()
+        return
+    cells = json.loads(out.read_text())
+    assert cells["variables"] == 384 and cells["h2d_pinned_s"][0] > 0
+    assert "| h5: into CuPy variables, in place | warm" in proc.stdout
+    assert not [p for p in tmp_path.iterdir() if p != out], "the run must clean up its temporary folder"
