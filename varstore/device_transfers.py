@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from varstore import devices
 
-__all__ = ["STAGING_MIN_BYTES", "STAGING_MAX_BYTES", "SNAPSHOT_HEADROOM_BYTES", "Uploads", "batch", "current",
+__all__ = ["STAGING_MIN_BYTES", "STAGING_MAX_BYTES", "SNAPSHOT_HEADROOM_BYTES", "Transfers", "batch", "current",
            "fill_on_device", "is_staged", "guard", "to_host", "has_room",
            "STAGED_DOWNLOAD_BYTES"]
 
@@ -77,8 +77,10 @@ def _give_back(ring: _Ring) -> None:
             _idle_rings[ring.device_id] = ring
 
 
-class Uploads:
-    """Copies to one device through a pinned ring: `staging()` a host buffer, fill it, `copy()` it to the device.
+class Transfers:
+    """Copies between the host and one device through a pinned ring.
+
+    `staging()` lends a host buffer; fill it, then `copy()` it to the device.
 
     Copies run in order on one CUDA stream that synchronizes with the legacy
     default stream (kernels still using a target buffer finish first). A ring
@@ -121,7 +123,10 @@ class Uploads:
         return staged
 
     def copy(self, staged: npt.NDArray[Any], target: Any) -> None:
-        """Starts the copy of `staged` (from `staging()`) into the C-contiguous CuPy array `target` (same shape and dtype)."""
+        """Starts the copy of `staged` (from `staging()`) into `target`.
+
+        `target` is a C-contiguous CuPy array of the same shape and dtype.
+        """
         if staged.nbytes == 0:
             return
         cp = self._cp
@@ -182,17 +187,17 @@ def _wait_guard(reader: Any) -> None:
 class _Batch:
     def __init__(self, size_hint: int) -> None:
         self.size_hint = size_hint
-        self.uploads: dict[str, Uploads] = {}
+        self.transfers: dict[str, Transfers] = {}
 
-    def uploads_for(self, label: str) -> Uploads:
-        found = self.uploads.get(label)
+    def transfers_for(self, label: str) -> Transfers:
+        found = self.transfers.get(label)
         if found is None:
-            found = self.uploads[label] = Uploads(label, self.size_hint)
+            found = self.transfers[label] = Transfers(label, self.size_hint)
         return found
 
     def finish(self) -> None:
-        for uploads in self.uploads.values():
-            uploads.finish()
+        for transfers in self.transfers.values():
+            transfers.finish()
 
 
 @contextmanager
@@ -236,9 +241,9 @@ def fill_on_device(fill: Callable[[npt.NDArray[Any]], None], shape: tuple[int, .
     before the device memory changes.
     """
     open_batch = current()
-    uploads = open_batch.uploads_for(label) if open_batch is not None else Uploads(label, 0)
+    transfers = open_batch.transfers_for(label) if open_batch is not None else Transfers(label, 0)
     try:
-        staged = uploads.staging(shape, dtype)
+        staged = transfers.staging(shape, dtype)
         if staged is None:  # larger than any ring: the pageable path
             host = np.empty(shape, dtype)
             fill(host)
@@ -249,11 +254,11 @@ def fill_on_device(fill: Callable[[npt.NDArray[Any]], None], shape: tuple[int, .
         fill(staged)
         if target is None:
             target = devices.empty(shape, dtype, label)
-        uploads.copy(staged, target)
+        transfers.copy(staged, target)
         return target
     finally:
         if open_batch is None:
-            uploads.finish()
+            transfers.finish()
 
 
 def is_staged(array: npt.NDArray[Any]) -> bool:
@@ -273,7 +278,7 @@ def guard(array: npt.NDArray[Any], reader: Any) -> bool:
     open_batch = current()
     if open_batch is None or not _rings:
         return False
-    return any(uploads.guard(array, reader) for uploads in open_batch.uploads.values())
+    return any(transfers.guard(array, reader) for transfers in open_batch.transfers.values())
 
 
 #: Device arrays of at least this many bytes go to the host through pinned staging (`to_host`).
@@ -291,7 +296,7 @@ def to_host(array: Any) -> npt.NDArray[Any]:
     nbytes = int(array.nbytes)
     if nbytes < STAGED_DOWNLOAD_BYTES or nbytes > STAGING_MAX_BYTES or not array.flags.c_contiguous:
         return devices.to_host(array)
-    transfers = Uploads(devices.device_of_array(array), nbytes)
+    transfers = Transfers(devices.device_of_array(array), nbytes)
     try:
         staged = transfers.staging(tuple(array.shape), array.dtype)
         assert staged is not None
@@ -303,7 +308,10 @@ def to_host(array: Any) -> npt.NDArray[Any]:
 
 
 def has_room(label: str, nbytes: int) -> bool:
-    """True when device `label` can hold `nbytes` more and keep `SNAPSHOT_HEADROOM_BYTES` free (device plus CuPy's pool)."""
+    """True when device `label` can hold `nbytes` more and keep `SNAPSHOT_HEADROOM_BYTES` free.
+
+    Free means the device's free memory plus the blocks CuPy's pool holds unused.
+    """
     cp = devices.array_module(label)
     with cp.cuda.Device(int(label.split(":")[1])):
         free, _ = cp.cuda.runtime.memGetInfo()

@@ -122,7 +122,7 @@ def test_a_damaged_value_leaves_gpu_variables_without_memory_untouched(ckpt: Pat
 
 
 def test_staging_is_pinned_host_memory_and_known_as_staged() -> None:
-    uploads = device_transfers.Uploads("gpu:0", 1 << 20)
+    uploads = device_transfers.Transfers("gpu:0", 1 << 20)
     try:
         staged = uploads.staging((1000,), np.float32)
         assert staged is not None and device_transfers.is_staged(staged)
