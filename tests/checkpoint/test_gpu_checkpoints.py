@@ -5,7 +5,9 @@ Every test carries @pytest.mark.gpu and is skipped without CuPy and a CUDA devic
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -54,15 +56,29 @@ def _gpu_store(values: dict[str, np.ndarray], fill: float | None) -> tuple[Varia
     return store, made
 
 
-@pytest.mark.parametrize("ring", ["default", "small"])
-def test_restore_into_allocated_gpu_variables_fills_the_same_device_buffers(
-        ckpt: Path, ring: str, request: pytest.FixtureRequest) -> None:
-    if ring == "small":
+@pytest.fixture(params=["default", "small"])
+def ring(request: pytest.FixtureRequest) -> str:
+    """The default staging ring, then the small one."""
+    if request.param == "small":
         request.getfixturevalue("small_ring")
-    save(ckpt, _VALUES, pack_threshold_bytes=0)
-    store, made = _gpu_store(_VALUES, fill=7)
-    pointers = {name: v._buffer.data.ptr for name, v in made.items()}
-    restore(ckpt, store)
+    return str(request.param)
+
+
+@pytest.fixture
+def restored(ckpt: Path, ring: str) -> Callable[[float | None], dict[str, Any]]:
+    """Saves _VALUES to `ckpt` and restores them into new GPU variables (allocated with `fill`, or not at all)."""
+    def run(fill: float | None) -> dict[str, Any]:
+        save(ckpt, _VALUES, pack_threshold_bytes=0)
+        store, made = _gpu_store(_VALUES, fill=fill)
+        made["pointers before"] = {name: v._buffer.data.ptr for name, v in made.items() if v.is_allocated}
+        restore(ckpt, store)
+        return made
+    return run
+
+
+def test_restore_into_allocated_gpu_variables_fills_the_same_device_buffers(restored: Any) -> None:
+    made = restored(7)
+    pointers = made.pop("pointers before")
     for name, value in _VALUES.items():
         v = made[name]
         assert v.device == "gpu:0" and isinstance(v._buffer, cp.ndarray)
@@ -70,14 +86,9 @@ def test_restore_into_allocated_gpu_variables_fills_the_same_device_buffers(
         np.testing.assert_array_equal(v.numpy(), value, err_msg=name)
 
 
-@pytest.mark.parametrize("ring", ["default", "small"])
-def test_restore_into_unallocated_gpu_variables_reads_straight_to_the_device(
-        ckpt: Path, ring: str, request: pytest.FixtureRequest) -> None:
-    if ring == "small":
-        request.getfixturevalue("small_ring")
-    save(ckpt, _VALUES, pack_threshold_bytes=0)
-    store, made = _gpu_store(_VALUES, fill=None)
-    restore(ckpt, store)
+def test_restore_into_unallocated_gpu_variables_reads_straight_to_the_device(restored: Any) -> None:
+    made = restored(None)
+    assert made.pop("pointers before") == {}
     for name, value in _VALUES.items():
         v = made[name]
         assert v.is_allocated and isinstance(v._buffer, cp.ndarray), name
