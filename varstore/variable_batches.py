@@ -121,7 +121,7 @@ def restore_many(variables: Sequence[VariableState], values: Sequence[Any], adop
                     and value.flags.owndata and value.flags.c_contiguous and value.flags.writeable
                     and not devices.is_gpu(variable._device)):
                 variable._buffer = value
-            elif devices.is_device_array(value):  # read to the device already (device_transfers)
+            elif type(value) is not np.ndarray and devices.is_device_array(value):  # read to a GPU already
                 if buf is not None:
                     devices.copy_into(buf, value)
                 elif adopt and value.dtype == variable._dtype and value.flags.c_contiguous \
