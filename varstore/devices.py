@@ -32,6 +32,7 @@ __all__ = [
     "place",
     "array_module",
     "is_device_array",
+    "gpu_in_use",
     "device_of_array",
     "to_host",
     "to_device",
@@ -223,6 +224,11 @@ def is_device_array(obj: Any) -> bool:
         if cp is None:
             return False
     return isinstance(obj, cp.ndarray)
+
+
+def gpu_in_use() -> bool:
+    """True once CuPy was loaded with a device (GPU arrays may exist); never probes for one itself."""
+    return _cupy_module is not None
 
 
 def device_of_array(array: Any) -> str:

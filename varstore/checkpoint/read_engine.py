@@ -140,7 +140,9 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
 
 
 def _device_bytes(items: Sequence[tuple[str, str, Any]]) -> int:
-    """Bytes of the targets that live on a GPU (sizes the pinned staging ring)."""
+    """Bytes of the targets that live on a GPU (sizes the pinned staging ring); 0 without a look when none can."""
+    if not devices.gpu_in_use():
+        return 0
     total = 0
     for _, _, obj in items:
         device = getattr(obj, "device", None)
