@@ -58,6 +58,7 @@ def _host_only_unless_marked_gpu(request: pytest.FixtureRequest, monkeypatch: py
         return
     from varstore import devices
 
+    devices._cupy()  # probe now, before the variable below: the probe's answer is kept for the session
     devices._set_gpu_count_override(0)
     monkeypatch.setenv("VARSTORE_DISABLE_GPU", "1")
     yield

@@ -6,7 +6,8 @@ stream, so the copy of one variable overlaps the read of the next and runs
 at the pinned host-to-device bandwidth (pageable memory takes a slower,
 synchronous path). The pinned memory is one ring per device, of
 `STAGING_MIN_BYTES` to `STAGING_MAX_BYTES`, allocated on first use and kept
-for the next restore (page-locking is slow: allocate once). Variables larger
+for the next restore (page-locking is slow: allocate once; `release_staging()`
+frees it). Variables larger
 than the ring take the pageable path.
 
 A bulk restore opens a `batch()` on its thread; `Variable._fill_from` and the
@@ -30,6 +31,7 @@ import numpy.typing as npt
 from varstore import devices
 
 __all__ = ["STAGING_MIN_BYTES", "STAGING_MAX_BYTES", "SNAPSHOT_HEADROOM_BYTES", "Transfers", "batch", "current",
+           "release_staging",
            "fill_on_device", "is_staged", "guard", "to_host", "has_room",
            "STAGED_DOWNLOAD_BYTES"]
 
@@ -75,6 +77,22 @@ def _give_back(ring: _Ring) -> None:
         kept = _idle_rings.get(ring.device_id)
         if kept is None or kept.capacity < ring.capacity:
             _idle_rings[ring.device_id] = ring
+
+
+def release_staging() -> int:
+    """Frees the idle pinned staging rings (page-locked host memory kept for the next restore); returns bytes freed.
+
+    Rings in use by a running restore are kept. The next GPU restore pins a new ring.
+    """
+    with _idle_lock:
+        rings = list(_idle_rings.values())
+        _idle_rings.clear()
+    freed = sum(ring.capacity for ring in rings)
+    del rings
+    cp = devices.cupy_if_loaded()
+    if freed and cp is not None:
+        cp.get_default_pinned_memory_pool().free_all_blocks()  # CuPy caches freed pinned blocks: hand them back
+    return freed
 
 
 class Transfers:

@@ -33,6 +33,7 @@ __all__ = [
     "array_module",
     "is_device_array",
     "gpu_in_use",
+    "cupy_if_loaded",
     "device_of_array",
     "to_host",
     "to_device",
@@ -228,7 +229,12 @@ def is_device_array(obj: Any) -> bool:
 
 def gpu_in_use() -> bool:
     """True once CuPy was loaded with a device (GPU arrays may exist); never probes for one itself."""
-    return _cupy_module is not None
+    return cupy_if_loaded() is not None
+
+
+def cupy_if_loaded() -> ModuleType | None:
+    """The cupy module once varstore loaded it with a device, else None (never probes)."""
+    return _cupy_module
 
 
 def device_of_array(array: Any) -> str:

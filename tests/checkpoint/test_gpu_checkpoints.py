@@ -213,3 +213,13 @@ def test_cupy_arrays_made_before_varstore_looked_for_a_gpu_are_device_arrays(tmp
             "print('ok')\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
+
+
+def test_release_staging_frees_the_idle_ring_once(ckpt: Path) -> None:
+    save(ckpt, _VALUES, pack_threshold_bytes=0)
+    store, _ = _gpu_store(_VALUES, fill=0)
+    restore(ckpt, store)  # leaves its ring idle for the next restore
+    assert device_transfers.release_staging() >= device_transfers.STAGING_MIN_BYTES
+    assert device_transfers.release_staging() == 0
+    restore(ckpt, store)  # pins a new ring
+    np.testing.assert_array_equal(store.get_variable_by_name("big").numpy(), _VALUES["big"])

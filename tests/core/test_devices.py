@@ -171,3 +171,22 @@ def test_replica_device_setter_custom_strategy_and_errors(store):
         vs.replica_device_setter([])
     with pytest.raises(DeviceError, match="strategy"):
         vs.replica_device_setter(["cpu:0"], strategy="random")
+
+
+def test_without_a_loaded_cupy_nothing_is_a_device_array_and_nothing_is_staged():
+    from varstore import device_transfers
+
+    if devices.cupy_if_loaded() is not None:
+        pytest.skip("CuPy is loaded with a device in this process")
+
+    class LooksLikeCupy:
+        pass
+
+    LooksLikeCupy.__module__ = "cupy._core.core"  # probes CuPy: missing or without a device here
+    assert not devices.is_device_array(LooksLikeCupy()) and not devices.is_device_array(np.zeros(2))
+    assert not devices.gpu_in_use() and devices.device_of_array(LooksLikeCupy()) == "cpu:0"
+    assert device_transfers.release_staging() == 0 and device_transfers.current() is None
+    with device_transfers.batch(1 << 20):
+        assert device_transfers.current() is not None
+        assert not device_transfers.guard(np.zeros(4), None) and not device_transfers.is_staged(np.zeros(4))
+    assert device_transfers.current() is None
