@@ -31,7 +31,7 @@ import numpy.typing as npt
 from varstore import devices
 
 __all__ = ["STAGING_MIN_BYTES", "STAGING_MAX_BYTES", "SNAPSHOT_HEADROOM_BYTES", "Transfers", "batch", "current",
-           "release_staging",
+           "release_staging", "queued_work_done",
            "fill_on_device", "is_staged", "guard", "to_host", "has_room",
            "STAGED_DOWNLOAD_BYTES"]
 
@@ -101,7 +101,8 @@ class Transfers:
     `staging()` lends a host buffer; fill it, then `copy()` it to the device.
 
     Copies run in order on one CUDA stream that synchronizes with the legacy
-    default stream (kernels still using a target buffer finish first). A ring
+    default stream and starts after the work queued on the caller's current
+    stream (kernels still using a target buffer finish first). A ring
     region is reused only after the copy out of it finished. `finish()`
     waits for every copy; nothing may read the targets before it.
     """
@@ -151,6 +152,8 @@ class Transfers:
         if self._stream is None:
             with cp.cuda.Device(self._device_id):
                 self._stream = cp.cuda.Stream(non_blocking=False)
+                # after the caller's queued kernels, also on a non-blocking stream of its own
+                self._stream.wait_event(cp.cuda.get_current_stream().record())
         with cp.cuda.Device(self._device_id):
             target.set(staged, stream=self._stream)
             event = self._stream.record()
@@ -323,6 +326,19 @@ def to_host(array: Any) -> npt.NDArray[Any]:
         return staged.copy()
     finally:
         transfers.finish()
+
+
+def queued_work_done(label: str) -> Callable[[], None]:
+    """A function that waits (from any thread) for the work queued so far on this thread's current stream of `label`.
+
+    An async save's device-side snapshot is queued on the caller's stream; the
+    writer thread calls this before it reads the copy, whatever stream it uses.
+    """
+    cp = devices.array_module(label)
+    with cp.cuda.Device(int(label.split(":")[1])):
+        event = cp.cuda.get_current_stream().record()
+    done: Callable[[], None] = event.synchronize
+    return done
 
 
 def has_room(label: str, nbytes: int) -> bool:

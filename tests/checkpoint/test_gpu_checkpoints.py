@@ -223,3 +223,32 @@ def test_release_staging_frees_the_idle_ring_once(ckpt: Path) -> None:
     assert device_transfers.release_staging() == 0
     restore(ckpt, store)  # pins a new ring
     np.testing.assert_array_equal(store.get_variable_by_name("big").numpy(), _VALUES["big"])
+
+
+def test_async_save_under_a_non_blocking_stream_writes_the_values_of_the_call(ckpt: Path) -> None:
+    """The snapshot is queued on the caller's stream; the writer (another thread, another stream) waits for it."""
+    store = VariableStore()
+    w = store.get_variable("w", [4096, 1024], device="gpu:0", initializer=lambda s, d: np.ones(s, d)).initialize()
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        w.assign(cp.full((4096, 1024), 3, np.float32))  # queued on the stream, maybe not yet run
+        handle = save(ckpt, store, blocking=False)
+        w.assign_add(cp.ones((4096, 1024), np.float32))  # after the call: not in the checkpoint
+    handle.wait()
+    stream.synchronize()
+    with open_varstore(ckpt) as reader:
+        assert (reader["w"] == 3).all()
+    assert (w.numpy() == 4).all()
+
+
+def test_restore_under_a_non_blocking_stream_lands_after_the_callers_queued_kernels(ckpt: Path) -> None:
+    save(ckpt, {"w": np.full((4096, 1024), 5, np.float32)}, pack_threshold_bytes=0)
+    store = VariableStore()
+    w = store.get_variable("w", [4096, 1024], device="gpu:0", initializer=lambda s, d: np.ones(s, d)).initialize()
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        w.assign_add(cp.ones((4096, 1024), np.float32))  # queued; the restore's copy must land after it
+        restore(ckpt, store)
+        doubled = w.read_value() * 2
+    stream.synchronize()
+    assert (cp.asnumpy(doubled) == 10).all()

@@ -59,13 +59,13 @@ class SaveEntry:
 
 
 class SnapshotEntry:
-    """An entry whose value is a host copy handed over from another thread (async saves).
+    """An entry whose value is a copy handed over from another thread (async saves): host, or device-side.
 
     Attributes:
       name, shape, dtype, trainable, collections, device: as the entry it copies.
     """
 
-    __slots__ = ("name", "shape", "dtype", "trainable", "collections", "device", "_value", "_ready")
+    __slots__ = ("name", "shape", "dtype", "trainable", "collections", "device", "_value", "_ready", "_wait")
 
     def __init__(self, entry: Any) -> None:
         self.name = entry.name
@@ -76,10 +76,18 @@ class SnapshotEntry:
         self.device = entry.device
         self._value: Any = None
         self._ready = threading.Event()
+        self._wait: Callable[[], None] | None = None
 
-    def put(self, value: npt.NDArray[Any] | BaseException) -> None:
-        """Hands over the copy (or the exception taking it raised)."""
+    def put(self, value: Any, wait: Callable[[], None] | None = None) -> None:
+        """Hands over the copy (or the exception taking it raised).
+
+        Args:
+          value: a host array, a CuPy array (a device-side copy) or an exception.
+          wait: called by `get()` before it returns the value: waits until a
+            device-side copy, queued on the caller's stream, is complete.
+        """
         self._value = value
+        self._wait = wait
         self._ready.set()
 
     def ready(self) -> bool:
@@ -92,4 +100,6 @@ class SnapshotEntry:
         value, self._value = self._value, None
         if isinstance(value, BaseException):
             raise value
+        if self._wait is not None:
+            self._wait()
         return value  # type: ignore[no-any-return]

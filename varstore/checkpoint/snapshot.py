@@ -123,22 +123,27 @@ def _device_room(entries: list[Any]) -> dict[str, bool]:
     return {label: device_transfers.has_room(label, nbytes) for label, nbytes in totals.items()}
 
 
-def _snapshot_copy(entry: Any, room: dict[str, bool]) -> Any:
-    """A copy of `entry`'s value that nobody else changes.
+def _take_snapshot(entry: Any, room: dict[str, bool], snapshot: SnapshotEntry) -> None:
+    """Hands `snapshot` a copy of `entry`'s value that nobody else changes.
 
     A GPU variable's value is copied on its device when the device has room
-    for the whole snapshot (`room`): the caller waits only for device-side
-    copies, and the background writer moves each to the host. Otherwise a host copy.
+    for the whole snapshot (`room`): the copy is queued on the caller's
+    current stream (after the caller's kernels, before its next ones), and the
+    background writer waits for it before moving it to the host. Otherwise a host copy.
     """
     variable = _gpu_variable(entry)
     if variable is not None:
         if room[variable.device]:
-            return variable.read_value()  # a device-side copy, queued on the current stream
-        return variable.numpy()  # a new host array already
+            copy = variable.read_value()  # a device-side copy, queued on the current stream
+            snapshot.put(copy, device_transfers.queued_work_done(variable.device))
+        else:
+            snapshot.put(variable.numpy())  # a new host array already
+        return
     value = entry.get()
     if devices.is_device_array(value):
-        return np.ascontiguousarray(devices.to_host(value))
-    return np.array(value, order="C", copy=True)
+        snapshot.put(np.ascontiguousarray(devices.to_host(value)))
+    else:
+        snapshot.put(np.array(value, order="C", copy=True))
 
 
 def save_async(final: Path, entries: list[Any], *, step: int | None = None,
@@ -151,9 +156,11 @@ def save_async(final: Path, entries: list[Any], *, step: int | None = None,
     """Snapshots `entries` and writes them in a background thread.
 
     Host values are copied in host memory; a GPU variable's value is copied on
-    its device when the device has room (then the caller waits only for
-    device-side copies; the writer moves each to the host as it writes it).
-    `max_snapshot_bytes` counts both kinds of copies.
+    its device when the device has room. Such copies are queued on the
+    caller's current CUDA stream, so the call returns once they are queued and
+    the caller's later kernels on that stream cannot change them; the writer
+    waits for each copy before it moves it to the host. `max_snapshot_bytes`
+    counts both kinds of copies.
 
     Returns once every value has been copied (so the caller may mutate its
     variables at once). With `max_snapshot_bytes` (bytes), at most that many
@@ -193,7 +200,7 @@ def save_async(final: Path, entries: list[Any], *, step: int | None = None,
         if not budget.acquire(record.nbytes):
             break  # the writer failed; wait() reports why
         try:
-            snapshot.put(_snapshot_copy(entry, room))
+            _take_snapshot(entry, room, snapshot)
         except BaseException as err:
             snapshot.put(err)
             future.exception()  # let the writer stop before the caller sees the error
