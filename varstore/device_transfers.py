@@ -35,7 +35,7 @@ __all__ = ["STAGING_MIN_BYTES", "STAGING_MAX_BYTES", "SNAPSHOT_HEADROOM_BYTES", 
            "fill_on_device", "is_staged", "guard", "to_host", "has_room",
            "STAGED_DOWNLOAD_BYTES"]
 
-#: Smallest pinned staging ring (bytes): page-locking costs ~1 ms per 4 MiB, paid once per process and device.
+#: Smallest pinned staging ring (bytes); page-locking is slow, so a ring is kept per process and device.
 STAGING_MIN_BYTES = 32 << 20
 #: Largest pinned staging ring (bytes); restores of more bytes cycle through it.
 STAGING_MAX_BYTES = 256 << 20
