@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from varstore import devices, placement
+from varstore import device_transfers, devices, placement
 from varstore.errors import ReshapeError
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ class ArrayInterop:
         if devices.is_device_array(buf):
             if copy is False:
                 raise ValueError(f"variable '{self._name}' lives on {self._device}; a host array needs a copy")
-            host = devices.to_host(buf)
+            host = device_transfers.to_host(buf)
             return host if dtype is None else host.astype(dtype)
         if copy:
             return np.array(buf, dtype=dtype, copy=True)

@@ -79,7 +79,7 @@ def _array_entry(name: str, value: Any) -> SaveEntry:
         device = devices.device_of_array(value)
         array = value
         return SaveEntry(name, tuple(value.shape), np.dtype(value.dtype),
-                         lambda: devices.to_host(array), True, (), device)
+                         lambda: device_transfers.to_host(array), True, (), device)
     array = np.asarray(value)
     if array.dtype.kind == "O":
         raise UnsupportedDtypeError(

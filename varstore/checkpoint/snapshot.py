@@ -141,7 +141,7 @@ def _take_snapshot(entry: Any, room: dict[str, bool], snapshot: SnapshotEntry) -
         return
     value = entry.get()
     if devices.is_device_array(value):
-        snapshot.put(np.ascontiguousarray(devices.to_host(value)))
+        snapshot.put(device_transfers.to_host(value))  # a new C-contiguous host array
     else:
         snapshot.put(np.array(value, order="C", copy=True))
 
