@@ -4,7 +4,8 @@
 that the file really holds the bytes its manifest claims) and fills them all
 with one `restore` into that mapping: the packed blob is read once, values
 are read with preadv straight into the arrays in file order with read-ahead,
-and every checksum is checked before it returns. Packed variables that hold
+and every checksum is checked before it returns, while a helper thread
+faults the new arrays in ahead of the reads (residency.py). Packed variables that hold
 at least half of the blob's bytes are returned as views of it (no copy
 each). Memory: the arrays, plus the packed blob (at most 256 MiB, packed
 layout only) while it runs. The
@@ -25,6 +26,7 @@ import numpy.typing as npt
 from varstore.checkpoint.packed import packed_views
 from varstore.checkpoint.read_engine import PACKED_CACHE_BYTES, check_packed
 from varstore.checkpoint.reader import VarstoreReader, open_varstore
+from varstore.checkpoint.residency import populated
 from varstore.checkpoint.restore import restore
 
 __all__ = ["load_varstore", "select_names"]
@@ -101,7 +103,8 @@ def load_varstore(path: os.PathLike[str] | str | VarstoreReader, names: list[str
             reader.check_stored(record)  # before allocating what the manifest claims
             out[name] = np.empty(record.shape, dtype=record.numpy_dtype)
         if out:
-            restore(reader, out, verify=verify)  # names not selected are merely "unexpected" there
+            with populated(list(out.values())):  # in restore's read order: page faults overlap the disk
+                restore(reader, out, verify=verify)  # names not selected are merely "unexpected" there
         if not packed or not out:
             return out or packed  # one kind only: already in the order selected
         return {name: packed[name] if name in packed else out[name] for name in selected}

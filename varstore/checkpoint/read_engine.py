@@ -5,7 +5,8 @@ while the next one is read, and the storage's read-ahead fetches the planned
 extents ahead of the reader. Small packed variables that already hold a value
 take the batch path: one read of the packed blob, every checksum on it, then
 one validated copy into every buffer (variables.restore_many); Variables
-without memory are read into new arrays, checked, and adopted last. Values
+without memory are read into new arrays (faulted in ahead of the reads by
+residency.populated), checked, and adopted last. Values
 for GPU variables are read into pinned staging and copied to the device
 asynchronously (device_transfers); a deferred check holds its staging until
 it has read it; copies and checks are waited for before the engine returns. The engine
@@ -28,6 +29,7 @@ from varstore.checkpoint.checksum import crc32c_of
 from varstore.checkpoint.manifest import Record
 from varstore.checkpoint.packed import packed_checksum_failure, packed_views
 from varstore.checkpoint.reader import CheckpointValue, ReadSession, VarstoreReader
+from varstore.checkpoint.residency import populated
 from varstore.errors import CorruptCheckpointError
 
 __all__ = ["read_into_targets", "Validate", "check_packed"]
@@ -112,14 +114,18 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
             fresh_values: list[Any] = []
             if fresh:  # read and check into new memory before any variable changes: all-or-nothing for them
                 checks.start(verify, [source.name for _, source in fresh])
-                for obj, source in fresh:
-                    if devices.is_gpu(obj.device):  # new device memory, filled through pinned staging
-                        fresh_values.append(device_transfers.fill_on_device(source.read_into, obj.shape,
-                                                                            obj.dtype, obj.device))
-                        continue
-                    value = np.empty(obj.shape, dtype=obj.dtype)
-                    source.read_into(value)
-                    fresh_values.append(value)
+                host = {id(obj): np.empty(obj.shape, dtype=obj.dtype) for obj, _ in fresh
+                        if not devices.is_gpu(obj.device)}
+                with populated(list(host.values())):  # page faults overlap the disk (residency.py)
+                    for obj, source in fresh:
+                        new = host.get(id(obj))
+                        if new is None:  # new device memory, filled through pinned staging
+                            fresh_values.append(device_transfers.fill_on_device(source.read_into, obj.shape,
+                                                                                obj.dtype, obj.device))
+                            continue
+                        source.read_into(new)
+                        fresh_values.append(new)
+                del host
                 checks.finish()
             if not lazy:
                 checks.start(verify, [source.name for _, _, source in sources])

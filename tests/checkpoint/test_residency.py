@@ -1,0 +1,125 @@
+"""residency.populated: new arrays faulted in ahead of the reads, never a byte changed; vs.load uses it."""
+
+from __future__ import annotations
+
+import mmap
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import varstore as vs
+from varstore.checkpoint import residency
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def _populate_works() -> bool:
+    if not sys.platform.startswith("linux") or not residency._libc_madvise():
+        return False
+    probe = np.empty(1 << 20, dtype=np.uint8)
+    start = -(-probe.ctypes.data // 4096) * 4096
+    return residency._libc_madvise()(start, 4096, residency._MADV_POPULATE_WRITE) == 0
+
+
+needs_populate = pytest.mark.skipif(not _populate_works(), reason="needs Linux 5.14+ (MADV_POPULATE_WRITE)")
+
+
+def _populate_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "varstore-populate"]
+
+
+@needs_populate
+def test_new_arrays_become_resident_while_the_block_runs_and_stay_zero() -> None:
+    # 48 MiB never written here, in fresh anonymous mappings (np.empty may reuse resident heap memory)
+    arrays = [np.frombuffer(mmap.mmap(-1, 8 << 20), dtype=np.uint8) for _ in range(6)]
+    before = _rss_bytes()
+    with residency.populated(arrays):
+        deadline = time.monotonic() + 10
+        while _rss_bytes() - before < 44 << 20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        grown = _rss_bytes() - before
+    assert grown >= 44 << 20  # ~48 MiB faulted in by the helper, none by this thread
+    assert all(not a.any() for a in arrays)  # faulted in, not written: anonymous pages read as zero
+    assert _populate_threads() == []  # stopped and joined when the block ended
+
+
+@needs_populate
+def test_bytes_written_before_or_during_the_block_are_kept() -> None:
+    rng = np.random.default_rng(7)
+    arrays = [np.empty((1024, 1024), dtype=np.float32) for _ in range(8)]  # 32 MiB
+    expected = [rng.standard_normal(a.shape, dtype=np.float32) for a in arrays]
+    arrays[0][...] = expected[0]  # before: already resident and filled
+    with residency.populated(arrays):
+        for a, e in zip(arrays[1:], expected[1:]):  # the reader racing the helper
+            a[...] = e
+    for a, e in zip(arrays, expected):
+        np.testing.assert_array_equal(a, e)
+
+
+def test_small_or_odd_arrays_start_no_thread() -> None:
+    small = [np.empty(1 << 20, dtype=np.uint8) for _ in range(4)]  # 4 MiB < MIN_POPULATE_BYTES
+    strided = np.empty((8192, 4096), dtype=np.uint8)[:, ::2]  # 32 MiB buffer, not C-contiguous
+    for arrays in (small, [strided], []):
+        with residency.populated(arrays):
+            assert _populate_threads() == []
+
+
+def test_an_exception_in_the_block_ends_the_helper_and_propagates() -> None:
+    arrays = [np.empty(32 << 20, dtype=np.uint8)]
+    with pytest.raises(KeyError, match="boom"):
+        with residency.populated(arrays):
+            raise KeyError("boom")
+    assert _populate_threads() == []
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".zarr"])
+def test_load_of_a_large_checkpoint_fills_populated_arrays_exactly(tmp_path, monkeypatch, suffix) -> None:
+    rng = np.random.default_rng(3)
+    values = {f"layer_{i}/kernel": rng.standard_normal((512, 1024), dtype=np.float32) for i in range(10)}
+    values["bias"] = rng.standard_normal((7,), dtype=np.float32)
+    path = tmp_path / f"model{suffix}"
+    vs.save(path, values)
+    seen: list[int] = []
+    original = residency.populated
+
+    def counting(arrays):  # what vs.load hands over: every new array, in read order
+        seen.append(sum(a.nbytes for a in arrays))
+        return original(arrays)
+
+    monkeypatch.setattr("varstore.checkpoint.load.populated", counting)
+    loaded = vs.load(path)
+    assert seen == [sum(v.nbytes for v in values.values())]  # 20 MiB: over MIN_POPULATE_BYTES
+    assert list(loaded) == list(values)
+    for name, value in values.items():
+        np.testing.assert_array_equal(loaded[name], value)
+        assert loaded[name].flags.writeable and loaded[name].flags.owndata
+
+
+def test_restore_into_variables_without_memory_populates_their_new_arrays(tmp_path, monkeypatch) -> None:
+    from varstore.scopes import VariableStore
+
+    rng = np.random.default_rng(4)
+    values = {f"dense_{i}/kernel": rng.standard_normal((1024, 1024), dtype=np.float32) for i in range(5)}
+    path = tmp_path / "model.h5"
+    vs.save(path, values)
+    store = VariableStore()
+    variables = [store.get_variable(name, shape=v.shape, dtype=np.float32) for name, v in values.items()]
+    assert not any(v.is_allocated for v in variables)
+    seen: list[list[int]] = []
+    original = residency.populated
+
+    def counting(arrays):
+        seen.append([a.nbytes for a in arrays])
+        return original(arrays)
+
+    monkeypatch.setattr("varstore.checkpoint.read_engine.populated", counting)
+    vs.restore(path, store)
+    assert seen == [[4 << 20] * 5]  # every new host array, in read order
+    for variable in variables:
+        np.testing.assert_array_equal(variable.numpy(), values[variable.name.split(":")[0]])
