@@ -123,3 +123,96 @@ def test_restore_into_variables_without_memory_populates_their_new_arrays(tmp_pa
     assert seen == [[4 << 20] * 5]  # every new host array, in read order
     for variable in variables:
         np.testing.assert_array_equal(variable.numpy(), values[variable.name.split(":")[0]])
+
+
+def _wait_for(predicate, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+@needs_populate
+def test_arrays_ahead_makes_the_next_arrays_within_its_window_and_hands_each_over_once() -> None:
+    made: list[int] = []
+
+    def make(position: int):
+        made.append(position)
+        return np.empty(8 << 20, dtype=np.uint8)
+
+    plan = [(i, 8 << 20, lambda i=i: make(i)) for i in range(1, 9)]  # 8 reads of 8 MiB
+    ahead = residency.ArraysAhead.start(plan, window=24 << 20)
+    assert ahead is not None
+    try:
+        assert _wait_for(lambda: len(made) == 3)
+        time.sleep(0.05)
+        assert made == [1, 2, 3]  # 24 MiB ahead of a loop that has taken nothing: it waits
+        first = ahead.take(1)
+        assert first is not None and first.shape == (8 << 20,)
+        assert ahead.take(1) is None  # handed over once
+        assert _wait_for(lambda: len(made) == 4)  # room for one more
+        assert ahead.take(3) is not None  # 2 was skipped by the loop: let go
+        assert ahead.take(42) is None  # never planned
+    finally:
+        ahead.stop()
+    assert _populate_threads() == []
+    assert ahead.take(6) is None  # stopped: nothing kept
+
+
+@needs_populate
+def test_arrays_ahead_stops_at_a_make_that_raises() -> None:
+    def make(position: int):
+        if position == 2:
+            raise ValueError("claims more bytes than stored")
+        return np.empty(16 << 20, dtype=np.uint8)
+
+    ahead = residency.ArraysAhead.start([(i, 16 << 20, lambda i=i: make(i)) for i in range(1, 4)], 64 << 20)
+    assert ahead is not None
+    assert _wait_for(lambda: not ahead._thread.is_alive())  # ended at position 2, silently
+    assert ahead.take(1) is not None
+    assert ahead.take(2) is None and ahead.take(3) is None  # the loop makes (and checks) its own
+    ahead.stop()
+
+
+def test_arrays_ahead_is_not_started_for_a_small_plan() -> None:
+    plan = [(i, 1 << 20, lambda: np.empty(1 << 20, dtype=np.uint8)) for i in range(4)]
+    assert residency.ArraysAhead.start(plan, 64 << 20) is None
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".zarr"])
+def test_a_loop_in_key_order_reads_exact_values_into_arrays_made_ahead(tmp_path, monkeypatch, suffix) -> None:
+    rng = np.random.default_rng(5)
+    values = {f"layer_{i:02d}/kernel": rng.standard_normal((512, 1024), dtype=np.float32) for i in range(12)}
+    path = tmp_path / f"model{suffix}"
+    vs.save(path, values)
+    started: list[int] = []
+    original = residency.ArraysAhead.start.__func__
+
+    def start(cls, plan, window):
+        started.append(len(plan))
+        return original(cls, plan, window)
+
+    monkeypatch.setattr(residency.ArraysAhead, "start", classmethod(start))
+    with vs.open_checkpoint(path) as ck:
+        loaded = {name: ck[name] for name in ck.keys()}
+    assert started == [10]  # from the second read on: the 10 variables after it
+    assert _populate_threads() == []  # stopped with the reader
+    for name, value in values.items():
+        np.testing.assert_array_equal(loaded[name], value)
+        assert loaded[name].flags.owndata and loaded[name].flags.writeable
+
+
+def test_a_loop_in_key_order_still_reports_a_truncated_variable_by_name(tmp_path) -> None:
+    rng = np.random.default_rng(6)
+    values = {f"layer_{i:02d}/kernel": rng.standard_normal((512, 1024), dtype=np.float32) for i in range(12)}
+    path = tmp_path / "model.zarr"
+    vs.save(path, values)
+    chunk = path / "layer_07" / "kernel" / "0.0"
+    chunk.write_bytes(chunk.read_bytes()[:1000])
+    with vs.open_checkpoint(path) as ck:
+        for name in list(ck.keys())[:7]:
+            np.testing.assert_array_equal(ck[name], values[name])
+        with pytest.raises(vs.errors.CorruptCheckpointError, match="layer_07/kernel"):
+            ck["layer_07/kernel"]

@@ -8,12 +8,15 @@ read-ahead. Once that blob is read, every packed variable's crc32c is checked
 on it in one pass and each gets a view of it (`packed_view`), so each later
 read of a packed variable is one copy out of the blob. `copy_packed` makes a
 new array of one packed variable out of the blob, its crc32c checked first
-(the path when the one-pass check found a damaged variable). Never writes;
-owns no thread (the storage's read-ahead does).
+(the path when the one-pass check found a damaged variable). The new arrays
+of such a loop over own-array variables are made and faulted in ahead of it
+(residency.ArraysAhead). Never writes; owns no thread itself (the storage's
+read-ahead and ArraysAhead do).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import operator
@@ -25,6 +28,7 @@ import numpy as np
 from varstore.checkpoint.checksum import crc32c_raw
 from varstore.checkpoint.manifest import ManifestColumns, Record
 from varstore.checkpoint.packed import packed_checksum_failure, packed_views
+from varstore.checkpoint.residency import ArraysAhead
 from varstore.errors import CorruptCheckpointError
 from varstore.storage import ReadAhead
 
@@ -49,6 +53,8 @@ class OrderedReader(Protocol):
 
     def packed_blob(self, limit: int = ...) -> bytearray | None: ...
 
+    def new_array(self, index: int) -> npt.NDArray[Any]: ...
+
 
 class KeyOrder:
     """Follows one reader's single reads (see the module docstring).
@@ -63,6 +69,7 @@ class KeyOrder:
         self._last = -2
         self._following = False
         self.ahead: ReadAhead | None = None
+        self._arrays: ArraysAhead | None = None  # the loop's next new arrays (own-array variables)
         self.blob: bytearray | None = None
         #: per manifest position: a view of `blob` (packed variables) or None; None until the blob is read.
         self._views: list[npt.NDArray[Any] | None] | None = None
@@ -80,6 +87,7 @@ class KeyOrder:
             self._following = True  # once per run of reads in order: planning looks at every later name
             reader = self._reader
             self.ahead = reader.start_read_ahead(reader.manifest.names[index:], LAZY_READ_AHEAD_BYTES)
+            self._arrays = self._start_arrays(index + 1)
             if self.blob is None and reader.manifest.columns["path"][index] is None:
                 # small variables packed in one blob: one read for the whole loop, not one per variable
                 self.blob = reader.packed_blob(LAZY_PACKED_CACHE_BYTES)
@@ -87,6 +95,21 @@ class KeyOrder:
                     self._view_blob(self.blob)
         self._last = index
         self._next = index + 1 if self._following and self._checked and self._views is not None else -1
+
+    def _start_arrays(self, start: int) -> ArraysAhead | None:
+        """New arrays for the own-array variables from manifest position `start` on, made ahead (residency.py)."""
+        reader = self._reader
+        columns = reader.manifest.columns
+        paths, sizes = columns["path"], columns["nbytes"]
+        plan: list[tuple[int, int, Callable[[], Any]]] = [
+            (i, sizes[i], functools.partial(reader.new_array, i))
+            for i in range(start, len(paths)) if paths[i] is not None and sizes[i]]
+        return ArraysAhead.start(plan, LAZY_READ_AHEAD_BYTES) if plan else None
+
+    def new_array(self, index: int) -> npt.NDArray[Any] | None:
+        """The new array made ahead for the own-array variable at `index` (a loop in key order), or None."""
+        arrays = self._arrays
+        return None if arrays is None else arrays.take(index)
 
     def next_copy(self, index: int) -> npt.NDArray[Any] | None:
         """A new array of the packed variable at `index` when it is the next one of a loop in key order
@@ -142,11 +165,14 @@ class KeyOrder:
         return views[index]
 
     def stop(self) -> None:
-        """Stops the read-ahead (before the reader's descriptors are closed)."""
+        """Stops the read-ahead (before the reader's descriptors are closed) and the arrays made ahead."""
         self._next = -1
         ahead, self.ahead = self.ahead, None
         if ahead is not None:
             ahead.stop()
+        arrays, self._arrays = self._arrays, None
+        if arrays is not None:
+            arrays.stop()
 
     def close(self) -> None:
         """Stops the read-ahead and lets the blob go."""

@@ -256,9 +256,18 @@ class VarstoreReader(CheckpointReader):
             if blob is not None:  # a loop in key order over packed variables: out of the blob read once
                 return copy_packed(record, blob, verify, str(self.path), self.checksum_error)
             self.check_stored(record)  # before allocating what the manifest claims
+            if self.session is None:
+                out = self._order.new_array(index)  # made and faulted in ahead in a loop in key order
         out = checked_out(name, record.shape, record.numpy_dtype, out)
         self.fill(record, out, verify)
         return out
+
+    def new_array(self, index: int) -> npt.NDArray[Any]:
+        """A new, unfilled array for the variable at manifest position `index`, after `check_stored`
+        (whose CorruptCheckpointError it raises)."""
+        record = self.record(self._names[index])
+        self.check_stored(record)
+        return np.empty(record.shape, dtype=record.numpy_dtype)
 
     def source(self, name: str, *, verify: bool = True) -> CheckpointValue:
         """The ValueSource of one variable (reads happen when the core asks)."""

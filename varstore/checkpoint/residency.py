@@ -19,20 +19,26 @@ checkpoint, `load_varstore` in fresh processes, cold cache, 10 runs each:
 before this module, 0.28-1.19 s (docs/benchmarks/README.md). Arrays filled
 this way therefore live on 4 KiB pages.
 
-Anywhere else (another system, an older kernel, a refused call) it does
-nothing and the reads fault the pages as before. Never reads or writes array
-contents; owns only its one thread, ended when the `with` block ends.
+`ArraysAhead` does the same for a loop that makes one new array per read
+(`ck[name]` in key order): its helper makes the next arrays and faults them in,
+a bounded window ahead of the loop.
+
+Anywhere else (another system, an older kernel, a refused call) neither does
+anything and the reads fault the pages as before. Never reads or writes array
+contents; each owns only its one thread, ended when the block ends or `stop`.
 """
 
 from __future__ import annotations
 
 import sys
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["populated", "MIN_POPULATE_BYTES"]
+if TYPE_CHECKING:  # threading is imported when a thread is started: a one-array read never needs it
+    import threading
+
+__all__ = ["populated", "ArraysAhead", "MIN_POPULATE_BYTES"]
 
 #: Arrays together smaller than this (bytes) are left to the reads: a thread costs more than it saves.
 MIN_POPULATE_BYTES = 16 << 20
@@ -83,16 +89,23 @@ def _page_ranges(array: Any) -> list[tuple[int, int]]:
     return ranges
 
 
+def _populate_one(madvise: Any, array: Any, stopped: Callable[[], bool]) -> bool:
+    """Faults in one C-contiguous array; False when stopped or the kernel refused (the reads fault the rest)."""
+    huge = array.nbytes >= NUMPY_HUGEPAGE_BYTES
+    for address, nbytes in _page_ranges(array):
+        if stopped():
+            return False
+        if huge:  # best effort: without it, faults as NumPy asked
+            madvise(address, nbytes, _MADV_NOHUGEPAGE)
+        if madvise(address, nbytes, _MADV_POPULATE_WRITE) != 0:
+            return False  # EINVAL before Linux 5.14, ENOMEM
+    return True
+
+
 def _populate(madvise: Any, arrays: list[Any], stop: threading.Event) -> None:
     for array in arrays:
-        huge = array.nbytes >= NUMPY_HUGEPAGE_BYTES
-        for address, nbytes in _page_ranges(array):
-            if stop.is_set():
-                return
-            if huge:  # best effort: without it, faults as NumPy asked
-                madvise(address, nbytes, _MADV_NOHUGEPAGE)
-            if madvise(address, nbytes, _MADV_POPULATE_WRITE) != 0:
-                return  # the kernel refused (EINVAL before 5.14, ENOMEM): the reads fault the rest
+        if not _populate_one(madvise, array, stop.is_set):
+            return
 
 
 @contextmanager
@@ -113,6 +126,8 @@ def populated(arrays: Sequence[Any]) -> Iterator[None]:
     if not madvise:
         yield
         return
+    import threading
+
     stop = threading.Event()
     thread = threading.Thread(target=_populate, args=(madvise, chosen, stop),
                               name="varstore-populate", daemon=True)
@@ -122,3 +137,95 @@ def populated(arrays: Sequence[Any]) -> Iterator[None]:
     finally:
         stop.set()
         thread.join()
+
+
+class ArraysAhead:
+    """New arrays for the next reads of a loop, each made, faulted in and handed over by a helper thread
+    that stays at most `window` bytes ahead of the reads (`take`).
+
+    What `populated` does for arrays that exist up front, for a loop that makes one array per read
+    (`ck[name]` for every name in key order: `convert`, `diff`, `ls --stats`). Each plan item's `make`
+    runs in the helper: it checks whatever must be checked before allocating (it raises to stop the
+    helper; the loop's own read then meets and reports the problem) and returns the new array. Memory:
+    at most `window` bytes plus one array made ahead of the loop, released by `stop`.
+
+    Args:
+      plan: (position, bytes, make) per upcoming read, in read order.
+      window: bytes (the loop's read-ahead window).
+    """
+
+    def __init__(self, plan: list[tuple[int, int, Callable[[], Any]]], window: int) -> None:
+        import threading
+
+        self._plan = plan
+        self._window = window
+        self._ready: dict[int, tuple[Any, int]] = {}
+        self._ahead_bytes = 0
+        self._taken = -1
+        self._stopped = False
+        self._condition = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def start(cls, plan: list[tuple[int, int, Callable[[], Any]]], window: int) -> ArraysAhead | None:
+        """A running ArraysAhead, or None when the plan holds fewer than MIN_POPULATE_BYTES bytes or the
+        system cannot fault memory in (see the module docstring)."""
+        if sum(nbytes for _, nbytes, _ in plan) < MIN_POPULATE_BYTES or not _libc_madvise():
+            return None
+        import threading
+
+        ahead = cls(plan, window)
+        ahead._thread = threading.Thread(target=ahead._run, name="varstore-populate", daemon=True)
+        ahead._thread.start()
+        return ahead
+
+    def _run(self) -> None:
+        madvise = _libc_madvise()
+        condition = self._condition
+        for position, nbytes, make in self._plan:
+            with condition:
+                while not self._stopped and self._ahead_bytes and self._ahead_bytes + nbytes > self._window:
+                    condition.wait()
+                if self._stopped:
+                    return
+                if position <= self._taken:
+                    continue  # the loop got there first
+            try:
+                array = make()
+            except Exception:  # noqa: BLE001 - a hint only: the loop's own read reports the problem
+                return
+            if array.flags.c_contiguous and not _populate_one(madvise, array, self._is_stopped):
+                return
+            with condition:
+                if self._stopped:
+                    return
+                if position > self._taken:
+                    self._ready[position] = (array, nbytes)
+                    self._ahead_bytes += nbytes
+
+    def _is_stopped(self) -> bool:
+        return self._stopped
+
+    def take(self, position: int) -> Any:
+        """The array made for the read at `position`, or None (not made yet, or not planned): the
+        caller then makes its own. Arrays for earlier positions are let go."""
+        with self._condition:
+            self._taken = max(self._taken, position)
+            found = self._ready.pop(position, None)
+            for earlier in [p for p in self._ready if p < position]:
+                self._ahead_bytes -= self._ready.pop(earlier)[1]
+            if found is not None:
+                self._ahead_bytes -= found[1]
+            self._condition.notify_all()
+        return None if found is None else found[0]
+
+    def stop(self) -> None:
+        """Ends the helper (joined) and lets every array not taken go."""
+        with self._condition:
+            self._stopped = True
+            self._ready.clear()
+            self._ahead_bytes = 0
+            self._condition.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
