@@ -41,7 +41,10 @@ def load(path: os.PathLike[str] | str, names: list[str] | None = None, filter: s
       the packed blob (at most 256 MiB) while loading; when the loaded small
       variables hold at least half of that blob, they are views of it (no
       copy each, as safetensors' arrays are views of its buffers), so it lives
-      as long as one of them does.
+      as long as one of them does. From a varstore checkpoint on Linux 5.14+,
+      a helper thread faults the arrays in ahead of the reads, and arrays of
+      4 MiB and more are on 4 KiB pages, not transparent huge pages
+      (varstore/checkpoint/residency.py).
 
     Raises:
       UnknownVariableError: a name in `names` that the checkpoint lacks.
