@@ -216,3 +216,17 @@ def test_a_loop_in_key_order_still_reports_a_truncated_variable_by_name(tmp_path
             np.testing.assert_array_equal(ck[name], values[name])
         with pytest.raises(vs.errors.CorruptCheckpointError, match="layer_07/kernel"):
             ck["layer_07/kernel"]
+
+
+def test_a_reader_abandoned_mid_loop_is_collected_and_ends_its_helper(tmp_path) -> None:
+    import gc
+
+    values = {f"v{i:02d}": np.full((1024, 1024), i, dtype=np.float32) for i in range(40)}  # 160 MiB
+    path = tmp_path / "model.h5"
+    vs.save(path, values)
+    ck = vs.open_checkpoint(path)
+    for name in list(ck.keys())[:3]:
+        assert ck[name][0, 0] == int(name[1:])
+    del ck  # never closed: the helper waits for room in its window
+    gc.collect()
+    assert _wait_for(lambda: _populate_threads() == [])

@@ -20,6 +20,7 @@ import functools
 import itertools
 import math
 import operator
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -101,8 +102,16 @@ class KeyOrder:
         reader = self._reader
         columns = reader.manifest.columns
         paths, sizes = columns["path"], columns["nbytes"]
+        new_array = weakref.WeakMethod(reader.new_array)  # an abandoned reader is still collected (and closed)
+
+        def make(index: int) -> npt.NDArray[Any]:
+            method = new_array()
+            if method is None:
+                raise ReferenceError("the reader is gone")
+            return method(index)
+
         plan: list[tuple[int, int, Callable[[], Any]]] = [
-            (i, sizes[i], functools.partial(reader.new_array, i))
+            (i, sizes[i], functools.partial(make, i))
             for i in range(start, len(paths)) if paths[i] is not None and sizes[i]]
         return ArraysAhead.start(plan, LAZY_READ_AHEAD_BYTES) if plan else None
 
