@@ -30,6 +30,8 @@ contents; each owns only its one thread, ended when the block ends or `stop`.
 
 from __future__ import annotations
 
+import functools
+import mmap
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -51,7 +53,7 @@ _MADV_NOHUGEPAGE = 15
 NUMPY_HUGEPAGE_BYTES = 4 << 20
 #: Bytes asked for per madvise call, so that the end of the `with` block stops the thread promptly.
 _STEP_BYTES = 8 << 20
-_PAGE = 4096
+_PAGE = mmap.PAGESIZE
 
 _madvise: Any = None  # libc's madvise (ctypes), loaded on first use; False where there is none
 
@@ -63,10 +65,7 @@ def _libc_madvise() -> Any:
         if sys.platform.startswith("linux"):
             try:
                 import ctypes
-                import mmap
 
-                global _PAGE
-                _PAGE = mmap.PAGESIZE
                 function = ctypes.CDLL(None, use_errno=True).madvise
                 function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
                 function.restype = ctypes.c_int
@@ -102,10 +101,8 @@ def _populate_one(madvise: Any, array: Any, stopped: Callable[[], bool]) -> bool
     return True
 
 
-def _populate(madvise: Any, arrays: list[Any], stop: threading.Event) -> None:
-    for array in arrays:
-        if not _populate_one(madvise, array, stop.is_set):
-            return
+def _itself(array: Any) -> Any:
+    return array
 
 
 @contextmanager
@@ -117,34 +114,28 @@ def populated(arrays: Sequence[Any]) -> Iterator[None]:
       arrays: new arrays; C-contiguous ones of at least a page are faulted in, the rest left to the block.
 
     Does nothing when the arrays hold fewer than MIN_POPULATE_BYTES bytes together or the system
-    cannot (see the module docstring). The thread is stopped and joined when the block ends, also by
-    an exception; no error of its own is ever raised. Peak memory is unchanged: every page it faults
-    in is one the block writes.
+    cannot (see the module docstring). The thread (an ArraysAhead whose window holds them all) is
+    stopped and joined when the block ends, also by an exception; no error of its own is ever raised.
+    Peak memory is unchanged: every page it faults in is one the block writes.
     """
     chosen = [a for a in arrays if a.nbytes >= _PAGE and a.flags.c_contiguous]
-    madvise = _libc_madvise() if sum(a.nbytes for a in chosen) >= MIN_POPULATE_BYTES else False
-    if not madvise:
-        yield
-        return
-    import threading
-
-    stop = threading.Event()
-    thread = threading.Thread(target=_populate, args=(madvise, chosen, stop),
-                              name="varstore-populate", daemon=True)
-    thread.start()
+    plan: list[tuple[int, int, Callable[[], Any]]] = [
+        (position, a.nbytes, functools.partial(_itself, a)) for position, a in enumerate(chosen)]
+    ahead = ArraysAhead.start(plan, window=sum(a.nbytes for a in chosen))
     try:
         yield
     finally:
-        stop.set()
-        thread.join()
+        if ahead is not None:
+            ahead.stop()
 
 
 class ArraysAhead:
     """New arrays for the next reads of a loop, each made, faulted in and handed over by a helper thread
     that stays at most `window` bytes ahead of the reads (`take`).
 
-    What `populated` does for arrays that exist up front, for a loop that makes one array per read
-    (`ck[name]` for every name in key order: `convert`, `diff`, `ls --stats`). Each plan item's `make`
+    Serves a loop that makes one array per read (`ck[name]` for every name in key order: `convert`,
+    `diff`, `ls --stats`), and `populated` (arrays that exist up front, a window holding them all).
+    Each plan item's `make`
     runs in the helper: it checks whatever must be checked before allocating (it raises to stop the
     helper; the loop's own read then meets and reports the problem) and returns the new array. Memory:
     at most `window` bytes plus one array made ahead of the loop, released by `stop`.
