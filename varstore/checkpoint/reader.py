@@ -274,17 +274,11 @@ class VarstoreReader(CheckpointReader):
         return CheckpointValue(self, self.record(name), verify)
 
     def verify(self) -> None:
-        """Reads every variable and checks its crc32c; raises ChecksumError naming the first bad one."""
-        session = ReadSession()
-        session.packed = self.packed_blob()
-        previous, self.session = self.session, session
-        try:
-            for name in self._names:
-                record = self.record(name)
-                self.check_stored(record)
-                self.fill(record, np.empty(record.shape, dtype=record.numpy_dtype), True)
-        finally:
-            self.session = previous
+        """Reads every variable and checks its crc32c; raises ChecksumError naming the first bad one
+        (checkpoint/verify.py: one reused buffer, the storage reading ahead)."""
+        from varstore.checkpoint.verify import verify_all
+
+        verify_all(self)
 
     def start_read_ahead(self, names: list[str], window: int) -> ReadAhead | None:
         """Starts the storage's read-ahead over the bytes of `names` (to be read in this order), or None:

@@ -1,0 +1,91 @@
+"""Checking every variable of an open checkpoint against its crc32c: `verify_all`, behind VarstoreReader.verify.
+
+What `varstore verify` runs. The variables are read in key order into one
+reused buffer, as large as the largest variable read so far, while the
+storage reads 64 MiB ahead of them (a single file: the next extents; a Zarr
+directory: the next zarr.json and chunk files), as a loop in key order does.
+Each stored size is checked before the buffer grows for it. Never writes;
+owns no thread (the storage's read-ahead does).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from varstore.checkpoint.key_order import LAZY_READ_AHEAD_BYTES
+from varstore.checkpoint.read_session import ReadSession
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from varstore.checkpoint.manifest import Record
+    from varstore.storage import ReadAhead
+
+__all__ = ["verify_all", "scratch_view", "VerifiedReader"]
+
+
+class VerifiedReader(Protocol):
+    """What verify_all needs of its reader (VarstoreReader implements it)."""
+
+    session: ReadSession | None
+
+    def keys(self) -> list[str]: ...
+
+    def packed_blob(self, limit: int = ...) -> bytearray | None: ...
+
+    def start_read_ahead(self, names: list[str], window: int) -> ReadAhead | None: ...
+
+    def record(self, name: str) -> Record: ...
+
+    def check_stored(self, record: Record) -> None: ...
+
+    def fill(self, record: Record, out: npt.NDArray[Any], verify: bool) -> None: ...
+
+
+def scratch_view(buffer: npt.NDArray[np.uint8] | None, record: Record
+                 ) -> tuple[npt.NDArray[np.uint8] | None, npt.NDArray[Any]]:
+    """(the buffer, grown when too small; an array of the record's shape and dtype over its first bytes).
+
+    Args:
+      buffer: a 1-D uint8 array, or None before the first read.
+      record: the variable about to be read.
+
+    Values of object dtype and empty ones get an array of their own (the buffer is returned unchanged).
+    """
+    dtype = record.numpy_dtype
+    if not record.nbytes or dtype.hasobject or dtype.itemsize == 0:
+        return buffer, np.empty(record.shape, dtype=dtype)
+    if buffer is None or buffer.nbytes < record.nbytes:
+        buffer = np.empty((record.nbytes,), dtype=np.uint8)
+    return buffer, buffer[:record.nbytes].view(dtype).reshape(record.shape)
+
+
+def verify_all(reader: VerifiedReader) -> None:
+    """Reads every variable of `reader` and checks its crc32c (see the module docstring).
+
+    Memory: the largest variable's bytes once, plus the packed blob (at most 256 MiB; larger
+    blobs are read per variable) and the storage's 64 MiB of read-ahead in the page cache.
+
+    Raises:
+      ChecksumError: naming the first damaged variable in key order and the file.
+      CorruptCheckpointError: a value the storage does not hold (truncated, missing file).
+    """
+    session = ReadSession()
+    session.packed = reader.packed_blob()
+    names = reader.keys()
+    previous, reader.session = reader.session, session
+    try:
+        session.read_ahead = reader.start_read_ahead(names, LAZY_READ_AHEAD_BYTES)
+        buffer: npt.NDArray[np.uint8] | None = None
+        for name in names:
+            record = reader.record(name)
+            reader.check_stored(record)  # before the buffer grows for what the manifest claims
+            buffer, out = scratch_view(buffer, record)
+            reader.fill(record, out, True)
+    finally:
+        if session.read_ahead is not None:
+            session.read_ahead.stop()  # before the reader's descriptors may be closed
+            session.read_ahead = None
+        reader.session = previous
