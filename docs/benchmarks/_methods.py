@@ -120,7 +120,9 @@ class Method:
       extra_phases: (workload, phase) cells beyond save/load/read-one (issue 11's targets):
         "read-all" (every variable through the lazy reader), "vs-load" (varstore.load),
         "keys-info" (every name with its shape and dtype from the header), "process" (a fresh
-        `python -c` from start to the first array in hand), "import" (a fresh `python -c` import).
+        `python -c` from start to the first array in hand), "import" (a fresh `python -c` import),
+        "restore" on W2 (as W4 on W1: into a new model, variables without memory whose initializers
+        must not run: how a lazily built model is restored).
     """
 
     name = ""
@@ -553,7 +555,7 @@ class Varstore(Method):
     suffix = ".h5"
     restores_in_place = True
     extra_phases = (("W1", "read-all"), ("W1", "vs-load"), ("W3", "process"), ("W3", "import"),
-                    ("W2", "read-all"), ("W2", "vs-load"), ("W2", "keys-info"))
+                    ("W2", "read-all"), ("W2", "vs-load"), ("W2", "keys-info"), ("W2", "restore"))
     import_code = "import varstore"
 
     def unavailable(self) -> str | None:

@@ -25,7 +25,7 @@ PHASE_ORDER = {"save": 0, "save-nofsync": 1, "load": 2, "vs-load": 3, "read-all"
 # workload against raw's load of it.
 _RAW_REFERENCE = {("W4", "restore"): ("W1", "load"), ("W1", "read-all"): ("W1", "load"),
                   ("W1", "vs-load"): ("W1", "load"), ("W2", "read-all"): ("W2", "load"),
-                  ("W2", "vs-load"): ("W2", "load")}
+                  ("W2", "vs-load"): ("W2", "load"), ("W2", "restore"): ("W2", "load")}
 
 
 def summarize(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:

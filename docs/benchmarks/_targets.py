@@ -58,6 +58,7 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         m = f"varstore-{fmt}"
         add("3", f"W2 vs.load ({fmt}) / safetensors load_file", (m, "W2", "vs-load"), st_load, 1.2)
         add("3", f"W2 restore ({fmt}) / safetensors load_file", (m, "W2", "load"), st_load, 1.2)
+        add("3", f"W2 restore into a new model ({fmt}) / safetensors load_file", (m, "W2", "restore"), st_load, 1.2)
         add("3", f"W2 open_checkpoint loop ({fmt}) / safetensors load_file", (m, "W2", "read-all"), st_load, 1.2)
         add("3", f"W2 durable save ({fmt}) / safetensors save_file + fsync", (m, "W2", "save"), st_save, 1.2)
         add("3", f"W2 keys()+info() ({fmt}) / safetensors header parse", (m, "W2", "keys-info"),

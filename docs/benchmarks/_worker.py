@@ -26,10 +26,10 @@ from _workloads import READ_ONE_NAME, Workload, load_workload
 
 __all__ = ["PHASES", "run_worker"]
 
-# workload -> phases; W3/W4 run on W1's checkpoint.
+# workload -> phases; W3/W4 run on W1's checkpoint. W2 "restore" (varstore only): into a new model.
 PHASES = {
     "W1": ("save", "save-nofsync", "load"),
-    "W2": ("save", "save-nofsync", "load"),
+    "W2": ("save", "save-nofsync", "load", "restore"),
     "W3": ("read-one",),
     "W4": ("restore",),
 }

@@ -302,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
             **{k: f"{w.description}: {len(w.variables)} variables, {w.nbytes / 1e9:.3f} GB" for k, w in built.items()},
             "W3": "open the W1 checkpoint, read 'layer_12/attn/q/kernel' (cold cache)",
             "W4": f"restore W1 into existing variables whose initializers sleep {SLEEP_S * 1000:.0f} ms "
-                  "(cold cache; timed until every value is readable)",
+                  "(cold cache; timed until every value is readable); W2 restore: the same into a new "
+                  "model of W2's variables",
         },
         "rss_note": RSS_NOTE,
         "notes": [f"{m.name}: {m.label}" for m in methods],

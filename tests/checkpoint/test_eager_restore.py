@@ -142,3 +142,84 @@ def test_mixed_restore_failing_in_place_leaves_uninitialized_variables_untouched
         restore(ckpt, store)
     assert not fresh.is_allocated and not fresh.is_restore_pending
     assert store.report_uninitialized() == ["fresh"]
+
+
+def _flip_packed(path: Path, name: str) -> None:
+    """Flips one bit of packed variable `name`'s bytes inside the packed blob (either format)."""
+    with open_checkpoint(path) as reader:
+        offset = int(reader.record(name).offset)
+    store = get_backend("h5" if path.suffix == ".h5" else "zarr").open_reader(path)
+    nbytes = len(store.read_bytes("_varstore/packed"))
+    extent = store.raw_extent("_varstore/packed", np.dtype("u1"), (nbytes,))
+    store.close()
+    with open(extent.file, "r+b") as handle:
+        handle.seek(extent.offset + offset)
+        byte = handle.read(1)[0]
+        handle.seek(extent.offset + offset)
+        handle.write(bytes([byte ^ 0x01]))
+
+
+def _packed_source(path: Path) -> dict[str, np.ndarray]:
+    values = {f"slot/{i:02d}": np.arange(i, i + 6, dtype=np.float32).reshape(2, 3) for i in range(12)}
+    values["count"] = np.array(41, dtype=np.int64)  # a scalar: a 0-d view of the blob
+    values["big"] = np.arange(1 << 19, dtype=np.float32)  # 2 MiB: its own dataset / array
+    save(path, values, layout="packed")
+    return values
+
+
+def _never_store(values: dict[str, np.ndarray]) -> tuple[VariableStore, dict[str, object], list[str]]:
+    store, calls = VariableStore(), []
+
+    def never(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        calls.append("init")
+        return np.zeros(shape, dtype)
+
+    made = {name: store.get_variable(name, list(value.shape), dtype=value.dtype, initializer=never)
+            for name, value in values.items()}
+    return store, made, calls
+
+
+def test_packed_values_into_uninitialized_variables_are_own_copies(ckpt: Path) -> None:
+    values = _packed_source(ckpt)
+    with open_checkpoint(ckpt) as reader:
+        assert reader.record("slot/03").path is None and reader.record("big").path is not None  # packed / own
+    store, made, calls = _never_store(values)
+    restore(ckpt, store)
+    assert calls == [] and store.report_uninitialized() == []
+    for name, value in values.items():
+        got = made[name].numpy()
+        np.testing.assert_array_equal(got, value)
+        assert got.dtype == value.dtype and got.shape == value.shape
+    buffers = [made[name]._buffer for name in values if name != "big"]
+    # each owns its memory: no variable keeps the packed blob (or a neighbour) alive
+    assert all(b.flags.owndata and b.flags.c_contiguous and b.flags.writeable for b in buffers)
+    made["slot/04"].assign(np.full((2, 3), -1, np.float32))
+    np.testing.assert_array_equal(made["slot/05"].numpy(), values["slot/05"])
+
+
+def test_damaged_packed_value_leaves_uninitialized_variables_untouched(ckpt: Path) -> None:
+    values = _packed_source(ckpt)
+    _flip_packed(ckpt, "slot/07")
+    store, made, calls = _never_store(values)
+    with pytest.raises(ChecksumError, match=r"variable 'slot/07' in '.*model"):
+        restore(ckpt, store)
+    assert not any(v.is_allocated or v.is_restore_pending for v in made.values())
+    assert calls == [] and len(store.report_uninitialized()) == len(values)
+
+
+def test_damaged_large_value_leaves_uninitialized_packed_variables_untouched(ckpt: Path) -> None:
+    values = _packed_source(ckpt)
+    _flip(ckpt, "big", at=4096)
+    store, made, calls = _never_store(values)
+    with pytest.raises(ChecksumError, match="'big'"):
+        restore(ckpt, store)
+    assert not any(v.is_allocated or v.is_restore_pending for v in made.values())
+    assert calls == []
+
+
+def test_packed_shape_mismatch_into_uninitialized_variables_names_it_and_changes_nothing(ckpt: Path) -> None:
+    values = _packed_source(ckpt)
+    store, made, _ = _never_store({**values, "slot/02": np.zeros((3, 2), np.float32)})
+    with pytest.raises(ValueError, match="slot/02"):
+        restore(ckpt, store)
+    assert not any(v.is_allocated or v.is_restore_pending for v in made.values())

@@ -54,6 +54,25 @@ def test_restore_many_casts_same_kind_and_fills_unmaterialized_without_initializ
     assert v.numpy().tolist() == [1.5, 2.5] and v.dtype == np.float64 and calls == []
 
 
+def test_restore_many_gives_unmaterialized_variables_own_copies_of_blob_views() -> None:
+    store = VariableStore()
+    variables = [store.get_variable(f"p/v{i}", shape=(2, 2), dtype=np.float32) for i in range(3)]
+    scalar = store.get_variable("p/step", shape=(), dtype=np.int64)
+    blob = np.arange(12, dtype=np.float32)
+    step = np.arange(3, dtype=np.int64)[1:2].reshape(())  # a 0-d view, as packed scalars are
+    for adopt in (False, True):
+        restore_many(variables + [scalar], list(blob.reshape(3, 2, 2)) + [step], adopt=adopt)
+        buffers = [v._buffer for v in variables + [scalar]]
+        assert all(type(b) is np.ndarray and b.flags.owndata and b.flags.c_contiguous for b in buffers)
+        assert [v.numpy().ravel().tolist() for v in variables] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+        assert scalar.numpy().shape == () and int(scalar.numpy()) == 1 and scalar.dtype == np.int64
+        blob[:] = -1  # no variable aliases the blob
+        assert variables[1].numpy().ravel().tolist() == [4, 5, 6, 7]
+        blob[:] = np.arange(12)
+        for v in variables + [scalar]:
+            v._buffer = None  # back to no memory for the second pass
+
+
 def test_restore_many_validates_everything_first() -> None:
     _, variables = _store(3)
     host_views(variables)

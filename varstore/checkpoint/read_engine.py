@@ -2,11 +2,12 @@
 
 Owns the threads of a bulk read: a helper thread checksums large values
 while the next one is read, and the storage's read-ahead fetches the planned
-extents ahead of the reader. Small packed variables that already hold a value
-take the batch path: one read of the packed blob, every checksum on it, then
-one validated copy into every buffer (variables.restore_many); Variables
-without memory are read into new arrays (faulted in ahead of the reads by
-residency.populated), checked, and adopted last. Values
+extents ahead of the reader. Small packed variables take the batch path: one
+read of the packed blob, every checksum on it, then one validated copy into
+every buffer (variables.restore_many); those without memory (CPU ones) get
+their copies last, with the other Variables without memory, which are read
+into new arrays (faulted in ahead of the reads by residency.populated),
+checked, and adopted last. Values
 for GPU variables are read into pinned staging and copied to the device
 asynchronously (device_transfers); a deferred check holds its staging until
 it has read it; copies and checks are waited for before the engine returns. The engine
@@ -76,6 +77,8 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
     session.packed = blob
     batch_variables: list[Any] = []
     batch_indices: list[int] = []
+    fresh_batch_variables: list[Any] = []  # packed CPU Variables without memory: copied from the blob, last
+    fresh_batch_indices: list[int] = []
     rest: list[tuple[str, str, Any]] = []
     if blob is None:
         rest = list(items)
@@ -83,23 +86,30 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
         index_of, paths = reader.manifest.index, reader.manifest.columns["path"]
         for item in items:
             obj = item[2]
-            index = index_of.get(item[0]) if isinstance(obj, Variable) and obj.is_initialized else None
+            index = index_of.get(item[0]) if isinstance(obj, Variable) else None
             if index is None or paths[index] is not None:
                 rest.append(item)
-            else:
+            elif obj.is_initialized:
                 batch_variables.append(obj)
                 batch_indices.append(index)
+            elif not devices.is_gpu(obj.device):
+                fresh_batch_variables.append(obj)
+                fresh_batch_indices.append(index)
+            else:
+                rest.append(item)
     with device_transfers.batch(0 if lazy else _device_bytes(items)):  # GPU targets: see device_transfers
         checks = _Checks(reader, session)
         reader.session = session
         try:
             sources = [(obj, name, reader.source(ckpt, verify=verify)) for ckpt, name, obj in rest]
-            batch_values = (packed_views(blob, reader.manifest.columns, reader.manifest.names, batch_indices,
-                                         str(reader.path)) if batch_indices and blob is not None else [])
+            batch_values = _packed_values(reader, blob, batch_indices)
+            fresh_batch_values = _packed_values(reader, blob, fresh_batch_indices)
             names = reader.manifest.names
-            for variable, value, index in zip(batch_variables, batch_values, batch_indices):
-                if value.shape != variable.shape or value.dtype != variable.dtype:
-                    validate(variable.name, variable, reader.source(names[index], verify=verify))
+            for variables, values, indices in ((batch_variables, batch_values, batch_indices),
+                                               (fresh_batch_variables, fresh_batch_values, fresh_batch_indices)):
+                for variable, value, index in zip(variables, values, indices):
+                    if value.shape != variable.shape or value.dtype != variable.dtype:
+                        validate(variable.name, variable, reader.source(names[index], verify=verify))
             for obj, name, source in sources:
                 validate(name, obj, source)
             fresh: list[tuple[Any, CheckpointValue]] = []  # Variables without memory: read into new arrays
@@ -109,7 +119,8 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
                 fresh_ids = {id(obj) for obj, _ in fresh}
                 sources = [item for item in sources if id(item[0]) not in fresh_ids]
             if not lazy and verify and blob is not None:
-                check_packed(reader, blob, batch_indices + _packed_indices(reader, [ckpt for ckpt, _, _ in rest]))
+                check_packed(reader, blob, batch_indices + fresh_batch_indices
+                             + _packed_indices(reader, [ckpt for ckpt, _, _ in rest]))
                 session.packed_checked = True
             fresh_values: list[Any] = []
             if fresh:  # read and check into new memory before any variable changes: all-or-nothing for them
@@ -137,9 +148,11 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
                 else:
                     source.read_into(obj)
             checks.finish()
-            # last: a failure of the in-place targets above leaves the variables without memory as they were
-            restore_many([obj for obj, _ in fresh], fresh_values, adopt=True)
-            del fresh_values
+            # last: a failure of the in-place targets above leaves the variables without memory as they were.
+            # The packed ones get copies of their views (restore_many copies what it cannot adopt).
+            restore_many([obj for obj, _ in fresh] + fresh_batch_variables, fresh_values + fresh_batch_values,
+                         adopt=True)
+            del fresh_values, fresh_batch_values
         finally:
             checks.close()
             reader.session = None
@@ -209,6 +222,13 @@ class _Checks:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+
+
+def _packed_values(reader: VarstoreReader, blob: bytearray | None, indices: list[int]) -> list[npt.NDArray[Any]]:
+    """Views of the packed blob for these manifest indices (none without a blob); see packed.packed_views."""
+    if not indices or blob is None:
+        return []
+    return packed_views(blob, reader.manifest.columns, reader.manifest.names, indices, str(reader.path))
 
 
 def _packed_indices(reader: VarstoreReader, names: list[str]) -> list[int]:
