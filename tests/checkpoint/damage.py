@@ -76,3 +76,22 @@ def flip_name(path: Path) -> None:
 def wipe_index_header(path: Path) -> None:
     with open(path, "r+b") as handle:
         handle.write(b"\0" * 512)
+
+
+def flip_packed(path: Path, name: str, at: int = 0) -> None:
+    """Flips one bit `at` bytes into packed variable `name`'s bytes inside the packed blob (either format)."""
+    from varstore.backends import get_backend
+    from varstore.checkpoint import open_varstore
+
+    with open_varstore(path) as reader:
+        offset = int(reader.record(name).offset) + at
+    store = get_backend("h5" if path.suffix == ".h5" else "zarr").open_reader(path)
+    nbytes = len(store.read_bytes("_varstore/packed"))
+    extent = store.raw_extent("_varstore/packed", np.dtype("u1"), (nbytes,))
+    store.close()
+    assert extent is not None
+    with open(extent.file, "r+b") as handle:
+        handle.seek(extent.offset + offset)
+        byte = handle.read(1)[0]
+        handle.seek(extent.offset + offset)
+        handle.write(bytes([byte ^ 0x01]))

@@ -13,6 +13,8 @@ from varstore.checkpoint.manifest import storage_layout
 from varstore.errors import ChecksumError
 from varstore.scopes import VariableStore
 
+from tests.checkpoint.damage import flip_packed
+
 
 def _flip(path: Path, name: str, at: int = 8) -> None:
     """Flips one bit of variable `name`'s stored bytes (per-variable layout)."""
@@ -144,21 +146,6 @@ def test_mixed_restore_failing_in_place_leaves_uninitialized_variables_untouched
     assert store.report_uninitialized() == ["fresh"]
 
 
-def _flip_packed(path: Path, name: str) -> None:
-    """Flips one bit of packed variable `name`'s bytes inside the packed blob (either format)."""
-    with open_checkpoint(path) as reader:
-        offset = int(reader.record(name).offset)
-    store = get_backend("h5" if path.suffix == ".h5" else "zarr").open_reader(path)
-    nbytes = len(store.read_bytes("_varstore/packed"))
-    extent = store.raw_extent("_varstore/packed", np.dtype("u1"), (nbytes,))
-    store.close()
-    with open(extent.file, "r+b") as handle:
-        handle.seek(extent.offset + offset)
-        byte = handle.read(1)[0]
-        handle.seek(extent.offset + offset)
-        handle.write(bytes([byte ^ 0x01]))
-
-
 def _packed_source(path: Path) -> dict[str, np.ndarray]:
     values = {f"slot/{i:02d}": np.arange(i, i + 6, dtype=np.float32).reshape(2, 3) for i in range(12)}
     values["count"] = np.array(41, dtype=np.int64)  # a scalar: a 0-d view of the blob
@@ -199,7 +186,7 @@ def test_packed_values_into_uninitialized_variables_are_own_copies(ckpt: Path) -
 
 def test_damaged_packed_value_leaves_uninitialized_variables_untouched(ckpt: Path) -> None:
     values = _packed_source(ckpt)
-    _flip_packed(ckpt, "slot/07")
+    flip_packed(ckpt, "slot/07")
     store, made, calls = _never_store(values)
     with pytest.raises(ChecksumError, match=r"variable 'slot/07' in '.*model"):
         restore(ckpt, store)

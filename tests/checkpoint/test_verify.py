@@ -21,6 +21,8 @@ from varstore.checkpoint.manifest import Record
 from varstore.checkpoint.verify import scratch_view
 from varstore.errors import ChecksumError, CorruptCheckpointError
 
+from tests.checkpoint.damage import flip_packed, rewrite_zarr_manifest
+
 BF16 = dtypes.as_dtype("bfloat16")
 VALUES: dict[str, np.ndarray] = {
     "a/kernel": np.arange(64 * 32, dtype=np.float32).reshape(64, 32) / 3,
@@ -36,7 +38,8 @@ VALUES: dict[str, np.ndarray] = {
 
 def _save(tmp_path: Path, suffix: str, pack: int = 0, values: dict[str, np.ndarray] | None = None) -> Path:
     path = tmp_path / f"model{suffix}"
-    save(path, VALUES if values is None else values, pack_threshold_bytes=pack)
+    save(path, VALUES if values is None else values, layout="packed" if pack else "per-variable",
+         pack_threshold_bytes=pack)
     return path
 
 
@@ -128,6 +131,72 @@ def test_verify_reads_into_one_buffer_with_the_storage_reading_ahead(
     assert planned == [list(values)]
     assert [(shape, last) for _, shape, last in seen] == [((64, 64 - i), float(i)) for i in range(24)]
     assert len({address for address, _, _ in seen}) == 1  # not one new array per variable
+
+
+PACKED = 1 << 10  # a/bias, b/*, c/* packed; a/kernel (8 KiB) and d/big (512 KiB) their own arrays
+
+
+def _spy_fills(reader: object, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    names: list[str] = []
+    fill = reader.fill  # type: ignore[attr-defined]
+
+    def spy_fill(record: Record, out: np.ndarray, verify: bool) -> None:
+        names.append(record.name)
+        fill(record, out, verify)
+
+    monkeypatch.setattr(reader, "fill", spy_fill)
+    return names
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".zarr"])
+def test_packed_variables_are_checked_on_the_blob_and_only_own_arrays_are_read(
+        tmp_path: Path, suffix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    values = {**VALUES, **{f"slots/{i:04d}": np.full(16, i, np.float32) for i in range(300)}}
+    path = _save(tmp_path, suffix, PACKED, values)
+    with open_varstore(path) as reader:
+        own = [name for name in reader.keys() if reader.record(name).path is not None]
+        assert sorted(own) == ["a/kernel", "d/big"]
+        filled = _spy_fills(reader, monkeypatch)
+        reader.verify()
+        assert filled == own and reader.session is None and _readahead_threads() == []
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".zarr"])
+@pytest.mark.parametrize("packed_name, own_name", [("c/step", "a/kernel"), ("b/c64", "d/big")])
+def test_the_first_damaged_in_key_order_is_named_across_packed_and_own_values(
+        tmp_path: Path, suffix: str, packed_name: str, own_name: str) -> None:
+    path = _save(tmp_path, suffix, PACKED)
+    flip_packed(path, packed_name)
+    _flip(path, own_name, at=40)
+    with open_varstore(path) as reader:
+        assert reader.record(packed_name).path is None and reader.record(own_name).path is not None
+        first_bad = min([packed_name, own_name], key=reader.keys().index)
+        with pytest.raises(ChecksumError, match=rf"variable '{first_bad}' in '.*model{suffix}'"):
+            reader.verify()
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".zarr"])
+def test_packed_variables_without_checksums_are_still_read(
+        tmp_path: Path, suffix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / f"model{suffix}"
+    save(path, VALUES, layout="packed", pack_threshold_bytes=PACKED, checksum=False)
+    with open_varstore(path) as reader:
+        filled = _spy_fills(reader, monkeypatch)
+        reader.verify()
+        assert filled == reader.keys()
+
+
+def test_a_packed_variable_outside_the_blob_is_named(tmp_path: Path) -> None:
+    path = _save(tmp_path, ".zarr", PACKED)
+
+    def edit(document: dict) -> None:
+        columns = document["variables"]
+        columns["offset"][columns["name"].index("c/step")] = 1 << 20
+
+    rewrite_zarr_manifest(path, edit)
+    with open_varstore(path) as reader:
+        with pytest.raises(CorruptCheckpointError, match=r"variable 'c/step' in '.*model.zarr' lies outside"):
+            reader.verify()
 
 
 def _record(shape: tuple[int, ...], dtype: str) -> Record:

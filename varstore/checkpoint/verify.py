@@ -1,11 +1,14 @@
 """Checking every variable of an open checkpoint against its crc32c: `verify_all`, behind VarstoreReader.verify.
 
-What `varstore verify` runs. The variables are read in key order into one
+What `varstore verify` runs. Packed variables with a checksum are checked on
+the packed blob, read once, in one pass (as a bulk restore checks them:
+read_engine.check_packed). The other variables are read in key order into one
 reused buffer, as large as the largest variable read so far, while the
 storage reads 64 MiB ahead of them (a single file: the next extents; a Zarr
 directory: the next zarr.json and chunk files), as a loop in key order does.
-Each stored size is checked before the buffer grows for it. Never writes;
-owns no thread (the storage's read-ahead does).
+Each stored size is checked before the buffer grows for it. The error names
+the first damaged variable in key order, whichever way it was checked.
+Never writes; owns no thread (the storage's read-ahead does).
 """
 
 from __future__ import annotations
@@ -15,12 +18,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from varstore.checkpoint.key_order import LAZY_READ_AHEAD_BYTES
+from varstore.checkpoint.packed import packed_checksum_failure
 from varstore.checkpoint.read_session import ReadSession
+from varstore.errors import CorruptCheckpointError
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from varstore.checkpoint.manifest import Record
+    from pathlib import Path
+
+    from varstore.checkpoint.manifest import ManifestColumns, Record
     from varstore.storage import ReadAhead
 
 __all__ = ["verify_all", "scratch_view", "VerifiedReader"]
@@ -30,6 +37,10 @@ class VerifiedReader(Protocol):
     """What verify_all needs of its reader (VarstoreReader implements it)."""
 
     session: ReadSession | None
+    path: Path
+
+    @property
+    def manifest(self) -> ManifestColumns: ...
 
     def keys(self) -> list[str]: ...
 
@@ -42,6 +53,8 @@ class VerifiedReader(Protocol):
     def check_stored(self, record: Record) -> None: ...
 
     def fill(self, record: Record, out: npt.NDArray[Any], verify: bool) -> None: ...
+
+    def checksum_error(self, record: Record, found: int) -> None: ...
 
 
 def scratch_view(buffer: npt.NDArray[np.uint8] | None, record: Record
@@ -75,17 +88,43 @@ def verify_all(reader: VerifiedReader) -> None:
     session = ReadSession()
     session.packed = reader.packed_blob()
     names = reader.keys()
+    on_blob, failure = _check_on_blob(reader, session.packed, names)
+    loop = [name for k, name in enumerate(names) if k not in on_blob and (failure is None or k < failure[0])]
     previous, reader.session = reader.session, session
     try:
-        session.read_ahead = reader.start_read_ahead(names, LAZY_READ_AHEAD_BYTES)
+        session.read_ahead = reader.start_read_ahead(loop, LAZY_READ_AHEAD_BYTES)
         buffer: npt.NDArray[np.uint8] | None = None
-        for name in names:
+        for name in loop:
             record = reader.record(name)
             reader.check_stored(record)  # before the buffer grows for what the manifest claims
             buffer, out = scratch_view(buffer, record)
             reader.fill(record, out, True)
+        if failure is not None:  # no variable before it in key order is damaged
+            record = reader.record(names[failure[0]])
+            if failure[1] < 0:
+                raise CorruptCheckpointError(
+                    f"variable '{record.name}' in '{reader.path}' lies outside the packed blob")
+            reader.checksum_error(record, failure[1])
     finally:
         if session.read_ahead is not None:
             session.read_ahead.stop()  # before the reader's descriptors may be closed
             session.read_ahead = None
         reader.session = previous
+
+
+def _check_on_blob(reader: VerifiedReader, blob: bytearray | None, names: list[str]
+                   ) -> tuple[set[int], tuple[int, int] | None]:
+    """(key positions of the packed variables checked on `blob`, (key position, crc32c found or -1 when
+    outside the blob) of the first damaged one in key order, or None). Packed variables without a
+    checksum are left to the loop, which still reads them."""
+    if blob is None:
+        return set(), None
+    manifest = reader.manifest
+    index_of, paths, checksums = manifest.index, manifest.columns["path"], manifest.columns["checksum"]
+    position_of: dict[int, int] = {}
+    for k, name in enumerate(names):
+        index = index_of.get(name)
+        if index is not None and paths[index] is None and checksums[index] is not None:
+            position_of[index] = k
+    found = packed_checksum_failure(blob, manifest.columns, list(position_of))
+    return set(position_of.values()), None if found is None else (position_of[found[0]], found[1])
