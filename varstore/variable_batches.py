@@ -114,12 +114,12 @@ def restore_many(variables: Sequence[VariableState], values: Sequence[Any], adop
             check_host_value(variable, value)
     with MATERIALIZE_LOCK:
         for variable, value in zip(variables, values):
-            if not variable.is_owned:  # another rank holds it (varstore.ownership): never allocate it here
+            if variable._task is not None and not variable.is_owned:  # another rank holds it (ownership.py)
                 continue
             buf = variable._buffer
-            if (adopt and buf is None and type(value) is np.ndarray and value.dtype == variable._dtype
-                    and value.flags.owndata and value.flags.c_contiguous and value.flags.writeable
-                    and not devices.is_gpu(variable._device)):
+            if (adopt and buf is None and type(value) is np.ndarray and value.base is None  # a view: copied
+                    and value.dtype == variable._dtype and value.flags.owndata and value.flags.c_contiguous
+                    and value.flags.writeable and not devices.is_gpu(variable._device)):
                 variable._buffer = value
             elif type(value) is not np.ndarray and devices.is_device_array(value):  # read to a GPU already
                 if buf is not None:
