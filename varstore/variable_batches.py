@@ -35,6 +35,7 @@ class VariableState(Protocol):
     _shape: tuple[int, ...]
     _dtype: np.dtype
     _device: str
+    _task: str | None  # "/job:NAME/task:K" or None: held by every process (ownership.py)
 
     @property
     def name(self) -> str: ...
