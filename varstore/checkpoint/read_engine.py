@@ -77,7 +77,7 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
     session.packed = blob
     batch_variables: list[Any] = []
     batch_indices: list[int] = []
-    fresh_batch_variables: list[Any] = []  # packed CPU Variables without memory: copied from the blob, last
+    fresh_batch_variables: list[Any] = []  # packed CPU Variables not initialized yet: copied from the blob, last
     fresh_batch_indices: list[int] = []
     rest: list[tuple[str, str, Any]] = []
     if blob is None:
