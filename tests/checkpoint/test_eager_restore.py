@@ -210,3 +210,19 @@ def test_packed_shape_mismatch_into_uninitialized_variables_names_it_and_changes
     with pytest.raises(ValueError, match="slot/02"):
         restore(ckpt, store)
     assert not any(v.is_allocated or v.is_restore_pending for v in made.values())
+
+
+def test_packed_values_replace_a_pending_lazy_restore_in_place(ckpt: Path, tmp_path: Path) -> None:
+    values = _packed_source(ckpt)
+    other = tmp_path / f"other{ckpt.suffix}"
+    save(other, {name: np.zeros_like(value) for name, value in values.items()}, layout="packed")
+    store, made, calls = _never_store(values)
+    slot = made["slot/03"]
+    slot.assign(np.ones((2, 3), np.float32))
+    pointer = slot._buffer.ctypes.data
+    restore(other, store, lazy=True)
+    assert slot.is_allocated and slot.is_restore_pending
+    restore(ckpt, store)  # eager: the packed value replaces the pending one, in the same buffer
+    assert not slot.is_restore_pending and slot._buffer.ctypes.data == pointer
+    np.testing.assert_array_equal(slot.numpy(), values["slot/03"])
+    assert calls == [] and store.report_uninitialized() == []
