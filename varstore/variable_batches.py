@@ -137,13 +137,9 @@ def restore_many(variables: Sequence[VariableState], values: Sequence[Any], adop
                     buf[...] = value
                 else:
                     np.copyto(buf, value, casting="same_kind")
-            elif buf is None and type(value) is np.ndarray and not devices.is_gpu(variable._device):
-                if value.dtype == variable._dtype:
-                    variable._buffer = value.copy()  # C order: a view of a packed blob keeps nothing alive
-                else:
-                    host = np.empty(variable._shape, dtype=variable._dtype)
-                    np.copyto(host, value, casting="same_kind")
-                    variable._buffer = host
+            elif (buf is None and type(value) is np.ndarray and value.dtype == variable._dtype
+                    and not devices.is_gpu(variable._device)):
+                variable._buffer = value.copy()  # C order: a view of a packed blob keeps nothing alive
             else:
                 host = np.empty(variable._shape, dtype=variable._dtype)
                 np.copyto(host, value, casting="same_kind")

@@ -7,13 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.checkpoint.damage import flip_packed
 from varstore.backends import get_backend
 from varstore.checkpoint import open_varstore as open_checkpoint, restore, save
 from varstore.checkpoint.manifest import storage_layout
 from varstore.errors import ChecksumError
 from varstore.scopes import VariableStore
-
-from tests.checkpoint.damage import flip_packed
 
 
 def _flip(path: Path, name: str, at: int = 8) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.checkpoint.damage import flip_packed
 from varstore import dtypes as vs_dtypes
 from varstore.checkpoint import open_varstore, save
 from varstore.checkpoint.manifest import format_checksum
@@ -83,20 +84,6 @@ def test_info_without_checksums(tmp_path: Path) -> None:
         assert reader.info("w") == _slow_info(reader, "w") and reader.info("w").checksum is None
 
 
-def _flip_blob_byte(path: Path, name: str) -> None:
-    import h5py
-
-    with open_varstore(path) as reader:
-        offset = int(reader.record(name).offset)
-    with h5py.File(path, "r") as f:
-        base = f["_varstore/packed"].id.get_offset()
-    with open(path, "r+b") as handle:
-        handle.seek(base + offset)
-        byte = handle.read(1)[0]
-        handle.seek(base + offset)
-        handle.write(bytes([byte ^ 0x01]))
-
-
 def test_packed_loop_uses_one_checked_view_per_variable(tmp_path: Path) -> None:
     values = _values()
     path = save(tmp_path / "ck.h5", values, layout="packed")
@@ -122,7 +109,7 @@ def test_packed_loop_uses_one_checked_view_per_variable(tmp_path: Path) -> None:
 def test_a_damaged_packed_variable_is_named_and_the_others_still_read(tmp_path: Path) -> None:
     values = {f"s/v{i:02d}": np.full(4, i, np.float32) for i in range(10)}
     path = save(tmp_path / "ck.h5", values, layout="packed")
-    _flip_blob_byte(path, "s/v06")
+    flip_packed(path, "s/v06")
     with open_varstore(path) as reader:
         for name in reader.keys()[:6]:
             np.testing.assert_array_equal(reader[name], values[name])

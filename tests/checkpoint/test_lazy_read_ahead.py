@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.checkpoint.damage import flip_packed
 from varstore.checkpoint import open_varstore, save
 from varstore.errors import ChecksumError
 
@@ -53,21 +54,6 @@ def test_read_ahead_never_skips_the_checksum(tmp_path: Path) -> None:
             reader[names[3]]
 
 
-def _flip_packed_byte(path: Path, name: str) -> None:
-    """Flips one bit of `name`'s bytes inside the packed blob of an HDF5 checkpoint (located through h5py)."""
-    import h5py
-
-    with open_varstore(path) as reader:
-        record = reader.record(name)
-    with h5py.File(path, "r") as f:
-        blob_offset = f["_varstore/packed"].id.get_offset()
-    with open(path, "r+b") as handle:
-        handle.seek(blob_offset + int(record.offset) + 3)
-        byte = handle.read(1)[0]
-        handle.seek(blob_offset + int(record.offset) + 3)
-        handle.write(bytes([byte ^ 0x04]))
-
-
 SMALL = {f"small/v{i:03d}": np.arange(i, i + 5, dtype=np.float32) for i in range(40)}
 SMALL["small/text"] = np.array([b"ab", b"cd"])
 
@@ -89,7 +75,7 @@ def test_packed_loop_and_load_read_the_blob_once_and_check_every_value(tmp_path:
     got["small/v001"][0] = 99.0  # a copy, not a view into the blob
     assert float(loaded["small/v001"][0]) == 1.0
 
-    _flip_packed_byte(path, "small/v017")
+    flip_packed(path, "small/v017", at=3)
     with open_varstore(path) as reader:
         for name in reader.keys()[:17]:
             reader[name]

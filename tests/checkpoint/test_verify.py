@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.checkpoint.damage import flip_packed, rewrite_zarr_manifest
 from varstore import dtypes
 from varstore.checkpoint import open_varstore, save
 from varstore.checkpoint.manifest import Record
 from varstore.checkpoint.verify import scratch_view
 from varstore.errors import ChecksumError, CorruptCheckpointError
 
-from tests.checkpoint.damage import flip_packed, rewrite_zarr_manifest
 
 BF16 = dtypes.as_dtype("bfloat16")
 VALUES: dict[str, np.ndarray] = {

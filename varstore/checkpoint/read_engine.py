@@ -31,7 +31,6 @@ from varstore.checkpoint.manifest import Record
 from varstore.checkpoint.packed import packed_checksum_failure, packed_views
 from varstore.checkpoint.reader import CheckpointValue, ReadSession, VarstoreReader
 from varstore.checkpoint.residency import populated
-from varstore.errors import CorruptCheckpointError
 
 __all__ = ["read_into_targets", "Validate", "check_packed"]
 
@@ -252,7 +251,4 @@ def check_packed(reader: VarstoreReader, blob: bytearray, indices: list[int]) ->
     if failure is None:
         return
     index, found = failure
-    record = reader.record(reader.manifest.names[index])
-    if found < 0:
-        raise CorruptCheckpointError(f"variable '{record.name}' in '{reader.path}' lies outside the packed blob")
-    reader.checksum_error(record, found)
+    reader.checksum_error(reader.record(reader.manifest.names[index]), found)

@@ -367,7 +367,10 @@ class VarstoreReader(CheckpointReader):
         return self._bytes.extent_of(path, dtype, shape)
 
     def checksum_error(self, record: Record, found: int) -> None:
-        """Raises the ChecksumError for `record` whose bytes have crc32c `found`."""
+        """Raises the ChecksumError for `record` whose bytes have crc32c `found`; for `found` -1 (a packed
+        variable outside the blob, as packed.packed_checksum_failure reports it) CorruptCheckpointError."""
+        if found < 0:
+            raise CorruptCheckpointError(f"variable '{record.name}' in '{self.path}' lies outside the packed blob")
         raise ChecksumError(
             f"variable '{record.name}' in '{self.path}' is corrupt: its bytes have crc32c {found:08x}, "
             f"the checkpoint recorded {record.checksum:08x}; restore from another checkpoint")

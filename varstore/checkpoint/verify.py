@@ -20,12 +20,9 @@ import numpy as np
 from varstore.checkpoint.key_order import LAZY_READ_AHEAD_BYTES
 from varstore.checkpoint.packed import packed_checksum_failure
 from varstore.checkpoint.read_session import ReadSession
-from varstore.errors import CorruptCheckpointError
 
 if TYPE_CHECKING:
     import numpy.typing as npt
-
-    from pathlib import Path
 
     from varstore.checkpoint.manifest import ManifestColumns, Record
     from varstore.storage import ReadAhead
@@ -37,7 +34,6 @@ class VerifiedReader(Protocol):
     """What verify_all needs of its reader (VarstoreReader implements it)."""
 
     session: ReadSession | None
-    path: Path
 
     @property
     def manifest(self) -> ManifestColumns: ...
@@ -100,11 +96,7 @@ def verify_all(reader: VerifiedReader) -> None:
             buffer, out = scratch_view(buffer, record)
             reader.fill(record, out, True)
         if failure is not None:  # no variable before it in key order is damaged
-            record = reader.record(names[failure[0]])
-            if failure[1] < 0:
-                raise CorruptCheckpointError(
-                    f"variable '{record.name}' in '{reader.path}' lies outside the packed blob")
-            reader.checksum_error(record, failure[1])
+            reader.checksum_error(reader.record(names[failure[0]]), failure[1])
     finally:
         if session.read_ahead is not None:
             session.read_ahead.stop()  # before the reader's descriptors may be closed
