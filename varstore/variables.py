@@ -411,7 +411,7 @@ class Variable(Assignable, ArrayInterop):
         if type(buf) is not np.ndarray and devices.is_device_array(buf):
             return device_transfers.to_host(buf)
         view: npt.NDArray[Any] = buf.view()
-        view.flags.writeable = False
+        view.setflags(write=False)  # as flags.writeable = False, without a flags object (~0.15 us)
         self._view, self._view_of = view, buf  # the same buffer for life: the view stays valid
         return view
 

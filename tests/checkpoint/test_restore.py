@@ -206,3 +206,54 @@ def test_restore_closes_the_checkpoint_it_opened_unless_lazy_variables_still_rea
         np.testing.assert_array_equal(a.numpy(), np.arange(6, dtype=np.float32))
     finally:
         gc.enable()
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc/self/fd (Linux)")
+@pytest.mark.parametrize("suffix", ["h5", "zarr"])
+def test_eager_restore_closes_its_checkpoint_unless_a_deferred_restore_waits_on_it(
+        tmp_path: Path, suffix: str) -> None:
+    lazy_path = save(tmp_path / f"lazy.{suffix}", {"other": np.full(2, 7.0)})
+    only_a = save(tmp_path / f"a.{suffix}", {"a": np.arange(3.0)})
+    path = save(tmp_path / f"m.{suffix}", {"a": np.arange(3.0) + 10, "later": np.full(4, 5.0)})
+    gc.disable()  # closed by restore itself, not by the collector finding the reader later
+    try:
+        store = VariableStore()
+        other = store.get_variable("other", [2], dtype=np.float64, initializer=CountingInitializer())
+        restore(lazy_path, store, lazy=True)  # `other` keeps reading from lazy_path
+        a = store.get_variable("a", [3], dtype=np.float64, initializer=CountingInitializer())
+
+        # `other` still waits on another checkpoint's reader: this one is read and closed all the same
+        result = restore(only_a, store, strict=False)
+        assert (result.restored, result.missing, result.deferred) == (["a"], ["other"], [])
+        assert a.numpy().tolist() == [0.0, 1.0, 2.0] and other.is_restore_pending
+        assert _open_descriptors_of(only_a) == []
+
+        # "later" waits for its variable: the reader stays open for it and serves it on creation
+        result = restore(path, store)
+        assert (result.restored, result.missing, result.deferred) == (["a"], ["other"], ["later"])
+        assert a.numpy().tolist() == [10.0, 11.0, 12.0]
+        if suffix == "h5":  # a Zarr reader opens its chunk files per read: no descriptor to see
+            assert _open_descriptors_of(path) != []
+        init = CountingInitializer()
+        later = store.get_variable("later", [4], dtype=np.float64, initializer=init)
+        assert later.numpy().tolist() == [5.0] * 4 and init.calls == 0
+        np.testing.assert_array_equal(other.numpy(), np.full(2, 7.0))
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("suffix", ["h5", "zarr"])
+def test_restore_without_a_map_lists_restored_missing_and_unexpected_in_order(tmp_path: Path, suffix: str) -> None:
+    path = save(tmp_path / f"m.{suffix}", {"z": np.full(1, 1.0), "b": np.full(1, 2.0), "x": np.full(1, 3.0),
+                                           "a": np.full(1, 4.0)})
+    targets = {"q": np.zeros(1), "x": np.zeros(1), "p": np.zeros(1), "a": np.zeros(1)}
+    with open_checkpoint(path) as reader:
+        stored = reader.keys()
+    result = restore(path, targets)
+    assert result.restored == [name for name in stored if name in ("x", "a")]
+    assert result.unexpected == [name for name in stored if name in ("z", "b")]
+    assert result.missing == ["q", "p"]  # in the targets' order
+    assert [targets[k][0] for k in ("q", "x", "p", "a")] == [0.0, 3.0, 0.0, 4.0]
+    with pytest.raises(RestoreError) as err:
+        restore(path, targets, strict=True)
+    assert (err.value.missing, sorted(err.value.unexpected)) == (["q", "p"], ["b", "z"])
