@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from varstore.checkpoint import open_varstore as open_checkpoint, restore, save
+from varstore.checkpoint import CheckpointManager, open_varstore as open_checkpoint, restore, save
 from varstore.checkpoint.reader import CheckpointValue
 from varstore.errors import DtypeMismatchError, RestoreError, ShapeMismatchError
 from varstore.scopes import VariableStore
@@ -227,6 +227,13 @@ def test_eager_restore_closes_its_checkpoint_unless_a_deferred_restore_waits_on_
         assert (result.restored, result.missing, result.deferred) == (["a"], ["other"], [])
         assert a.numpy().tolist() == [0.0, 1.0, 2.0] and other.is_restore_pending
         assert _open_descriptors_of(only_a) == []
+
+        # the same through a CheckpointManager's restore_latest
+        manager = CheckpointManager(tmp_path / "run", format=suffix)
+        saved = manager.save({"a": np.arange(3.0) + 20}, step=1)
+        result = manager.restore_latest(store, strict=False)
+        assert result is not None and (result.restored, result.missing) == (["a"], ["other"])
+        assert a.numpy().tolist() == [20.0, 21.0, 22.0] and _open_descriptors_of(Path(saved)) == []
 
         # "later" waits for its variable: the reader stays open for it and serves it on creation
         result = restore(path, store)

@@ -315,7 +315,8 @@ class CheckpointManager:
                 reader.close()
                 raise
             # Lazy, deferred and not-yet-allocated variables keep reading from it; else close it now.
-            if not isinstance(target, Iterator) and not reader_still_needed(result, targets_of(target)[0]):
+            if not isinstance(target, Iterator) and not reader_still_needed(
+                    result, targets_of(target)[0], bool(restore_options.get("lazy", False))):
                 reader.close()
             return result
         return None

@@ -244,10 +244,17 @@ def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
         return _restore(path, target, assignment_map, strict, lazy, verify, format, storage_options)
 
 
-def reader_still_needed(result: RestoreResult, targets: Mapping[str, Any]) -> bool:
+def reader_still_needed(result: RestoreResult, targets: Mapping[str, Any], lazy: bool = True) -> bool:
     """True when a restore's reader must stay open after it returns: deferred restores (variables
-    created later) and lazy variables, whose values are read on first use, still read from it."""
-    return bool(result.deferred) or any(getattr(obj, "is_restore_pending", False) for obj in targets.values())
+    created later) and lazy variables, whose values are read on first use, still read from it.
+
+    An eager restore (`lazy=False`) has read every value, so only deferred restores count: the
+    targets are not scanned (a pending restore among them reads from another checkpoint; 50,000
+    targets took ~10 ms to scan).
+    """
+    if result.deferred or not lazy:
+        return bool(result.deferred)
+    return any(getattr(obj, "is_restore_pending", False) for obj in targets.values())
 
 
 def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
@@ -265,10 +272,7 @@ def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
     # Closed now unless lazy or deferred variables read from it later (they hold it; the last one
     # gone, the garbage collector closes it). Left to the collector, a reader's h5py file could be
     # closed in whichever thread collects it, at any time, holding h5py's lock there.
-    # An eager restore has read every value: only a deferred one still reads from it (no scan of the
-    # targets, whose pending restores, if any, read from other checkpoints: 50,000 targets ~10 ms).
-    still_needed = reader_still_needed(result, targets) if lazy else bool(result.deferred)
-    if not still_needed:
+    if not reader_still_needed(result, targets, lazy):
         reader.close()
     return result
 
