@@ -76,13 +76,13 @@ def test_torch_save_durable_false_skips_fsync_and_stays_atomic(tmp_path: Path,
 
     monkeypatch.setattr(atomic.os, "fsync", fsync)
     monkeypatch.setattr(local, "start_writeback", writeback)
-    big = {"w": torch.arange(3 << 20, dtype=torch.float32)}  # 12 MiB: a durable save hands 8 MiB pieces early
+    big = {"w": torch.arange(3 << 20, dtype=torch.float32)}  # 12 MiB: a durable save hands 8 MiB over early
     vst.save(path, big, durable=False)
     assert calls == {"fsync": 0, "writeback": 0}
     assert [p.name for p in tmp_path.iterdir()] == ["m.h5"]  # replaced by rename, no temporary left
     _assert_same(vst.load(path), big)
     vst.save(path, big)
-    assert calls["fsync"] >= 1 and calls["writeback"] == 2  # the default is still durable
+    assert calls["fsync"] >= 1 and calls["writeback"] == 1  # the default is still durable
 
 
 @pytest.mark.parametrize("suffix", [".h5", ".zarr"])

@@ -30,8 +30,10 @@ __all__ = ["LocalStorage", "LocalWriter", "LocalReadAhead", "LocalFilesReadAhead
 _MAX_IO = 1 << 30
 #: Extents of at least this many bytes get their blocks reserved (posix_fallocate) before writing.
 _FALLOCATE_BYTES = 1 << 20
-#: Writes of at least this many bytes go in pieces of this size, each handed to disk write-back at once.
+#: Bytes written through one writer (in pieces of at most this size) before they are handed to disk
+#: write-back together; a file of its own is handed over when finished, from this many bytes on.
 _WRITEBACK_BYTES = 8 << 20
+_WRITEBACK_MIN_FILE_BYTES = 64 << 10
 
 
 def bytes_of(data: Buffer) -> memoryview:
@@ -260,6 +262,10 @@ class LocalWriter:
         self._fd = fd
         self._shared = shared  # the descriptor belongs to the storage (kept open for later writers)
         self._reserved = False
+        # bytes written since the last write-back request, and the range they lie in
+        self._unsent = 0
+        self._unsent_start = 0
+        self._unsent_end = 0
 
     def reserve(self, nbytes: int) -> None:
         """Allocates the first `nbytes` bytes at once (posix_fallocate) when at least 1 MiB; best effort."""
@@ -281,16 +287,38 @@ class LocalWriter:
                 os.posix_fallocate(fd, offset, nbytes)
             except OSError:
                 pass
-        if nbytes >= _WRITEBACK_BYTES and self._storage.writeback:
-            for start in range(0, nbytes, _WRITEBACK_BYTES):
-                piece = view[start:start + _WRITEBACK_BYTES]
-                pwrite_all(fd, piece, offset + start)
-                start_writeback(fd, offset + start, len(piece))
-        else:
+        if not self._storage.writeback:
             pwrite_all(fd, view, offset)
+            return
+        for start in range(0, nbytes, _WRITEBACK_BYTES):
+            piece = view[start:start + _WRITEBACK_BYTES]
+            pwrite_all(fd, piece, offset + start)
+            self._written(offset + start, len(piece))
+
+    def _written(self, offset: int, nbytes: int) -> None:
+        """Counts bytes just written; every `_WRITEBACK_BYTES` of them go to disk write-back at once.
+
+        Values of a few MiB each (a model's layers) used to be left to the final fsync, which then
+        wrote the whole checkpoint: W1 at 0.25 scale (384 variables of ~0.8 MB) still had all
+        289 MB dirty when its fsync began.
+        """
+        if self._unsent:
+            self._unsent_start = min(self._unsent_start, offset)
+            self._unsent_end = max(self._unsent_end, offset + nbytes)
+        else:
+            self._unsent_start, self._unsent_end = offset, offset + nbytes
+        self._unsent += nbytes
+        if self._unsent >= _WRITEBACK_BYTES:
+            self._send()
+
+    def _send(self) -> None:
+        start_writeback(self._fd, self._unsent_start, self._unsent_end - self._unsent_start)
+        self._unsent = 0
 
     def finish(self) -> None:
         if not self._shared and self._fd >= 0:
+            if self._unsent >= _WRITEBACK_MIN_FILE_BYTES:  # a file of its own (a Zarr chunk): its bytes go now
+                self._send()
             os.close(self._fd)
         self._fd = -1
 
