@@ -31,8 +31,9 @@ _MAX_IO = 1 << 30
 #: Extents of at least this many bytes get their blocks reserved (posix_fallocate) before writing.
 _FALLOCATE_BYTES = 1 << 20
 #: Bytes written through one writer (in pieces of at most this size) before they are handed to disk
-#: write-back together; a file of its own is handed over when finished, from this many bytes on.
+#: write-back together (durable saves).
 _WRITEBACK_BYTES = 8 << 20
+#: A file of its own (a Zarr chunk) holding at least this many unsent bytes is handed over when finished.
 _WRITEBACK_MIN_FILE_BYTES = 64 << 10
 
 
