@@ -314,9 +314,11 @@ class CheckpointManager:
             except BaseException:
                 reader.close()
                 raise
-            # Lazy, deferred and not-yet-allocated variables keep reading from it; else close it now.
+            # Lazy and deferred variables keep reading from it; else close it now. An eager restore's
+            # targets are not looked at (reader_still_needed), so they are not gathered for it.
+            lazy = bool(restore_options.get("lazy", False))
             if not isinstance(target, Iterator) and not reader_still_needed(
-                    result, targets_of(target)[0], bool(restore_options.get("lazy", False))):
+                    result, targets_of(target)[0] if lazy else {}, lazy):
                 reader.close()
             return result
         return None
