@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -45,18 +47,40 @@ def test_mutating_right_after_async_save_keeps_the_snapshot(tmp_path: Path, suff
 
 
 def test_snapshot_memory_stays_under_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The writer starts only once the caller has copied as much as it may
+    # (the bound, or everything without one), so the peak does not depend on
+    # how fast the writer thread drains the copies.
     peaks: list[int] = []
+    filled = threading.Event()
+    fill_to = [0]
     original = snapshot_module._SnapshotBudget
+    original_publish = snapshot_module.publish
 
     class Recording(original):  # type: ignore[misc, valid-type]
+        def acquire(self, nbytes: int) -> bool:
+            admitted: bool = super().acquire(nbytes)
+            if self.used >= fill_to[0]:
+                filled.set()
+            return admitted
+
         def fail(self) -> None:
             peaks.append(self.peak)
             super().fail()
 
+    def gated_publish(*args: Any, **kwargs: Any) -> Any:
+        assert filled.wait(30), "the caller never filled its snapshot budget"
+        return original_publish(*args, **kwargs)
+
     monkeypatch.setattr(snapshot_module, "_SnapshotBudget", Recording)
+    monkeypatch.setattr(snapshot_module, "publish", gated_publish)
     store = _store(10, 4096)  # 10 x 16 KiB
-    save(tmp_path / "m.h5", store, blocking=False, max_snapshot_bytes=3 * 16384).wait()
-    save(tmp_path / "n.h5", store, blocking=False).wait()
+    for limit, expected_peak in ((3 * 16384, 3 * 16384), (None, 10 * 16384)):
+        filled.clear()
+        fill_to[0] = expected_peak
+        path = tmp_path / f"m{len(peaks)}.h5"
+        save(path, store, blocking=False, max_snapshot_bytes=limit).wait()
+        with open_checkpoint(path) as reader:
+            assert reader["layer_09/w"][0] == 9.0
     assert peaks == [3 * 16384, 10 * 16384]
 
 
