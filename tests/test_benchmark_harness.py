@@ -156,3 +156,17 @@ def test_gpu_benchmark_runs_or_says_why_not(tmp_path):
     assert cells["variables"] == 384 and cells["h2d_pinned_s"][0] > 0
     assert "| h5: into CuPy variables, in place | warm" in proc.stdout
     assert not [p for p in tmp_path.iterdir() if p != out], "the run must clean up its temporary folder"
+
+
+def test_zarr_save_floor_prints_every_case_in_both_conditions(tmp_path):
+    proc = subprocess.run([sys.executable, str(BENCH / "zarr_save_floor.py"), "--scale", "0.001", "--rounds", "1",
+                           "--workdir", str(tmp_path)], check=False, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split(" | ") for line in proc.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [(row[0], row[1]) for row in rows][1:] == [
+        (f"| {condition}", case) for condition in ("after deleting its last output", "after deleting one file")
+        for case in ("varstore save, HDF5 (the target's baseline)", "varstore save, Zarr",
+                     "plain files of the Zarr layout (651 folders, 1036 files), one syncfs")]
+    assert rows[1][4] == "1.00x" and rows[4][4] == "1.00x"
+    assert "384 float32 variables" in proc.stdout
+    assert not any(tmp_path.iterdir()), "the script must remove its temporary folder"
