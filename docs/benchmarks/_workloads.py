@@ -26,6 +26,7 @@ __all__ = [
     "Workload",
     "build_workloads",
     "load_workload",
+    "w1_arrays",
     "w1_layout",
     "w2_layout",
 ]
@@ -171,6 +172,12 @@ def w1_layout(scale: float = 1.0) -> list[tuple[str, tuple[int, ...]]]:
             layout.append((f"{p}/{ln}/gamma", (h,)))
             layout.append((f"{p}/{ln}/beta", (h,)))
     return layout
+
+
+def w1_arrays(scale: float = 1.0) -> dict[str, np.ndarray]:
+    """W1's variables as float32 arrays of N(0, 1) values (seed 0), by name (w1_layout)."""
+    rng = np.random.default_rng(0)
+    return {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in w1_layout(scale)}
 
 
 def w2_count(scale: float) -> int:

@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _methods import files_under  # noqa: E402  (sibling modules of this script)
 from _worker import _cold_cache as cold_cache  # noqa: E402
-from _workloads import w1_layout  # noqa: E402
+from _workloads import w1_arrays  # noqa: E402
 
 
 def _read_file(path: Path) -> int:
@@ -60,8 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import varstore as vs
 
-    rng = np.random.default_rng(0)
-    arrays = {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in w1_layout(args.scale)}
+    arrays = w1_arrays(args.scale)
     nbytes = sum(a.nbytes for a in arrays.values())
     work = Path(tempfile.mkdtemp(prefix="varstore-zarr-floor-", dir=args.workdir))
     try:

@@ -38,7 +38,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _workloads import w1_layout  # noqa: E402  (a sibling module of this script)
+from _workloads import w1_arrays  # noqa: E402  (a sibling module of this script)
 
 CONDITIONS = ("after deleting its last output", "after deleting one file")
 
@@ -105,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import varstore as vs
 
-    rng = np.random.default_rng(0)
-    arrays = {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in w1_layout(args.scale)}
+    arrays = w1_arrays(args.scale)
     nbytes = sum(a.nbytes for a in arrays.values())
     work = Path(tempfile.mkdtemp(prefix="varstore-zarr-save-floor-", dir=args.workdir))
     try:
