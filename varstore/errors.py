@@ -28,6 +28,13 @@ __all__ = [
     "UnsupportedDtypeError",
     "UnsupportedFormatError",
     "UnsafeFormatError",
+    "UnsafeCheckpointError",
+    "PathOutsideCheckpointError",
+    "ValueTooLargeError",
+    "CoverageError",
+    "SpecialFileError",
+    "CheckpointPermissionError",
+    "CheckpointReplacedError",
     "RestoreError",
     "RestoreTargetError",
     "UnknownVariableError",
@@ -125,6 +132,41 @@ class UnsupportedFormatError(CheckpointError):
 
 class UnsafeFormatError(UnsupportedFormatError):
     """A pickle whose code would run: a global outside the torch.save allow-list (malicious, or a whole nn.Module), a non-torch pickle, npz object arrays; refused, nothing executed."""
+
+
+class UnsafeCheckpointError(UnsafeFormatError):
+    """A file's content is hostile: a pickled container that contains itself or shares children, more
+    names or memo entries than the file can hold, a zip member compressed with a method torch, npz and
+    Keras never write, byte ranges that alias one another; refused before anything is allocated."""
+
+
+class PathOutsideCheckpointError(UnsafeCheckpointError):
+    """A path read from file content (an Orbax leaf key, a TF `checkpoint` state file, a shard name of an
+    index, a DCP file name, a manager's pointer) resolves outside the checkpoint or manager directory;
+    names the file and the field. Nothing outside is read, written or deleted."""
+
+
+class ValueTooLargeError(CheckpointError, MemoryError):
+    """A variable's declared size exceeds the read limit (`max_bytes`, default from available memory,
+    `VARSTORE_MAX_BYTES`) or what the file can back; names the variable, the declared size and the limit."""
+
+
+class CoverageError(CorruptCheckpointError):
+    """The chunks, slices or shards of a partitioned value do not cover its array exactly once (a gap or
+    an overlap); refused, never filled from uninitialized memory."""
+
+
+class SpecialFileError(CheckpointError):
+    """A FIFO, socket or device (or a symlink loop) stands where a checkpoint file or chunk should be;
+    refused after a stat, without opening it for reading."""
+
+
+class CheckpointPermissionError(CheckpointError, PermissionError):
+    """The operating system refused to read or write a checkpoint path (permission denied); names the path."""
+
+
+class CheckpointReplacedError(CheckpointError):
+    """The checkpoint was replaced by another save while it was being read; open it again."""
 
 
 class RestoreError(VarstoreError, KeyError):
