@@ -53,6 +53,7 @@ from varstore.errors import (
     VarstoreError,
 )
 from varstore.storage import ReadAhead, Storage, is_remote, storage_for
+from varstore.storage.path_pin import NO_PIN, PathPin
 
 if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import
     import numpy.typing as npt
@@ -121,24 +122,26 @@ class VarstoreReader(CheckpointReader):
         self.session: ReadSession | None = None
         self._closed = False
         self._direct = False  # offsets in the manifest are trusted (the index header matched)
+        # a local checkpoint is pinned: a save replacing it meanwhile gives CheckpointReplacedError
+        self._pin = PathPin(path) if storage is None else NO_PIN
         try:
-            data = None
-            if not self._backend.is_directory:
-                data = manifest_via_index_header(self.storage, self._key)
-                self._direct = data is not None
-            if data is None:
-                root = self._store.root_attrs()
-                if root.get("varstore_format") != self.format:
-                    self._refuse_format(root.get("varstore_format"))
-                data = self._store.read_bytes(MANIFEST_PATH)
-                check_manifest_bytes(data, root.get("varstore_manifest_crc32c"),
-                                     None if self._backend.is_directory else index_header(self.storage, self._key),
-                                     str(path))
-            header, columns = decode_manifest_columns(data, str(path))
-            if self._direct and header.get("format") != self.format:
-                raise NotACheckpointError(f"'{path}' has an index header but is not a varstore HDF5 file")
-            if not self._backend.is_directory:
-                self.storage.keep_open(self._key)  # one file read many times
+            with self._pin.guard():
+                data = None
+                if not self._backend.is_directory:
+                    self.storage.keep_open(self._key)  # every read of this file through one descriptor
+                    data = manifest_via_index_header(self.storage, self._key)
+                    self._direct = data is not None
+                if data is None:
+                    root = self._store.root_attrs()
+                    if root.get("varstore_format") != self.format:
+                        self._refuse_format(root.get("varstore_format"))
+                    data = self._store.read_bytes(MANIFEST_PATH)
+                    check_manifest_bytes(data, root.get("varstore_manifest_crc32c"),
+                                         None if self._backend.is_directory else index_header(self.storage, self._key),
+                                         str(path))
+                header, columns = decode_manifest_columns(data, str(path))
+                if self._direct and header.get("format") != self.format:
+                    raise NotACheckpointError(f"'{path}' has an index header but is not a varstore HDF5 file")
         except BaseException:
             self.close()
             raise
@@ -171,6 +174,7 @@ class VarstoreReader(CheckpointReader):
                 raise CheckpointError(f"checkpoint '{self.path}' is closed")
             source = None if self.backend_source is None else self.backend_source()
             self._backend_reader = self._backend.open_reader(self.path, source)
+            self._pin.check()  # h5py opened the path by name: the pinned file, or raise
         return self._backend_reader
 
     def _refuse_format(self, found: Any) -> None:
@@ -301,6 +305,7 @@ class VarstoreReader(CheckpointReader):
         storage = getattr(self, "storage", None)
         if storage is not None:
             storage.close()
+        getattr(self, "_pin", NO_PIN).close()
         if not getattr(self, "_closed", True):
             self._closed = True
             if self._backend_reader is not None:
@@ -340,7 +345,8 @@ class VarstoreReader(CheckpointReader):
         """
         if self._closed:
             raise CheckpointError(f"checkpoint '{self.path}' is closed")
-        return self._bytes.packed_blob(limit)
+        with self._pin.guard():
+            return self._bytes.packed_blob(limit)
 
     def check_stored(self, record: Record) -> None:
         """Refuses a variable whose manifest claims more bytes than its storage holds, before allocating.
@@ -361,7 +367,8 @@ class VarstoreReader(CheckpointReader):
         """Fills `out` (stored dtype, the region's stored shape) with region `index` through the backend."""
         assert record.path is not None
         read_array: Any = self._store.read_array  # the Zarr backend reads regions; see backends/zarr3
-        read_array(record.path, out, index)
+        with self._pin.guard():
+            read_array(record.path, out, index)
 
     def _extent_of(self, path: str, dtype: np.dtype, shape: tuple[int, ...]) -> RawExtent | None:
         return self._bytes.extent_of(path, dtype, shape)
@@ -381,7 +388,12 @@ class VarstoreReader(CheckpointReader):
         Raises:
           CheckpointError: the reader is closed.
           CorruptCheckpointError, ChecksumError: damaged or truncated bytes, naming the variable and file.
+          CheckpointReplacedError: a save replaced the checkpoint meanwhile (see storage/path_pin.py).
         """
+        with self._pin.guard():
+            self._fill(record, out, verify)
+
+    def _fill(self, record: Record, out: npt.NDArray[Any], verify: bool) -> None:
         if self._closed:
             raise CheckpointError(f"checkpoint '{self.path}' is closed; cannot read '{record.name}'")
         session = self.session

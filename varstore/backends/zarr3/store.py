@@ -35,6 +35,7 @@ from varstore.errors import (
     NotACheckpointError,
     UnsupportedDtypeError,
 )
+from varstore.storage.special_files import check_regular_file, check_tree
 
 if TYPE_CHECKING:  # annotations only: a read imports neither the thread pool (nor logging) nor numpy.typing
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -490,6 +491,7 @@ class Zarr3Backend:
     def sniff(self, path: Path) -> bool:
         """True when `path` is a directory holding a zarr.json that says zarr_format 3."""
         try:
+            check_regular_file(Path(path) / "zarr.json")  # a FIFO is never opened (an OSError: not Zarr)
             with open(Path(path) / "zarr.json", "rb") as handle:
                 return json.loads(handle.read()).get("zarr_format") == 3
         except (OSError, ValueError, AttributeError):
@@ -503,6 +505,7 @@ class Zarr3Backend:
     def open_reader(self, path: Path, source: BinaryIO | None = None) -> Zarr3Reader:
         if source is not None:
             raise NotACheckpointError(f"'{path}': a Zarr directory cannot be read from a single file object")
+        check_tree(path, "Zarr directory")  # zarr opens chunk files itself: none may be a FIFO
         return Zarr3Reader(path)
 
 

@@ -1,0 +1,82 @@
+"""Pinning a local checkpoint path while it is read: CheckpointReplacedError once a save has replaced it.
+
+A save replaces a checkpoint by an atomic rename (a file) or exchange (a Zarr
+directory), so the path names a new inode afterwards while the old one lives
+on as long as a descriptor holds it. A pin holds a descriptor of what the path
+named at open and remembers its (device, inode); a read is whole when the
+path still names that inode after it (the held descriptor keeps the number
+from being reused, and a replaced path never names the old inode again).
+Reads nothing itself, never writes; object stores pin with ETags instead
+(object_storage.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+from varstore.errors import CheckpointReplacedError
+from varstore.storage.special_files import open_for_reading
+
+__all__ = ["PathPin", "NO_PIN"]
+
+
+class PathPin:
+    """What a local path named when it was opened.
+
+    Args:
+      path: the checkpoint file or Zarr directory, local.
+
+    Raises:
+      SpecialFileError: a FIFO, socket, device or symlink loop at `path`.
+      OSError: `path` cannot be opened (FileNotFoundError when it is gone).
+    """
+
+    def __init__(self, path: os.PathLike[str] | str | None) -> None:
+        self.path = None if path is None else os.fspath(path)
+        self._fd = -1
+        self._token: tuple[int, int] | None = None
+        if self.path is not None:
+            self._fd = open_for_reading(self.path)
+            info = os.fstat(self._fd)
+            self._token = (info.st_dev, info.st_ino)
+
+    def replaced(self) -> bool:
+        """True when the path no longer names the pinned file or directory (replaced or removed)."""
+        if self._token is None:
+            return False
+        try:
+            info = os.stat(self.path)  # type: ignore[arg-type]  # set whenever _token is
+        except OSError:
+            return True
+        return (info.st_dev, info.st_ino) != self._token
+
+    def check(self, cause: BaseException | None = None) -> None:
+        """Raises CheckpointReplacedError when the path was replaced since the pin (chained to `cause`)."""
+        if self.replaced():
+            raise CheckpointReplacedError(
+                f"checkpoint '{self.path}' was replaced by another save while it was being read; nothing "
+                f"read from it was returned. Open it again") from cause
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """Runs a read; raises CheckpointReplacedError when the path was replaced by its end, also in
+        place of the read's own error (a chunk of the old checkpoint deleted under it, a manifest that
+        no longer matches): neither half-read values nor a healthy checkpoint blamed as corrupt."""
+        try:
+            yield
+        except Exception as err:
+            self.check(err)
+            raise
+        self.check()
+
+    def close(self) -> None:
+        """Releases the descriptor (idempotent)."""
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
+
+#: The pin of a checkpoint read some other way (an object store, whose ETags do this job): never replaced.
+NO_PIN = PathPin(None)
