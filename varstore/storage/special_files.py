@@ -111,7 +111,7 @@ def check_tree(root: os.PathLike[str] | str, what: str = "checkpoint") -> None:
         directory = pending.pop()
         try:
             entries = list(os.scandir(directory))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             continue
         for entry in entries:
             if entry.is_symlink():
