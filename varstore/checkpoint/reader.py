@@ -122,13 +122,13 @@ class VarstoreReader(CheckpointReader):
         self.session: ReadSession | None = None
         self._closed = False
         self._direct = False  # offsets in the manifest are trusted (the index header matched)
-        # a local checkpoint is pinned: a save replacing it meanwhile gives CheckpointReplacedError
-        self._pin = PathPin(path) if storage is None else NO_PIN
+        self._pin = PathPin(path) if storage is None else NO_PIN  # a local one: storage/path_pin.py
         try:
             with self._pin.guard():
                 data = None
                 if not self._backend.is_directory:
-                    self.storage.keep_open(self._key)  # every read of this file through one descriptor
+                    self.storage.keep_open(self._key)  # every read of this file through one descriptor,
+                    self._pin.check()  # ... of the pinned file
                     data = manifest_via_index_header(self.storage, self._key)
                     self._direct = data is not None
                 if data is None:
@@ -136,9 +136,8 @@ class VarstoreReader(CheckpointReader):
                     if root.get("varstore_format") != self.format:
                         self._refuse_format(root.get("varstore_format"))
                     data = self._store.read_bytes(MANIFEST_PATH)
-                    check_manifest_bytes(data, root.get("varstore_manifest_crc32c"),
-                                         None if self._backend.is_directory else index_header(self.storage, self._key),
-                                         str(path))
+                    header_at = None if self._backend.is_directory else index_header(self.storage, self._key)
+                    check_manifest_bytes(data, root.get("varstore_manifest_crc32c"), header_at, str(path))
                 header, columns = decode_manifest_columns(data, str(path))
                 if self._direct and header.get("format") != self.format:
                     raise NotACheckpointError(f"'{path}' has an index header but is not a varstore HDF5 file")
@@ -173,8 +172,8 @@ class VarstoreReader(CheckpointReader):
             if self._closed:
                 raise CheckpointError(f"checkpoint '{self.path}' is closed")
             source = None if self.backend_source is None else self.backend_source()
-            self._backend_reader = self._backend.open_reader(self.path, source)
-            self._pin.check()  # h5py opened the path by name: the pinned file, or raise
+            # h5py/zarr open the path by name: kept only when it is the pinned file
+            self._backend_reader = self._pin.vouch(self._backend.open_reader(self.path, source))
         return self._backend_reader
 
     def _refuse_format(self, found: Any) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from varstore.errors import CorruptCheckpointError
 from varstore.storage.protocol import Buffer
-from varstore.storage.special_files import open_for_reading
+from varstore.storage.special_files import check_regular_file, open_for_reading
 
 __all__ = ["LocalStorage", "LocalWriter", "LocalReadAhead", "LocalFilesReadAhead", "bytes_of", "pread_into", "pwrite_all", "start_writeback",
            "remove_path"]
@@ -371,7 +371,10 @@ class LocalStorage:
         return os.path.exists(self.path(key))
 
     def size(self, key: str) -> int:
-        return os.stat(self._os_path(key)).st_size
+        info = check_regular_file(self._os_path(key))  # a FIFO's 0 bytes would read as "truncated"
+        if info is None:
+            raise FileNotFoundError(2, "No such file or directory", self._os_path(key))
+        return info.st_size
 
     def list(self, prefix: str) -> list[str]:
         base = self.path(prefix) if prefix else self.root

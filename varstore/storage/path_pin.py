@@ -6,6 +6,9 @@ on as long as a descriptor holds it. A pin holds a descriptor of what the path
 named at open and remembers its (device, inode); a read is whole when the
 path still names that inode after it (the held descriptor keeps the number
 from being reused, and a replaced path never names the old inode again).
+A single file needs that check only where something opens it by name again:
+every read through a descriptor of the pinned inode is whole, so a file pin's
+guard() is free and an HDF5 reader keeps reading a file retention deleted.
 Reads nothing itself, never writes; object stores pin with ETags instead
 (object_storage.py).
 """
@@ -14,12 +17,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Iterator
+from typing import Protocol, TypeVar
 
 from varstore.errors import CheckpointReplacedError
 from varstore.storage.special_files import open_for_reading
 
 __all__ = ["PathPin", "NO_PIN"]
+
+
+class _HasClose(Protocol):
+    def close(self) -> None: ...
+
+
+_Closable = TypeVar("_Closable", bound=_HasClose)
 
 
 class PathPin:
@@ -37,10 +49,12 @@ class PathPin:
         self.path = None if path is None else os.fspath(path)
         self._fd = -1
         self._token: tuple[int, int] | None = None
+        self._by_name = False  # a directory: its files are opened by name on every read
         if self.path is not None:
             self._fd = open_for_reading(self.path)
             info = os.fstat(self._fd)
             self._token = (info.st_dev, info.st_ino)
+            self._by_name = stat.S_ISDIR(info.st_mode)
 
     def replaced(self) -> bool:
         """True when the path no longer names the pinned file or directory (replaced or removed)."""
@@ -56,14 +70,28 @@ class PathPin:
         """Raises CheckpointReplacedError when the path was replaced since the pin (chained to `cause`)."""
         if self.replaced():
             raise CheckpointReplacedError(
-                f"checkpoint '{self.path}' was replaced by another save while it was being read; nothing "
-                f"read from it was returned. Open it again") from cause
+                f"checkpoint '{self.path}' was replaced (or removed) by another save while it was being "
+                f"read; nothing read from it was returned. Open it again") from cause
+
+    def vouch(self, opened: _Closable) -> _Closable:
+        """Returns `opened` (something that just opened the path by name, e.g. an h5py file) when the path
+        still names the pinned file; else closes it and raises CheckpointReplacedError."""
+        try:
+            self.check()
+        except CheckpointReplacedError:
+            opened.close()
+            raise
+        return opened
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
-        """Runs a read; raises CheckpointReplacedError when the path was replaced by its end, also in
-        place of the read's own error (a chunk of the old checkpoint deleted under it, a manifest that
-        no longer matches): neither half-read values nor a healthy checkpoint blamed as corrupt."""
+        """Runs a read of a directory's files by name; raises CheckpointReplacedError when the path was
+        replaced by its end, also in place of the read's own error (a chunk of the old checkpoint deleted
+        under it, a manifest that no longer matches): neither half-read values nor a healthy checkpoint
+        blamed as corrupt. Free for a file pin (its reads go through descriptors: see check)."""
+        if not self._by_name:
+            yield
+            return
         try:
             yield
         except Exception as err:

@@ -33,9 +33,10 @@ from varstore.errors import (
     CorruptCheckpointError,
     MissingDependencyError,
     NotACheckpointError,
+    SpecialFileError,
     UnsupportedDtypeError,
 )
-from varstore.storage.special_files import check_regular_file, check_tree
+from varstore.storage.special_files import check_regular_file, open_for_reading
 
 if TYPE_CHECKING:  # annotations only: a read imports neither the thread pool (nor logging) nor numpy.typing
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -339,10 +340,12 @@ class Zarr3Reader:
     def _document(self, path: str) -> dict[str, Any]:
         file = self._inside(path, self.path / path / "zarr.json")
         try:
-            with open(file, "rb") as handle:
+            with os.fdopen(open_for_reading(file, "Zarr metadata"), "rb") as handle:  # never blocks on a FIFO
                 document = json.loads(handle.read())
         except FileNotFoundError as err:
             raise CorruptCheckpointError(f"'{path}' is missing from '{self.path}' (no {file})") from err
+        except SpecialFileError:
+            raise
         except (OSError, ValueError) as err:
             raise CorruptCheckpointError(f"cannot read '{file}' (truncated or damaged?): {err}") from err
         if not isinstance(document, dict) or document.get("zarr_format") != 3:
@@ -433,8 +436,10 @@ class Zarr3Reader:
             self.read_array(path, out)
             return out.tobytes()
         try:
-            with open(extent.file, "rb") as handle:
+            with os.fdopen(open_for_reading(extent.file, f"chunk of '{path}'"), "rb") as handle:
                 data = handle.read()
+        except SpecialFileError:
+            raise
         except OSError as err:
             raise CorruptCheckpointError(f"cannot read '{extent.file}': {err}") from err
         if len(data) != extent.nbytes:
@@ -453,6 +458,7 @@ class Zarr3Reader:
         for directory, subdirectories, files in os.walk(self.path / path):  # zarr opens any chunk file
             for name in subdirectories + files:
                 self._inside(path, Path(directory) / name)
+                check_regular_file(Path(directory) / name, f"chunk of '{path}'")  # never a FIFO
         try:
             array = zarr.open_array(str(self.path / path), mode="r")
             out[...] = array[...] if index is None else array[index]
@@ -505,7 +511,6 @@ class Zarr3Backend:
     def open_reader(self, path: Path, source: BinaryIO | None = None) -> Zarr3Reader:
         if source is not None:
             raise NotACheckpointError(f"'{path}': a Zarr directory cannot be read from a single file object")
-        check_tree(path, "Zarr directory")  # zarr opens chunk files itself: none may be a FIFO
         return Zarr3Reader(path)
 
 
