@@ -104,8 +104,12 @@ def test_restore_latest_skips_a_special_file_and_restores_the_real_checkpoint(
     result = CheckpointManager(directory).restore_latest(target)  # safe in-process now: it did not hang
     assert result is not None and result.restored == ["w"]
     np.testing.assert_array_equal(target["w"], np.arange(4.0))
-    listing = run_hostile("cli", ["ls", str(directory)], timeout_s=TIMEOUT_S)
-    assert listing.status in ("exit0", "exit2"), listing
+    assert CheckpointManager(directory).checkpoints == [directory / "ckpt-1.h5"]  # the special entry is none
+    listing = run_hostile("cli", ["ls", str(directory), "--checkpoints"], timeout_s=TIMEOUT_S)
+    assert listing.status == "exit0", listing
+    assert "ckpt-1.h5" in listing.stdout and "ckpt-2.h5" not in listing.stdout
+    latest = run_hostile("cli", ["ls", str(directory)], timeout_s=TIMEOUT_S)
+    assert latest.status == "exit0" and "ckpt-1.h5" in latest.stdout, latest
 
 
 def test_a_special_file_as_the_manager_pointer_is_refused(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ from varstore.checkpoint.snapshot import SaveHandle, save_async
 from varstore.checkpoint.writer import save
 from varstore.errors import (CheckpointError, CheckpointLockedError, CorruptCheckpointError, NotACheckpointError,
                              PathOutsideCheckpointError)
-from varstore.storage.special_files import check_regular_file
+from varstore.storage.special_files import check_regular_file, is_special
 
 __all__ = ["CheckpointManager", "checked_state"]
 
@@ -153,13 +153,14 @@ class CheckpointManager:
         found = []
         for name in names:
             match = self._pattern.match(name)
-            if match:
-                found.append((int(match.group(1)), self._where(name)))
+            if match and (self._remote is not None or not is_special(self.directory / name)):
+                found.append((int(match.group(1)), self._where(name)))  # a FIFO or symlink loop is none
         return sorted(found, key=lambda item: item[0])
 
     @property
     def checkpoints(self) -> list[Path | str]:
-        """Every checkpoint of this manager's name and format in the directory, oldest step first."""
+        """Every checkpoint of this manager's name and format in the directory, oldest step first
+        (a FIFO, socket, device or symlink loop under such a name is not one)."""
         return [path for _, path in self._scan()]
 
     def _state(self) -> dict[str, Any]:

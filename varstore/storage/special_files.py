@@ -15,7 +15,7 @@ from pathlib import Path
 
 from varstore.errors import SpecialFileError
 
-__all__ = ["check_regular_file", "check_tree", "open_for_reading"]
+__all__ = ["check_regular_file", "check_tree", "is_special", "open_for_reading"]
 
 _KINDS = ((stat.S_ISFIFO, "FIFO (named pipe)"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
           (stat.S_ISBLK, "block device"))
@@ -66,6 +66,17 @@ def check_regular_file(path: os.PathLike[str] | str, what: str = "checkpoint fil
     if kind is not None:
         raise _refuse(path, kind, what)
     return info
+
+
+def is_special(path: os.PathLike[str] | str) -> bool:
+    """True when a FIFO, socket, device or symlink loop stands at `path` (one stat; never opens it)."""
+    try:
+        check_regular_file(path)
+    except SpecialFileError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def open_for_reading(path: os.PathLike[str] | str, what: str = "checkpoint file") -> int:
