@@ -10,12 +10,14 @@ a healthy checkpoint blamed as corrupt (issue 26, item 7).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from varstore.checkpoint import open_varstore, save
+from varstore.checkpoint.load import load_varstore
 from varstore.errors import CheckpointReplacedError
 
 ROUNDS = 50
@@ -25,10 +27,26 @@ def _model(value: float) -> dict[str, np.ndarray]:
     return {f"layer{i}/kernel": np.full((8, 16), value, np.float32) for i in range(12)}
 
 
+def _read_one_by_one(path: Path) -> list[np.ndarray]:
+    reader = open_varstore(path)
+    try:
+        assert len(reader.keys()) == 12
+        return [reader.read(name, verify=False) for name in reader.keys()]
+    finally:
+        reader.close()
+
+
+def _load_in_bulk(path: Path) -> list[np.ndarray]:
+    values = load_varstore(path, verify=False)  # the bulk engine (varstore.load)
+    assert len(values) == 12
+    return list(values.values())
+
+
+@pytest.mark.parametrize("read", [_read_one_by_one, _load_in_bulk], ids=["read", "load"])
 @pytest.mark.parametrize("pack_threshold_bytes", [0, 1 << 20], ids=["per-variable", "packed"])
 @pytest.mark.parametrize("fmt", ["h5", "zarr"])
-def test_reader_racing_a_writer_sees_one_checkpoint_whole_or_replaced(tmp_path: Path, fmt: str,
-                                                                        pack_threshold_bytes: int) -> None:
+def test_reader_racing_a_writer_sees_one_checkpoint_whole_or_replaced(
+        tmp_path: Path, fmt: str, pack_threshold_bytes: int, read: Callable[[Path], list[np.ndarray]]) -> None:
     path = tmp_path / f"model.{fmt}"
     models = [_model(1.0), _model(2.0)]
     save(path, models[0], format=fmt, pack_threshold_bytes=pack_threshold_bytes)
@@ -47,12 +65,7 @@ def test_reader_racing_a_writer_sees_one_checkpoint_whole_or_replaced(tmp_path: 
     try:
         for _ in range(ROUNDS):
             try:
-                reader = open_varstore(path)
-                try:
-                    values = {float(v) for name in reader.keys() for v in np.unique(reader.read(name, verify=False))}
-                    assert len(reader.keys()) == 12
-                finally:
-                    reader.close()
+                values = {float(v) for array in read(path) for v in np.unique(array)}
             except CheckpointReplacedError as err:
                 assert f"checkpoint '{path}' was replaced (or removed) by another save while it was being read" in str(err)
                 outcomes.append("replaced")
