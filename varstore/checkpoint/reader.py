@@ -53,7 +53,7 @@ from varstore.errors import (
     VarstoreError,
 )
 from varstore.storage import ReadAhead, Storage, is_remote, storage_for
-from varstore.storage.path_pin import NO_PIN, PathPin
+from varstore.storage.path_pin import NO_PIN, PathPin, pinned
 
 if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import
     import numpy.typing as npt
@@ -125,12 +125,11 @@ class VarstoreReader(CheckpointReader):
         self._pin = PathPin(path) if storage is None else NO_PIN  # a local one: storage/path_pin.py
         try:
             with self._pin.guard():
-                data = None
                 if not self._backend.is_directory:
                     self.storage.keep_open(self._key)  # every read of this file through one descriptor,
                     self._pin.check()  # ... of the pinned file
-                    data = manifest_via_index_header(self.storage, self._key)
-                    self._direct = data is not None
+                data = None if self._backend.is_directory else manifest_via_index_header(self.storage, self._key)
+                self._direct = data is not None
                 if data is None:
                     root = self._store.root_attrs()
                     if root.get("varstore_format") != self.format:
@@ -172,8 +171,7 @@ class VarstoreReader(CheckpointReader):
             if self._closed:
                 raise CheckpointError(f"checkpoint '{self.path}' is closed")
             source = None if self.backend_source is None else self.backend_source()
-            # h5py/zarr open the path by name: kept only when it is the pinned file
-            self._backend_reader = self._pin.vouch(self._backend.open_reader(self.path, source))
+            self._backend_reader = self._pin.vouch(self._backend.open_reader(self.path, source))  # opened by name
         return self._backend_reader
 
     def _refuse_format(self, found: Any) -> None:
@@ -335,6 +333,7 @@ class VarstoreReader(CheckpointReader):
         """(file, bytes) to read ahead for the named variables of a Zarr directory (VariableBytes.hint_files)."""
         return self._bytes.hint_files(self._columns, names)
 
+    @pinned
     def packed_blob(self, limit: int = 256 << 20) -> bytearray | None:
         """The whole packed blob read in one go (bulk restores and verify), or None when there is
         none or it is larger than `limit` bytes.
@@ -344,8 +343,7 @@ class VarstoreReader(CheckpointReader):
         """
         if self._closed:
             raise CheckpointError(f"checkpoint '{self.path}' is closed")
-        with self._pin.guard():
-            return self._bytes.packed_blob(limit)
+        return self._bytes.packed_blob(limit)
 
     def check_stored(self, record: Record) -> None:
         """Refuses a variable whose manifest claims more bytes than its storage holds, before allocating.
@@ -362,12 +360,12 @@ class VarstoreReader(CheckpointReader):
             raise CheckpointError(f"checkpoint '{self.path}' is closed; cannot read '{record.name}'")
         return None if record.path is None or not record.nbytes else self._bytes.record_extent(record)
 
+    @pinned
     def read_stored_region(self, record: Record, index: tuple[slice, ...], out: npt.NDArray[Any]) -> None:
         """Fills `out` (stored dtype, the region's stored shape) with region `index` through the backend."""
         assert record.path is not None
         read_array: Any = self._store.read_array  # the Zarr backend reads regions; see backends/zarr3
-        with self._pin.guard():
-            read_array(record.path, out, index)
+        read_array(record.path, out, index)
 
     def _extent_of(self, path: str, dtype: np.dtype, shape: tuple[int, ...]) -> RawExtent | None:
         return self._bytes.extent_of(path, dtype, shape)
@@ -381,6 +379,7 @@ class VarstoreReader(CheckpointReader):
             f"variable '{record.name}' in '{self.path}' is corrupt: its bytes have crc32c {found:08x}, "
             f"the checkpoint recorded {record.checksum:08x}; restore from another checkpoint")
 
+    @pinned
     def fill(self, record: Record, out: npt.NDArray[Any], verify: bool) -> None:
         """Fills `out` (C-contiguous, the record's logical dtype and shape) and checks the checksum.
 
@@ -389,10 +388,6 @@ class VarstoreReader(CheckpointReader):
           CorruptCheckpointError, ChecksumError: damaged or truncated bytes, naming the variable and file.
           CheckpointReplacedError: a save replaced the checkpoint meanwhile (see storage/path_pin.py).
         """
-        with self._pin.guard():
-            self._fill(record, out, verify)
-
-    def _fill(self, record: Record, out: npt.NDArray[Any], verify: bool) -> None:
         if self._closed:
             raise CheckpointError(f"checkpoint '{self.path}' is closed; cannot read '{record.name}'")
         session = self.session

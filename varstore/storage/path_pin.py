@@ -18,13 +18,14 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterator
-from typing import Protocol, TypeVar
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, TypeVar, cast
 
 from varstore.errors import CheckpointReplacedError
 from varstore.storage.special_files import open_for_reading
 
-__all__ = ["PathPin", "NO_PIN"]
+__all__ = ["PathPin", "NO_PIN", "pinned"]
 
 
 class _HasClose(Protocol):
@@ -108,3 +109,17 @@ class PathPin:
 
 #: The pin of a checkpoint read some other way (an object store, whose ETags do this job): never replaced.
 NO_PIN = PathPin(None)
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def pinned(method: _Method) -> _Method:
+    """Runs a reader's method inside its pin's guard() (the reader keeps its PathPin as `_pin`)."""
+
+    @functools.wraps(method)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._pin.guard():
+            return method(self, *args, **kwargs)
+
+    return cast(_Method, run)
