@@ -80,12 +80,12 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
     """
     from varstore.storage import is_remote  # the URL rules only (no object-store client)
 
-    if format is None and storage_options is None and not options and not is_remote(path):
+    if format is None and storage_options is None and set(options) <= {"max_bytes"} and not is_remote(path):
         container = own_container(path)
         if container is not None and _registry_unchanged():
             from varstore.checkpoint.reader import open_varstore
 
-            return open_varstore(Path(path), container)
+            return open_varstore(Path(path), container, max_bytes=options.get("max_bytes"))
     from varstore.convert import open_checkpoint as open_any
 
     return open_any(path, format, storage_options=storage_options, **options)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
+from varstore._limits import check_value_size, max_bytes as limit_of
 from varstore.backends import BackendReader, RawExtent, get_backend
 from varstore.checkpoint.checksum import crc32c_of
 from varstore.checkpoint.info_columns import InfoColumns
@@ -343,12 +344,15 @@ class VarstoreReader(CheckpointReader):
         return self._bytes.packed_blob(limit)
 
     def check_stored(self, record: Record) -> None:
-        """Refuses a variable whose manifest claims more bytes than its storage holds, before allocating.
+        """Refuses a variable whose manifest claims more bytes than its storage holds, or than the read
+        limit (`max_bytes`, varstore/_limits.py), before allocating.
 
         Raises:
           CorruptCheckpointError: naming the variable, the file and both sizes (see locations.py).
+          ValueTooLargeError: naming the variable, its bytes and the limit.
         """
         self._bytes.check_stored(record)
+        check_value_size(record.name, self.location, record.nbytes, self.max_bytes, stored=record.nbytes)
 
     def record_extent(self, record: Record) -> RawExtent | None:
         """Where an own-array variable's bytes lie (file, offset, bytes), or None when only the
@@ -436,7 +440,8 @@ class VarstoreReader(CheckpointReader):
 
 
 def open_varstore(path: os.PathLike[str] | str, format: str | None = None, *,
-                  storage_options: Mapping[str, object] | None = None) -> VarstoreReader:
+                  storage_options: Mapping[str, object] | None = None,
+                  max_bytes: int | None = None) -> VarstoreReader:
     """Opens a varstore HDF5 file or Zarr v3 directory read-only; reads metadata only.
 
     Args:
@@ -446,6 +451,8 @@ def open_varstore(path: os.PathLike[str] | str, format: str | None = None, *,
         directory first (deleted when the reader is closed).
       format: "h5" or "zarr"; None detects it from the contents (the suffix for URLs).
       storage_options: for URLs: endpoint, region, credentials (see docs/guide/object-storage.md).
+      max_bytes: the most bytes one value read without `out` may declare (None: VARSTORE_MAX_BYTES,
+        else half the available memory); a larger one raises ValueTooLargeError (docs/reliability.md).
 
     Raises:
       CheckpointNotFoundError: nothing at `path` (on an object store: no commit object).
@@ -453,16 +460,21 @@ def open_varstore(path: os.PathLike[str] | str, format: str | None = None, *,
       CorruptCheckpointError: truncated or damaged metadata.
       ObjectStoreError: the object store failed after retries (naming the URL).
     """
+    if max_bytes is not None:
+        limit_of(max_bytes)  # a bad limit is refused before the file is opened
     if is_remote(path):
-        return _open_remote(path, format, storage_options)
-    path = Path(path)
-    fmt = detect_container(path) if format is None else get_backend(format).name
-    try:
-        return VarstoreReader(path, fmt)
-    except VarstoreError:
-        raise
-    except OSError as err:
-        raise CorruptCheckpointError(f"cannot read checkpoint '{path}': {err}") from err
+        reader = _open_remote(path, format, storage_options)
+    else:
+        path = Path(path)
+        fmt = detect_container(path) if format is None else get_backend(format).name
+        try:
+            reader = VarstoreReader(path, fmt)
+        except VarstoreError:
+            raise
+        except OSError as err:
+            raise CorruptCheckpointError(f"cannot read checkpoint '{path}': {err}") from err
+    reader.max_bytes = max_bytes
+    return reader
 
 
 def _open_remote(url: os.PathLike[str] | str, format: str | None,
