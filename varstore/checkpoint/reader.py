@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
-from varstore._limits import check_value_size, max_bytes as limit_of
+from varstore._limits import check_value_size
 from varstore.backends import BackendReader, RawExtent, get_backend
 from varstore.checkpoint.checksum import crc32c_of
 from varstore.checkpoint.info_columns import InfoColumns
@@ -230,7 +230,6 @@ class VarstoreReader(CheckpointReader):
     def infos(self) -> list[VariableInfo]:
         return self._infos.infos()
 
-
     def __getitem__(self, name: str) -> npt.NDArray[Any]:
         """`read(name)`; in a loop in key order over packed variables, one copy out of the checked blob."""
         index = self._columns.index.get(name)
@@ -279,6 +278,7 @@ class VarstoreReader(CheckpointReader):
         (checkpoint/verify.py: one reused buffer, the storage reading ahead)."""
         from varstore.checkpoint.verify import verify_all
 
+        self._bytes.check_groups(self._columns)  # a Zarr directory: every group's zarr.json parses
         verify_all(self)
 
     def start_read_ahead(self, names: list[str], window: int) -> ReadAhead | None:
@@ -440,8 +440,7 @@ class VarstoreReader(CheckpointReader):
 
 
 def open_varstore(path: os.PathLike[str] | str, format: str | None = None, *,
-                  storage_options: Mapping[str, object] | None = None,
-                  max_bytes: int | None = None) -> VarstoreReader:
+                  storage_options: Mapping[str, object] | None = None) -> VarstoreReader:
     """Opens a varstore HDF5 file or Zarr v3 directory read-only; reads metadata only.
 
     Args:
@@ -451,8 +450,6 @@ def open_varstore(path: os.PathLike[str] | str, format: str | None = None, *,
         directory first (deleted when the reader is closed).
       format: "h5" or "zarr"; None detects it from the contents (the suffix for URLs).
       storage_options: for URLs: endpoint, region, credentials (see docs/guide/object-storage.md).
-      max_bytes: the most bytes one value read without `out` may declare (None: VARSTORE_MAX_BYTES,
-        else half the available memory); a larger one raises ValueTooLargeError (docs/reliability.md).
 
     Raises:
       CheckpointNotFoundError: nothing at `path` (on an object store: no commit object).
@@ -460,21 +457,16 @@ def open_varstore(path: os.PathLike[str] | str, format: str | None = None, *,
       CorruptCheckpointError: truncated or damaged metadata.
       ObjectStoreError: the object store failed after retries (naming the URL).
     """
-    if max_bytes is not None:
-        limit_of(max_bytes)  # a bad limit is refused before the file is opened
     if is_remote(path):
-        reader = _open_remote(path, format, storage_options)
-    else:
-        path = Path(path)
-        fmt = detect_container(path) if format is None else get_backend(format).name
-        try:
-            reader = VarstoreReader(path, fmt)
-        except VarstoreError:
-            raise
-        except OSError as err:
-            raise CorruptCheckpointError(f"cannot read checkpoint '{path}': {err}") from err
-    reader.max_bytes = max_bytes
-    return reader
+        return _open_remote(path, format, storage_options)
+    path = Path(path)
+    fmt = detect_container(path) if format is None else get_backend(format).name
+    try:
+        return VarstoreReader(path, fmt)
+    except VarstoreError:
+        raise
+    except OSError as err:
+        raise CorruptCheckpointError(f"cannot read checkpoint '{path}': {err}") from err
 
 
 def _open_remote(url: os.PathLike[str] | str, format: str | None,
