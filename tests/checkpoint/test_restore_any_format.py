@@ -207,3 +207,32 @@ def test_a_lazy_restore_from_another_format_reads_at_first_use(tmp_path: Path) -
 def test_nothing_at_the_path_says_so(tmp_path: Path) -> None:
     with pytest.raises(CheckpointNotFoundError, match=r"no checkpoint at '.*nothing\.ckpt': no such file"):
         vs.restore(tmp_path / "nothing.ckpt", vs.VariableStore())
+
+
+def _partitioned(store: vs.VariableStore, rows: int = 10) -> list[Any]:
+    with store.variable_scope("model"):
+        return list(store.get_variable("embedding", [rows, 3], dtype=np.float64,
+                                       partitioner=vs.fixed_size_partitioner(3), initializer=CountingInitializer()))
+
+
+def test_the_parts_of_a_partitioned_variable_take_their_regions_of_a_whole_stored_array(tmp_path: Path) -> None:
+    full = np.arange(30.0).reshape(10, 3)
+    path = _write_npz(tmp_path, {"model/embedding": full, "other": np.ones(2)})
+    store = vs.VariableStore()
+    parts = _partitioned(store)
+    result = vs.restore(path, store)
+    assert sorted(result.restored) == [p.name for p in parts] and result.unexpected == ["other"]
+    np.testing.assert_array_equal(np.concatenate([p.numpy() for p in parts]), full)
+    # created after the restore: each part reads its region at first use
+    later = vs.VariableStore()
+    vs.restore(path, later)
+    np.testing.assert_array_equal(np.concatenate([p.numpy() for p in _partitioned(later)]), full)
+    with pytest.raises(ShapeMismatchError, match=r"partitioned variable 'model/embedding' \(part "
+                                                 r"'model/embedding/part_0'\).*\(10, 3\).*\(12, 3\)"):
+        vs.restore(path, _partitioned_store(12))
+
+
+def _partitioned_store(rows: int) -> vs.VariableStore:
+    store = vs.VariableStore()
+    _partitioned(store, rows)
+    return store

@@ -12,7 +12,7 @@ Decides nothing about names (restore.py does); never opens or writes files.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -46,17 +46,25 @@ class ReaderSource:
         self.shape = self.stored_shape if region is None else tuple(region[1])
         self.origin = f"'{name}' in '{reader.location}'"
 
-    def read(self) -> npt.NDArray[Any]:
-        """The value (the region of it for a part), as stored; checked against the declared shape."""
+    def read_whole(self) -> npt.NDArray[Any]:
+        """The whole stored array, checked against the shape the reader declared."""
         value = np.asarray(self._reader.read(self._name))
         if tuple(value.shape) != self.stored_shape:
             raise CorruptCheckpointError(
                 f"cannot restore {self.origin}: its {self._reader.format} metadata declares shape "
                 f"{self.stored_shape}, reading it gave {tuple(value.shape)}; the file is damaged")
+        return value
+
+    def region_of(self, whole: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """This source's value within `whole` (the stored array): all of it, or a part's region."""
         if self._region is None:
-            return value
+            return whole
         offset, shape = self._region
-        return value[tuple(slice(o, o + s) for o, s in zip(offset, shape))]
+        return whole[tuple(slice(o, o + s) for o, s in zip(offset, shape))]
+
+    def read(self) -> npt.NDArray[Any]:
+        """The value (the region of it for a part), as stored; checked against the declared shape."""
+        return self.region_of(self.read_whole())
 
     def read_into(self, out: npt.NDArray[Any]) -> None:
         """Fills `out` (this source's shape), cast from the stored dtype by NumPy's 'same_kind' rule."""
@@ -103,8 +111,18 @@ class ReaderResolver:
         return [stored for target, stored in self.waiting.items() if target not in self._taken]
 
 
+def _check_region(name: str, target: Any, source: ReaderSource) -> None:
+    info = getattr(target, "save_slice_info", None)
+    if info is not None and tuple(info.full_shape) != source.stored_shape:
+        raise ShapeMismatchError(
+            f"cannot restore partitioned variable '{info.full_name}' (part '{name}') from {source.origin}: it "
+            f"has shape {source.stored_shape}, the variable was created with {tuple(info.full_shape)}; "
+            f"create it with the stored shape")
+
+
 def fill_from_reader(reader: CheckpointReader, items: Sequence[tuple[str, str, Any]], *, lazy: bool,
-                     validate: Callable[[str, Any, ReaderSource], None]) -> None:
+                     validate: Callable[[str, Any, ReaderSource], None],
+                     regions: Mapping[str, tuple[tuple[int, ...], tuple[int, ...]]] | None = None) -> None:
     """Fills every target from `reader`: all validated, then (eagerly) all read, then all assigned.
 
     Args:
@@ -114,6 +132,8 @@ def fill_from_reader(reader: CheckpointReader, items: Sequence[tuple[str, str, A
       lazy: Variables get a source read at first use (the reader stays open);
         arrays are filled now either way.
       validate: called for every item before anything is read or changed; raises to refuse.
+      regions: {target name: (offset, shape)} for parts of a partitioned variable, which take that
+        region of the stored whole array (each stored array is read once for all its parts).
 
     Raises:
       Whatever `validate` raises, and the reader's errors (CorruptCheckpointError,
@@ -121,17 +141,25 @@ def fill_from_reader(reader: CheckpointReader, items: Sequence[tuple[str, str, A
     """
     from varstore.variables import restore_many
 
-    sources = [ReaderSource(reader, stored) for stored, _, _ in items]
+    regions = regions or {}
+    sources = [ReaderSource(reader, stored, regions.get(name)) for stored, name, _ in items]
     for (_, name, target), source in zip(items, sources):
+        if name in regions:
+            _check_region(name, target, source)
         validate(name, target, source)
     variables, values, arrays = [], [], []
-    for (_, _, target), source in zip(items, sources):
+    whole: dict[str, npt.NDArray[Any]] = {}  # stored arrays read once for all their parts
+    for (stored, _, target), source in zip(items, sources):
+        if hasattr(target, "restore_from") and lazy:
+            continue
+        if stored not in whole:
+            whole[stored] = source.read_whole()
+        value = source.region_of(whole[stored])
         if hasattr(target, "restore_from"):
-            if not lazy:
-                variables.append(target)
-                values.append(source.read())
+            variables.append(target)
+            values.append(value)
         else:
-            arrays.append((target, source.read()))
+            arrays.append((target, value))
     restore_many(variables, values)
     for array, value in arrays:
         np.copyto(array, value, casting="same_kind")

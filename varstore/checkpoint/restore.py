@@ -33,7 +33,7 @@ varstore.restore does, through the registry).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -309,7 +309,7 @@ def _restore_from(reader: CheckpointReader, targets: dict[str, Any], store: Any,
     def stored() -> list[str]:
         return list(names) if mapped is None else [mapped[n] for n in names if n in mapped]
 
-    if strict and missing:
+    if strict and missing and isinstance(reader, VarstoreReader):  # other formats: parts are matched first
         raise strict_restore_error(location, missing, unexpected, stored())
     from varstore.variables import check_restorable
 
@@ -323,7 +323,8 @@ def _restore_from(reader: CheckpointReader, targets: dict[str, Any], store: Any,
     if isinstance(reader, VarstoreReader):
         read_into_targets(reader, items, verify=verify, lazy=lazy, validate=validate)
     else:
-        fill_from_reader(reader, items, lazy=lazy, validate=validate)
+        regions = _parts_of_stored(items, missing, unexpected, targets, mapped, strict, location, stored)
+        fill_from_reader(reader, items, lazy=lazy, validate=validate, regions=regions)
     deferred: list[str] = []
     resolver: PendingResolver | ReaderResolver | None = None
     if store is not None and unexpected and hasattr(store, "add_pending_restore"):
@@ -334,6 +335,31 @@ def _restore_from(reader: CheckpointReader, targets: dict[str, Any], store: Any,
         store.add_pending_restore(resolver)  # mypy checks the core's protocol here
     consumption = _consumption(location, store, stored(), assignment_map, resolver, missing, unexpected)
     return RestoreResult([name for _, name, _ in items], missing, unexpected, deferred, consumption)
+
+
+def _parts_of_stored(items: list[tuple[str, str, Any]], missing: list[str], unexpected: list[str],
+                     targets: dict[str, Any], mapped: dict[str, str] | None, strict: bool, location: str,
+                     stored: Callable[[], list[str]]) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+    """For another format's reader: parts of partitioned variables (missing under their own names) take
+    their region of the stored whole array, as TF's Saver restores a partitioned variable; updates
+    items, missing and unexpected in place and returns {part name: (offset, shape)}. Then applies strict."""
+    regions: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    if missing:
+        source_of = {(name if mapped is None else mapped[name]): name for name in unexpected
+                     if mapped is None or name in mapped}
+        taken: set[str] = set()
+        for name in list(missing):
+            info = getattr(targets[name], "save_slice_info", None)
+            if info is None or info.full_name not in source_of:
+                continue
+            items.append((source_of[info.full_name], name, targets[name]))
+            regions[name] = (tuple(info.var_offset), tuple(info.var_shape))
+            taken.add(source_of[info.full_name])
+            missing.remove(name)
+        unexpected[:] = [name for name in unexpected if name not in taken]
+    if strict and missing:
+        raise strict_restore_error(location, missing, unexpected, stored())
+    return regions
 
 
 def _consumption(location: str, store: Any, stored: list[str], assignment_map: Mapping[str, str] | None,

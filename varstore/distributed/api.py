@@ -20,6 +20,7 @@ from typing import Any, cast
 
 from varstore.checkpoint import atomic
 from varstore.checkpoint import manager as _manager
+from varstore.checkpoint.reader import VarstoreReader
 from varstore.checkpoint.reader_api import CheckpointReader
 from varstore.checkpoint.restore import RestoreResult, restore_and_release
 from varstore.checkpoint.restore import restore as _restore_one
@@ -149,8 +150,9 @@ def restore(path: os.PathLike[str] | str | CheckpointReader, target: Any, *, com
       comm: None, or a communicator (see save). Collective: each rank reads
         only the regions of the variables it holds, whatever number of ranks
         and partitioning wrote the checkpoint. Without `comm`, a store with
-        partitioned variables reads each part's region of the global array.
-        Collective restores read varstore checkpoints only.
+        partitioned variables reads each part's region of the global array
+        (from other formats too: a TF bundle's partitioned variable is one
+        stored array). With `comm`, varstore checkpoints only.
       assignment_map: {checkpoint scope or name: target scope or name}, as
         tf.compat.v1.train.init_from_checkpoint; only the names it covers are
         restored (and only those count as missing).
@@ -173,10 +175,17 @@ def restore(path: os.PathLike[str] | str | CheckpointReader, target: Any, *, com
       CheckpointNotFoundError, NotACheckpointError, CorruptCheckpointError, ChecksumError,
       UnsafeFormatError: as varstore.open_checkpoint. With `comm` the same error on every rank.
     """
-    if comm is None and not _partitioned(target):
+    if comm is None:
         reader = path if isinstance(path, CheckpointReader) else open_for_restore(path, format, storage_options)
-        release = _restore_one if isinstance(path, CheckpointReader) else restore_and_release
-        return release(reader, target, assignment_map=assignment_map, strict=strict, lazy=lazy, verify=verify)
+        if not _partitioned(target) or not isinstance(reader, VarstoreReader):  # parts of other formats: regions
+            release = _restore_one if reader is path else restore_and_release
+            return release(reader, target, assignment_map=assignment_map, strict=strict, lazy=lazy, verify=verify)
+        if reader is not path:
+            reader.close()  # a partitioned store reads varstore's global arrays through the collective path
+    elif isinstance(path, CheckpointReader) and not isinstance(path, VarstoreReader):
+        raise UnsupportedFormatError(
+            f"a collective restore (comm=) reads varstore checkpoints only, not {path.format} "
+            f"('{path.location}'); convert it first: varstore convert {path.location} model.h5")
     if storage_options is not None:
         raise TypeError("a collective restore (comm=, or partitioned variables) does not take storage_options")
     if isinstance(path, CheckpointReader):
