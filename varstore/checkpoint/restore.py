@@ -333,7 +333,7 @@ def _restore_from(reader: CheckpointReader, targets: dict[str, Any], store: Any,
         resolver = PendingResolver(reader, waiting, verify) if isinstance(reader, VarstoreReader) else \
             ReaderResolver(reader, waiting)
         store.add_pending_restore(resolver)  # mypy checks the core's protocol here
-    consumption = _consumption(location, store, stored(), assignment_map, resolver, missing, unexpected)
+    consumption = _consumption(location, store, stored, assignment_map, resolver, missing, unexpected)
     return RestoreResult([name for _, name, _ in items], missing, unexpected, deferred, consumption)
 
 
@@ -362,16 +362,16 @@ def _parts_of_stored(items: list[tuple[str, str, Any]], missing: list[str], unex
     return regions
 
 
-def _consumption(location: str, store: Any, stored: list[str], assignment_map: Mapping[str, str] | None,
-                 resolver: PendingResolver | ReaderResolver | None, missing: list[str],
-                 unexpected: list[str]) -> Consumption:
+def _consumption(location: str, store: Any, stored: Callable[[], list[str]],
+                 assignment_map: Mapping[str, str] | None, resolver: PendingResolver | ReaderResolver | None,
+                 missing: list[str], unexpected: list[str]) -> Consumption:
     """How a restore stands when assert_consumed asks: for a store, its variables then and the resolver's
     leftovers; for other targets, what restore found."""
-    stored_set = set(stored)
 
     def unmatched() -> list[str]:
         if store is None:
             return list(missing)
+        stored_set = set(stored())  # computed when asked: a restore of 50,000 names pays nothing for it
         current = targets_of(store)[0]
         covered = covered_targets(list(current), assignment_map)
         return [name for name in covered if name not in stored_set

@@ -71,13 +71,13 @@ class Consumption:
       location: the checkpoint, for messages.
       unmatched: returns the store's variables now that have no checkpoint value (as mapped).
       unconsumed: returns the checkpoint names no variable has taken so far.
-      stored: the checkpoint's names as the targets see them (for hints).
+      stored: returns the checkpoint's names as the targets see them (for hints; computed only when asked).
     """
 
     location: str
     unmatched: Callable[[], list[str]]
     unconsumed: Callable[[], list[str]]
-    stored: Sequence[str] = ()
+    stored: Callable[[], Sequence[str]] = tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +119,7 @@ class RestoreResult:
             missing, unexpected, location, stored = list(self.missing), list(self.unexpected), "the checkpoint", ()
         else:
             missing, unexpected = tracked.unmatched(), tracked.unconsumed()
-            location, stored = tracked.location, tracked.stored
+            location, stored = tracked.location, tracked.stored()
         if missing or unexpected:
             raise unconsumed_error(location, missing, unexpected, stored)
         return self
