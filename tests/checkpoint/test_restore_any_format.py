@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import varstore as vs
+from varstore.checkpoint.reader_api import CheckpointReader
 from varstore.errors import CheckpointNotFoundError, RestoreError, ShapeMismatchError
 
 TF_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "tf1_scopes"
@@ -236,3 +237,28 @@ def _partitioned_store(rows: int) -> vs.VariableStore:
     store = vs.VariableStore()
     _partitioned(store, rows)
     return store
+
+
+class _LyingReader(CheckpointReader):
+    """A reader whose metadata declares (2,) for 'w' while reading gives 3 values (a damaged file)."""
+
+    format = "lying"
+
+    def keys(self) -> list[str]:
+        return ["a", "w"]
+
+    def info(self, name: str) -> Any:
+        from varstore.checkpoint.variable_info import VariableInfo
+
+        return VariableInfo(name=name, shape=(2,), dtype="float32", nbytes=8)
+
+    def read(self, name: str, out: Any = None) -> np.ndarray:
+        return np.ones(2 if name == "a" else 3, np.float32)
+
+
+def test_a_value_longer_than_its_declared_shape_fails_before_anything_is_assigned(tmp_path: Path) -> None:
+    target = {"a": np.zeros(2, np.float32), "w": np.zeros(2, np.float32)}
+    with pytest.raises(vs.CorruptCheckpointError, match=r"'w' in '.*lie\.bin': its lying metadata declares shape "
+                                                        r"\(2,\), reading it gave \(3,\)"):
+        vs.restore(_LyingReader(tmp_path / "lie.bin"), target)
+    assert not target["a"].any() and not target["w"].any()
