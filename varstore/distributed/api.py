@@ -190,8 +190,26 @@ def restore(path: os.PathLike[str] | str | CheckpointReader, target: Any, *, com
         raise TypeError("a collective restore (comm=, or partitioned variables) does not take storage_options")
     if isinstance(path, CheckpointReader):
         path = path.path
-    return restore_collective(path, target, comm, assignment_map=assignment_map, strict=strict, lazy=lazy,
-                              verify=verify, format=format)
+    try:
+        return restore_collective(path, target, comm, assignment_map=assignment_map, strict=strict, lazy=lazy,
+                                  verify=verify, format=format)
+    except (NotACheckpointError, CheckpointNotFoundError) as err:  # every rank alike (agree)
+        _raise_if_foreign(path, err)
+        raise
+
+
+def _raise_if_foreign(path: os.PathLike[str] | str, err: Exception) -> None:
+    """Raises UnsupportedFormatError when `path`, not a varstore checkpoint, is one the registry reads."""
+    from varstore.convert import detect_format
+    from varstore.errors import VarstoreError
+
+    try:
+        found = detect_format(path)
+    except VarstoreError:
+        return
+    raise UnsupportedFormatError(
+        f"a collective restore (comm=) reads varstore checkpoints only, and '{path}' is a {found} checkpoint; "
+        f"convert it first (varstore convert '{path}' model.h5) or restore it without comm") from err
 
 
 class CheckpointManager(_manager.CheckpointManager):
