@@ -166,6 +166,16 @@ def _gguf() -> ModuleType:
     return gguf
 
 
+def _gguf_writer() -> ModuleType:
+    from varstore.convert import gguf_writer
+    return gguf_writer
+
+
+def _pytorch_writer() -> ModuleType:
+    from varstore.convert import pytorch_writer
+    return pytorch_writer
+
+
 _BUILTIN: tuple[FormatEntry, ...] = (
     FormatEntry("varstore-hdf5", "varstore HDF5 checkpoint (.h5)", aliases=("varstore",),
                 sniff=lazy(_detect, "sniff_varstore_hdf5"), open=lazy(_varstore_format, "open_reader"),
@@ -206,13 +216,15 @@ _BUILTIN: tuple[FormatEntry, ...] = (
                 write_options=("max_shard_size",), order=46),
     FormatEntry("gguf", "GGUF file (llama.cpp); quantized tensors as raw blocks, or float32 with dequantize",
                 aliases=("ggml",), suffixes=(".gguf",), sniff=lazy(_gguf, "sniff"), open=lazy(_gguf, "open_reader"),
-                order=65),
+                write=lazy(_gguf_writer, "write_checkpoint"), write_options=("gguf_type",), order=65),
     FormatEntry("keras3-sharded", "Keras 3 sharded weights (.weights.json index + .weights.h5 shards)",
                 aliases=("keras-sharded",), suffixes=(".weights.json",), sniff=lazy(_keras_sharded, "sniff"),
                 open=lazy(_keras_sharded, "open_reader"), order=66),
     FormatEntry("pytorch", "PyTorch torch.save file (.pt/.pth/.bin, zip or legacy), through a restricted unpickler",
                 aliases=("torch", "pt", "pth"), suffixes=(".pt", ".pth", ".bin", ".ckpt"),
-                sniff=lazy(_pytorch, "sniff"), open=lazy(_pytorch, "open_reader"), order=69),
+                sniff=lazy(_pytorch, "sniff"), open=lazy(_pytorch, "open_reader"),
+                write=lazy(_pytorch_writer, "write_checkpoint"), write_names=("pt", "pytorch", "torch", "pth"),
+                write_suffixes=(".pt", ".pth"), order=69),
     FormatEntry("pickle", "other Python pickles (.pkl/.pickle): refused, never unpickled",
                 suffixes=(".pkl", ".pickle"), open=lazy(_detect, "refuse_pickle"), order=90, refuses=True),
 )
