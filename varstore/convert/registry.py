@@ -171,6 +171,11 @@ def _gguf_writer() -> ModuleType:
     return gguf_writer
 
 
+def _tf_writer() -> ModuleType:
+    from varstore.convert import tf_writer
+    return tf_writer
+
+
 def _pytorch_writer() -> ModuleType:
     from varstore.convert import pytorch_writer
     return pytorch_writer
@@ -197,7 +202,9 @@ _BUILTIN: tuple[FormatEntry, ...] = (
     FormatEntry("zarr", "any Zarr v2/v3 group: arrays are variables",
                 sniff=lazy(_detect, "sniff_zarr"), open=lazy(_generic, "open_zarr"), order=40),
     FormatEntry("tf", "TensorFlow checkpoint (bundle prefix, .index, or directory)", aliases=("tensorflow",),
-                sniff=lazy(_detect, "sniff_tf"), open=lazy(_tf_checkpoint, "open_reader"), order=50),
+                sniff=lazy(_detect, "sniff_tf"), open=lazy(_tf_checkpoint, "open_reader"),
+                write=lazy(_tf_writer, "write_checkpoint"), write_suffixes=(".ckpt", ".index"),
+                write_options=("partitions",), order=50),
     FormatEntry("safetensors", "safetensors file", suffixes=(".safetensors",),
                 sniff=lazy(_detect, "sniff_safetensors"), open=lazy(_safetensors, "open_reader"),
                 write=lazy(_safetensors, "write_checkpoint"), order=60),
