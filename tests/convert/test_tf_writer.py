@@ -131,17 +131,30 @@ def test_existing_checkpoint_and_foreign_state_file_are_left_alone(tmp_path: Pat
 
 
 def test_tensorflow_reads_and_restores_it(tmp_path: Path) -> None:
-    """Runs where TensorFlow is installed (it is too large for CI's [dev])."""
+    """Runs where TensorFlow is installed (it is too large for CI's [dev]); passed with TensorFlow 2.21."""
     tf = pytest.importorskip("tensorflow")
-    kernel = np.arange(12, dtype=np.float32).reshape(3, 4)
-    write_tf_checkpoint(tmp_path / "model.ckpt", _entries({"dense/kernel": kernel, "dense/bias": np.ones(4, np.float32)}))
+    values = {f"v/{name}": _value(name, (2, 3), i) for i, name in enumerate(ALL_DTYPES)}
+    values["vocab"] = np.array([b"ab", b"", b"xyz"])
+    values["emb"] = np.arange(50, dtype=np.float32).reshape(10, 5)
+    write_tf_checkpoint(tmp_path / "model.ckpt", _entries(values), slices={"emb": fixed_size_slices((10, 5), 3)})
+    assert tf.train.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt")
     reader = tf.train.load_checkpoint(str(tmp_path / "model.ckpt"))
-    np.testing.assert_array_equal(reader.get_tensor("dense/kernel"), kernel)
-    assert dict(tf.train.list_variables(str(tmp_path))) == {"dense/bias": [4], "dense/kernel": [3, 4]}
+    for name, value in values.items():
+        got = reader.get_tensor(name)
+        if value.dtype.kind == "S":
+            assert list(got) == list(value)
+        else:
+            assert np.asarray(got).tobytes() == value.tobytes() and got.shape == value.shape, name
+    assert dict(tf.train.list_variables(str(tmp_path)))["emb"] == [10, 5]
     graph = tf.Graph()
     with graph.as_default():
-        v = tf.compat.v1.get_variable("dense/kernel", shape=(3, 4))
-        saver = tf.compat.v1.train.Saver([v])
+        emb = tf.compat.v1.get_variable("emb", shape=(10, 5), partitioner=tf.compat.v1.fixed_size_partitioner(3))
+        kernel = tf.compat.v1.get_variable("v/float32", shape=(2, 3))
+        saver = tf.compat.v1.train.Saver()
         with tf.compat.v1.Session() as session:
             saver.restore(session, str(tmp_path / "model.ckpt"))
-            np.testing.assert_array_equal(session.run(v), kernel)
+            np.testing.assert_array_equal(session.run(tf.concat(list(emb), 0)), values["emb"])
+            np.testing.assert_array_equal(session.run(kernel), values["v/float32"])
+    variable = tf.Variable(tf.zeros((10, 5)), name="emb")  # TF2: name-based matching by the variable's name
+    tf.train.Checkpoint(emb=variable).read(str(tmp_path / "model.ckpt"))
+    np.testing.assert_array_equal(variable.numpy(), values["emb"])
