@@ -171,6 +171,16 @@ def _gguf_writer() -> ModuleType:
     return gguf_writer
 
 
+def _orbax_writer() -> ModuleType:
+    from varstore.convert import orbax_writer
+    return orbax_writer
+
+
+def _dcp_writer() -> ModuleType:
+    from varstore.convert import dcp_writer
+    return dcp_writer
+
+
 def _tf_writer() -> ModuleType:
     from varstore.convert import tf_writer
     return tf_writer
@@ -212,10 +222,12 @@ _BUILTIN: tuple[FormatEntry, ...] = (
                 sniff=lazy(_detect, "sniff_npz"), open=lazy(_npz, "open_reader"),
                 write=lazy(_npz, "write_checkpoint"), order=61),
     FormatEntry("orbax", "Orbax checkpoint directory (OCDBT via tensorstore, or per-array Zarr)",
-                aliases=("jax-orbax",), sniff=lazy(_orbax, "sniff"), open=lazy(_orbax, "open_reader"), order=42),
+                aliases=("jax-orbax",), sniff=lazy(_orbax, "sniff"), open=lazy(_orbax, "open_reader"),
+                write=lazy(_orbax_writer, "write_checkpoint"), write_suffixes=(), order=42),
     FormatEntry("dcp", "PyTorch Distributed Checkpoint directory (.metadata + .distcp files)",
                 aliases=("torch-dcp", "distcp"), suffixes=(".distcp",), sniff=lazy(_dcp, "sniff"),
-                open=lazy(_dcp, "open_reader"), order=44),
+                open=lazy(_dcp, "open_reader"), write=lazy(_dcp_writer, "write_checkpoint"),
+                write_suffixes=(".distcp",), order=44),
     FormatEntry("safetensors-sharded", "HuggingFace sharded safetensors (index.json + shards; index, directory "
                 "or any shard)", aliases=("hf-sharded", "sharded-safetensors"), suffixes=(".safetensors.index.json",),
                 sniff=lazy(_sharded_safetensors, "sniff"), open=lazy(_sharded_safetensors, "open_reader"),

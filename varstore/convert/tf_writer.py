@@ -260,7 +260,7 @@ def write_tf_checkpoint(prefix: os.PathLike[str] | str, entries: Sequence[SaveEn
                 if enum == _DT_STRING:
                     raw, crc = _string_bytes(piece)
                 else:
-                    array = np.ascontiguousarray(piece)
+                    array = np.asarray(piece, order="C")  # (ascontiguousarray would make a 0-d value 1-d)
                     if array.dtype.byteorder == ">":
                         array = array.astype(array.dtype.newbyteorder("<"))
                     raw = array.reshape(-1).view(np.uint8).data
