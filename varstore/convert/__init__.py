@@ -239,10 +239,11 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
 
     Args:
       src: any path open_checkpoint accepts.
-      dst: destination; .h5/.hdf5 and .zarr become varstore checkpoints,
-        .safetensors and .npz the foreign formats.
+      dst: destination; .h5/.hdf5 and .zarr become varstore checkpoints; .ckpt/.index (TF), .pt/.pth,
+        .gguf, .distcp (DCP), .safetensors and .npz the foreign formats (the registry's write_suffixes).
       from_format: skip source detection (see open_checkpoint's `format`).
-      to_format: a writing format's name ("h5", "zarr", "safetensors", "safetensors-sharded", "npz", "pt", "gguf");
+      to_format: a writing format's name ("h5", "zarr", "tf", "pt", "gguf", "dcp", "orbax", "safetensors",
+        "safetensors-sharded", "npz");
         None picks by dst suffix.
       filter: shell glob on source names ("encoder/*"); None keeps all.
       rename: prefix rules (OLD, NEW) or "OLD=NEW" strings; the first rule

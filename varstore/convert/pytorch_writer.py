@@ -137,7 +137,7 @@ def _dtype_name(entry: SaveEntry) -> str:
     if name not in _DTYPES:
         raise UnsupportedDtypeError(
             f"variable '{entry.name}' has dtype {name}, which a PyTorch tensor cannot hold; "
-            f"convert it first (e.g. --dtype float32 for floats) or leave it out")
+            f"leave it out (--filter) or write a format that holds it (h5, zarr, tf, npz)")
     return name
 
 
