@@ -28,7 +28,7 @@ ALIAS_BYTES = 4 << 20
 
 
 def unwritten_h5(folder: Path) -> Path:
-    """A plain HDF5 file (under 2 KB) holding 'big': a chunked (30000, 30000) float32 dataset whose chunks
+    """A plain HDF5 file (about 2 KB) holding 'big': a chunked (30000, 30000) float32 dataset whose chunks
     were never written (stored bytes 0, declared 3.6e9), and 'small': 4 float32 values 0..3."""
     import h5py
 
