@@ -23,7 +23,7 @@ import numpy.typing as npt
 from varstore import dtypes as _dtypes
 from varstore._limits import check_value_size
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
-from varstore.errors import UnknownVariableError, UnsupportedFormatError
+from varstore.errors import UnknownVariableError
 
 if TYPE_CHECKING:
     from varstore.backends.hdf5.walker import HDF5Walker
@@ -70,9 +70,8 @@ class WalkerReader(CheckpointReader):
         path = self._names.get(name)
         if path is None:
             reason = next((s.reason for s in self.skipped if s.name == name), None)
-            if reason is not None:
-                raise UnsupportedFormatError(f"cannot read '{name}' in {self.format} file '{self.path}': {reason}")
-            raise UnknownVariableError(f"no variable '{name}' in {self.format} file '{self.path}'")
+            why = "" if reason is None else f" ('{name}' is skipped: {reason})"
+            raise UnknownVariableError(f"no variable '{name}' in {self.format} file '{self.path}'{why}")
         return path
 
     def info(self, name: str) -> VariableInfo:
