@@ -11,8 +11,9 @@ message has a fixed layout and no checksum (see `absent_filter_h5`).
 
 from __future__ import annotations
 
-import gzip
 import json
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -123,7 +124,8 @@ def compressed_manifest_zarr(folder: Path, declared: int | None = None) -> Path:
     """A varstore Zarr checkpoint whose manifest array is stored gzip-compressed, as zarr-python writes it.
 
     `declared`: the manifest length its zarr.json declares (shape and chunk shape); None keeps the true
-    length (a legitimate, only unusual, checkpoint). The chunk holds the gzip of the true manifest.
+    length (a legitimate, only unusual, checkpoint). The chunk holds the gzip of the true manifest followed
+    by spaces up to `declared` (still valid JSON), so it really decompresses to `declared` bytes.
     """
     path = write_own(folder / "compressed_manifest", "zarr")
     raw = (path / "_varstore/manifest/0").read_bytes()
@@ -134,12 +136,39 @@ def compressed_manifest_zarr(folder: Path, declared: int | None = None) -> Path:
     meta["chunk_grid"]["configuration"]["chunk_shape"] = [length]
     meta["codecs"] = [{"name": "bytes"}, {"name": "gzip", "configuration": {"level": 5}}]
     meta_file.write_text(json.dumps(meta))
-    chunk_key = _chunk_key(meta)
     (path / "_varstore/manifest/0").unlink()
-    target = path / "_varstore/manifest" / chunk_key
+    target = path / "_varstore/manifest" / _chunk_key(meta)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(gzip.compress(raw))
+    target.write_bytes(_gzip_padded(raw, length))
     return path
+
+
+def _gzip_padded(raw: bytes, length: int) -> bytes:
+    """gzip of `raw` followed by spaces up to `length` bytes, without compressing gigabytes of spaces.
+
+    After a full flush a deflate stream starts afresh, so one compressed 1 MiB block of spaces is
+    repeated as it is; the gzip trailer's CRC-32 is computed over the real bytes.
+    """
+    block = 1 << 20
+    spaces = b" " * block
+    deflate = zlib.compressobj(6, zlib.DEFLATED, -15)
+    parts = [deflate.compress(raw) + deflate.flush(zlib.Z_FULL_FLUSH)]
+    crc = zlib.crc32(raw)
+    remaining = length - len(raw)
+    whole, rest = divmod(remaining, block)
+    if whole:
+        first = deflate.compress(spaces) + deflate.flush(zlib.Z_FULL_FLUSH)
+        again = deflate.compress(spaces) + deflate.flush(zlib.Z_FULL_FLUSH)
+        assert first == again, "a full flush did not restart the deflate stream"
+        parts.append(first * whole)
+        block_crc = [crc]
+        for _ in range(whole):
+            block_crc[0] = zlib.crc32(spaces, block_crc[0])
+        crc = block_crc[0]
+    parts.append(deflate.compress(b" " * rest) + deflate.flush(zlib.Z_FINISH))
+    crc = zlib.crc32(b" " * rest, crc)
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+    return header + b"".join(parts) + struct.pack("<II", crc & 0xFFFFFFFF, length & 0xFFFFFFFF)
 
 
 def _chunk_key(meta: dict) -> str:
@@ -170,4 +199,30 @@ def truncated_group_zarr(folder: Path) -> Path:
     group = path / "dense/zarr.json"
     data = group.read_bytes()
     group.write_bytes(data[:len(data) // 2])
+    return path
+
+
+def aliased_h5_offsets(folder: Path) -> Path:
+    """A varstore HDF5 checkpoint (4 MiB) whose manifest names ALIAS_COUNT variables 'w0'... at the file
+    offset of its one 4 MiB array 'w' (paths 'w0'..., checksums copied).
+
+    The new manifest is appended to the file and the 512-byte index header pointed at it (offset, length,
+    crc32c), so a reader takes the index-header path, where the manifest's file offsets are trusted.
+    """
+    from varstore.checkpoint import save
+    from varstore.checkpoint.checksum import crc32c_raw
+    from varstore.checkpoint.index_header import decode_index_header, encode_index_header
+
+    path = save(folder / "aliased.h5", {"w": np.arange(ALIAS_BYTES // 4, dtype=np.float32)})
+    data = path.read_bytes()
+    header = decode_index_header(data[:512])
+    assert header is not None
+    offset, nbytes, _ = header
+    document = json.loads(data[offset:offset + nbytes])
+    columns = document["variables"]
+    for key, values in columns.items():
+        columns[key] = values * ALIAS_COUNT
+    columns["name"] = columns["path"] = [f"w{i}" for i in range(ALIAS_COUNT)]
+    raw = json.dumps(document).encode()
+    path.write_bytes(encode_index_header(len(data), len(raw), crc32c_raw(raw)) + data[512:] + raw)
     return path
