@@ -51,7 +51,7 @@ def own_container(path: os.PathLike[str] | str) -> str | None:
                     and isinstance(root.get("attributes"), dict)
                     and root["attributes"].get("varstore_format") == "varstore-zarr"):
                 return "zarr"
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # JSON nested too deep: the registry's readers say so
         pass
     return None
 

@@ -313,3 +313,23 @@ def test_verify_of_an_intact_zarr_checkpoint_still_passes(tmp_path: Path) -> Non
     with varstore.open_checkpoint(write_own(tmp_path, "zarr")) as reader:
         reader.verify()
         assert sorted(reader.keys()) == sorted(own_values())
+
+
+def test_plain_zarr_with_deeply_nested_attributes_is_corrupt(tmp_path: Path) -> None:
+    """Regression: a plain Zarr group whose zarr.json nests 50,000 lists raised RecursionError from open."""
+    root = tmp_path / "deep.zarr"
+    root.mkdir()
+    nested = "[" * 50_000 + "1" + "]" * 50_000
+    (root / "zarr.json").write_text(f'{{"zarr_format": 3, "node_type": "group", "attributes": {{"a": {nested}}}}}')
+    with pytest.raises(CorruptCheckpointError, match=f"cannot open Zarr hierarchy '{root}': maximum recursion depth"):
+        varstore.open_checkpoint(root)
+
+
+def test_convert_command_says_what_it_skipped(tmp_path: Path) -> None:
+    source = sizes.odd_types_h5(tmp_path)
+    converted = run_hostile("cli", ["convert", str(source), str(tmp_path / "out.zarr")])
+    assert converted.status == "exit0", converted
+    assert "skipped 2 entries:" in converted.stdout
+    assert "64-bit time type, which NumPy has no dtype for" in converted.stdout
+    with varstore.open_checkpoint(tmp_path / "out.zarr") as out:
+        assert out.keys() == ["ok"]

@@ -523,7 +523,7 @@ class Zarr3Backend:
         try:
             document = json.loads(root)
             nodes = document["attributes"][NODES_ATTRIBUTE]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return {}
         if not isinstance(nodes, dict):
             return {}
@@ -535,7 +535,7 @@ class Zarr3Backend:
         try:
             with open(Path(path) / "zarr.json", "rb") as handle:
                 return json.loads(handle.read()).get("zarr_format") == 3
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             return False
 
     def open_writer(self, path: Path, header_bytes: int = 0, storage: Storage | None = None) -> Zarr3Writer:
