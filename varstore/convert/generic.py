@@ -46,6 +46,8 @@ class _Walker(Protocol):
 
     def read(self, path: str, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]: ...
 
+    def stored(self, path: str) -> tuple[int | None, bool]: ...
+
     def close(self) -> None: ...
 
 
@@ -103,8 +105,8 @@ class WalkerReader(CheckpointReader):
         entry = self._walker.entry(path)
         if out is None:
             declared = int(np.prod(entry.shape, dtype=object)) * np.dtype(entry.dtype).itemsize
-            check_value_size(name, self.location, declared, self.max_bytes,
-                             stored=getattr(entry, "stored_nbytes", None), filtered=getattr(entry, "filtered", False))
+            stored, filtered = self._walker.stored(path)
+            check_value_size(name, self.location, declared, self.max_bytes, stored=stored, filtered=filtered)
         result = checked_out(name, entry.shape, entry.dtype, out)
         return self._walker.read(path, result)
 

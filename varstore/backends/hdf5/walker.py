@@ -282,6 +282,15 @@ class HDF5Walker:
 
     entry = dataset  # the name generic readers use for both walkers
 
+    def stored(self, path: str) -> tuple[int | None, bool]:
+        """(bytes the file stores for the dataset, 0 when no chunk was written; whether they are filtered).
+
+        Raises:
+          UnsupportedFormatError / UnknownVariableError: as `dataset`.
+        """
+        entry = self.dataset(path)
+        return entry.stored_nbytes, entry.filtered
+
     def group_attrs(self, path: str) -> dict[str, Any] | None:
         """Attributes of the group at `path` ("" for the root), or None when there is none."""
         for group in self.groups:

@@ -36,9 +36,7 @@ class ArrayEntry:
       attrs: the array's attributes (JSON values as stored).
       chunks: chunk shape (inner chunks when sharded).
       shards: shard shape for sharded Zarr v3 arrays, else None.
-      stored_nbytes: bytes of the chunk files under its directory (0 when no chunk was written),
-        or None when unknown.
-      filtered: whether those bytes pass through compressors or filters on read.
+      filtered: whether its stored bytes pass through compressors or filters on read.
     """
 
     path: str
@@ -47,7 +45,6 @@ class ArrayEntry:
     attrs: dict[str, Any]
     chunks: tuple[int, ...] | None = None
     shards: tuple[int, ...] | None = None
-    stored_nbytes: int | None = None
     filtered: bool = True
 
 
@@ -185,9 +182,7 @@ class ZarrWalker:
             filtered = True
         entry = ArrayEntry(path=path, shape=tuple(int(d) for d in array.shape), dtype=dtype,
                            attrs=dict(array.attrs), chunks=tuple(array.chunks),
-                           shards=tuple(shards) if shards else None,
-                           stored_nbytes=_stored_nbytes(self._root / path) if path else None,
-                           filtered=filtered)
+                           shards=tuple(shards) if shards else None, filtered=filtered)
         self.arrays.append(entry)
         self._nodes[path] = (entry, array)
 
@@ -206,6 +201,16 @@ class ZarrWalker:
         return node[0]
 
     entry = array  # the name generic readers use for both walkers
+
+    def stored(self, path: str) -> tuple[int | None, bool]:
+        """(bytes of the chunk files under the array's directory, symlinks not followed; 0 when no chunk was
+        written; None when unknown), whether they are compressed or filtered), walked when asked.
+
+        Raises:
+          UnsupportedFormatError / UnknownVariableError: as `array`.
+        """
+        entry = self.array(path)
+        return (_stored_nbytes(self._root / path) if path else None), entry.filtered
 
     def read(self, path: str, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
         """Reads one whole array (unwritten chunks read as the fill value), into `out` when given.
