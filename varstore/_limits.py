@@ -73,12 +73,12 @@ def _explicit(value: int | None) -> int | None:
 
 
 def max_bytes(value: int | None = None) -> int:
-    """The read limit in bytes: `value`, else VARSTORE_MAX_BYTES, else half the available memory (4 GiB if unknown)."""
+    """The read limit in bytes: `value`, else VARSTORE_MAX_BYTES, else the available memory (4 GiB if unknown)."""
     explicit = _explicit(value)
     if explicit is not None:
         return explicit
     available = available_memory()
-    return available // 2 if available else _FALLBACK_BYTES
+    return available or _FALLBACK_BYTES
 
 
 def backed_bytes(stored: int | None, filtered: bool) -> int | None:
@@ -92,7 +92,7 @@ def read_limit(value: int | None, backed: int | None = None) -> tuple[int, str]:
     """(limit in bytes, how it was set) for reading one value whose stored bytes can back `backed` bytes.
 
     A limit given (`value`, or VARSTORE_MAX_BYTES) is used as it is. The
-    default is half the available memory, and at most `backed` +
+    default is the available memory, and at most `backed` +
     UNBACKED_BYTES when the storage is known: a 447-byte file declaring a
     2.7 GiB dataset of unwritten chunks is not read by default.
     """
@@ -102,7 +102,7 @@ def read_limit(value: int | None, backed: int | None = None) -> tuple[int, str]:
     limit = max_bytes()
     if backed is not None and backed + UNBACKED_BYTES < limit:
         return backed + UNBACKED_BYTES, "the default: what the file stores for it plus 64 MiB"
-    return limit, "the default: half the available memory"
+    return limit, "the default: the available memory"
 
 
 def check_value_size(name: str, where: str, declared: int, value: int | None, *,

@@ -333,3 +333,22 @@ def test_convert_command_says_what_it_skipped(tmp_path: Path) -> None:
     assert "64-bit time type, which NumPy has no dtype for" in converted.stdout
     with varstore.open_checkpoint(tmp_path / "out.zarr") as out:
         assert out.keys() == ["ok"]
+
+
+def test_default_limit_is_the_available_memory(monkeypatch) -> None:
+    from varstore import _limits
+
+    assert _limits.available_memory() > 0
+    monkeypatch.delenv("VARSTORE_MAX_BYTES", raising=False)
+    monkeypatch.setattr(_limits, "available_memory", lambda: 100_000_000)
+    assert _limits.max_bytes() == 100_000_000 and _limits.max_bytes(5) == 5
+    _limits.check_value_size("w", "m.h5", 99_000_000, None, stored=99_000_000)
+    with pytest.raises(ValueTooLargeError, match=r"variable 'w' in 'm.h5' declares 100,000,001 bytes; the file stores "
+                                                 r"100,000,001 bytes for it; the read limit is 100,000,000 bytes "
+                                                 r"\(the default: the available memory\)"):
+        _limits.check_value_size("w", "m.h5", 100_000_001, None, stored=100_000_001)
+    # compressed: up to 1100x the stored bytes (deflate's 1032:1) plus 64 MiB
+    assert _limits.read_limit(None, _limits.backed_bytes(10, True)) == (
+        11_000 + (64 << 20), "the default: what the file stores for it plus 64 MiB")
+    monkeypatch.setattr(_limits, "available_memory", lambda: None)
+    assert _limits.max_bytes() == 4 << 30

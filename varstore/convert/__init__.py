@@ -123,7 +123,7 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
         without "/.ATTRIBUTES/VARIABLE_VALUE"), `skip_object_arrays=True` (npz),
         `dequantize=True` (gguf: Q8_0/Q4_0/Q4_1 as float32), and for every reader
         `max_bytes=` (int, bytes): the most a value read without `out` may declare
-        (default: VARSTORE_MAX_BYTES, else half the available memory, and for values whose
+        (default: VARSTORE_MAX_BYTES, else the available memory, and for values whose
         stored size is known at most that plus 64 MiB; docs/reliability.md).
 
     Returns:
