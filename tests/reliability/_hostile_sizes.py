@@ -226,3 +226,20 @@ def aliased_h5_offsets(folder: Path) -> Path:
     raw = json.dumps(document).encode()
     path.write_bytes(encode_index_header(len(data), len(raw), crc32c_raw(raw)) + data[512:] + raw)
     return path
+
+
+def sparse_manifest_h5(folder: Path, declared: int = 1_000_000_000) -> Path:
+    """A varstore HDF5 checkpoint whose `_varstore/manifest` dataset was rewritten chunked and gzip-compressed,
+    declaring `declared` bytes: the true manifest in its first chunk, every other chunk unwritten (fill value:
+    a space, so the whole would still be valid JSON). Its index header no longer matches, so readers go
+    through the HDF5 library."""
+    import h5py
+
+    path = write_own(folder, "h5")
+    with h5py.File(path, "r+") as f:
+        raw = f["_varstore/manifest"][()].tobytes()
+        del f["_varstore/manifest"]
+        dataset = f.create_dataset("_varstore/manifest", shape=(declared,), dtype="u1", chunks=(1 << 20,),
+                                   compression="gzip", fillvalue=ord(" "))
+        dataset[:len(raw)] = np.frombuffer(raw, np.uint8)
+    return path

@@ -352,3 +352,15 @@ def test_default_limit_is_the_available_memory(monkeypatch) -> None:
         11_000 + (64 << 20), "the default: what the file stores for it plus 64 MiB")
     monkeypatch.setattr(_limits, "available_memory", lambda: None)
     assert _limits.max_bytes() == 4 << 30
+
+
+def test_hdf5_manifest_declaring_a_gigabyte_of_unwritten_chunks_is_refused(tmp_path: Path) -> None:
+    """Regression: `ls` of a 14 KB varstore HDF5 file read its 1 GB sparse manifest dataset (peak 2.0 GB)."""
+    path = sizes.sparse_manifest_h5(tmp_path)
+    assert path.stat().st_size < 64 << 10
+    listed = run_hostile("api", ["ls", str(path)])
+    assert (listed.status, listed.error) == ("typed", "CorruptCheckpointError")
+    assert re.match(rf"dataset '_varstore/manifest' of '{re.escape(str(path))}' declares 1,000,000,000 bytes but "
+                    rf"the file stores [\d,]+ bytes for it \(limit 16,777,216: a manifest never expands more than 64x\)",
+                    listed.message), listed.message
+    assert listed.peak_rss_mb < PEAK_MB
