@@ -185,3 +185,18 @@ def test_cli_option_passes_writer_options(tmp_path: Path) -> None:
         assert reader.info("w").attributes["ggml_type"] == "Q8_0"
     result = runner.invoke(cli, ["convert", str(src), str(tmp_path / "x.gguf"), "--option", "bad"])
     assert result.exit_code == 2 and "writer option 'bad' needs the form KEY=VALUE" in result.output
+
+
+def test_orbax_writer_chunks_large_arrays_and_orbax_restores_them(tmp_path: Path) -> None:
+    ocp = pytest.importorskip("orbax.checkpoint")
+    import json
+
+    from varstore.convert.orbax_writer import write_orbax
+
+    big = np.arange(6 * 1024 * 1024, dtype=np.float32).reshape(3072, 2048)  # 24 MiB: over one 16 MiB chunk
+    write_orbax(tmp_path / "ck", _entries({"emb/table": big, "b": np.ones(3, np.float32)}))
+    zarray = json.loads((tmp_path / "ck" / "emb.table" / ".zarray").read_text())
+    assert zarray["chunks"] == [2048, 2048] and zarray["shape"] == [3072, 2048]
+    assert sorted(p.name for p in (tmp_path / "ck" / "emb.table").iterdir()) == [".zarray", "0.0", "1.0"]
+    restored = ocp.StandardCheckpointer().restore((tmp_path / "ck").absolute())
+    _same(np.asarray(restored["emb"]["table"]), big)

@@ -35,6 +35,13 @@ __all__ = ["write_orbax", "write_checkpoint", "nested_tree"]
 
 
 _HANDLER = "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
+#: Arrays up to this size are one chunk, as Orbax chunks them; larger ones are cut along the first axis
+#: into chunks of about this size, so tensorstore encodes a chunk at a time (bytes).
+_CHUNK_BYTES = 16 << 20
+#: Writes in flight at once, by bytes of their values (the pipeline's memory bound beyond one value).
+_IN_FLIGHT_BYTES = 32 << 20
+#: Arrays written at once (tensorstore's open and write block on the file system per array).
+_THREADS = 8
 #: NumPy dtypes Orbax writes by name in .zarray (tensorstore's names), not by their type string.
 _BY_NAME = {"bfloat16", "float8_e4m3fn", "float8_e5m2"}
 
@@ -76,8 +83,9 @@ def write_orbax(path: Path, entries: Sequence[SaveEntry], *, overwrite: bool = F
 
     Args:
       path: the checkpoint directory to create; replaced atomically (a temporary sibling, then rename).
-      entries: the variables; names split at "/" into the nested pytree. Each value is fetched, written
-        and let go before the next (memory: the largest variable plus its compressed chunk).
+      entries: the variables; names split at "/" into the nested pytree. Values are fetched in order and
+        written by tensorstore while the next are fetched, at most 32 MiB of them in flight; arrays over
+        16 MiB are chunked along their first axis (Orbax restores any chunking).
       overwrite: replace an existing Orbax checkpoint directory (never anything else).
 
     Returns:
@@ -120,27 +128,23 @@ def write_orbax(path: Path, entries: Sequence[SaveEntry], *, overwrite: bool = F
     started = time.time_ns()
     tree: dict[str, Any] = {}
     written = 0
-    with atomic_path(path) as tmp:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with atomic_path(path) as tmp, ThreadPoolExecutor(max_workers=_THREADS) as pool:
         tmp.mkdir()
+        pending: list[tuple[Any, int, str]] = []  # (a pool future of one array's write, bytes, variable)
         for entry in entries:
             value = entry.fetch()
             keys = entry.name.split("/")
-            name = _dtypes.dtype_name(value.dtype)
-            spec = {"driver": "zarr", "kvstore": {"driver": "file", "path": str(tmp.absolute() / ".".join(keys))},
-                    "metadata": {"shape": list(value.shape), "chunks": list(value.shape),
-                                 "dtype": name if name in _BY_NAME else value.dtype.str,
-                                 "compressor": {"id": "zstd", "level": 1}, "dimension_separator": ".",
-                                 "fill_value": None, "order": "C", "filters": None},
-                    "create": True}
-            try:
-                ts.open(spec).result().write(value).result()
-            except Exception as err:  # tensorstore's errors are untyped (ValueError)
-                raise CheckpointError(f"cannot write variable '{entry.name}' of Orbax checkpoint '{path}': "
-                                      f"{err}") from err
+            pending.append((pool.submit(_write_array, ts, tmp / ".".join(keys), value), value.nbytes, entry.name))
             written += value.nbytes
             tree[str(tuple(keys))] = {"key_metadata": [{"key": k, "key_type": 2} for k in keys],
                                       "value_metadata": {"value_type": "np.ndarray", "skip_deserialize": False}}
             del value
+            while pending and sum(n for _, n, _ in pending) > _IN_FLIGHT_BYTES:
+                _finish_write(pending.pop(0), path)
+        while pending:
+            _finish_write(pending.pop(0), path)
         _write_json(tmp / "_METADATA", {"tree_metadata": tree, "use_ocdbt": False, "use_zarr3": False,
                                          "store_array_data_equal_to_fill_value": True, "custom_metadata": None})
         _write_json(tmp / "_CHECKPOINT_METADATA", {
@@ -149,6 +153,36 @@ def write_orbax(path: Path, entries: Sequence[SaveEntry], *, overwrite: bool = F
         (tmp / "commit_success.txt").write_text(f"Checkpoint commit was successful to {path.absolute()}")
         _fsync_tree(tmp)
     return written
+
+
+def _chunks(shape: tuple[int, ...], itemsize: int) -> list[int]:
+    nbytes = itemsize
+    for dim in shape:
+        nbytes *= dim
+    if nbytes <= _CHUNK_BYTES or not shape:
+        return list(shape)
+    rows = max(1, shape[0] * _CHUNK_BYTES // nbytes)
+    return [rows, *shape[1:]]
+
+
+def _write_array(ts: Any, folder: Path, value: Any) -> None:
+    """Creates one Zarr v2 array as Orbax lays it out and writes `value` into it (on a pool thread)."""
+    name = _dtypes.dtype_name(value.dtype)
+    spec = {"driver": "zarr", "kvstore": {"driver": "file", "path": str(folder.absolute())},
+            "metadata": {"shape": list(value.shape), "chunks": _chunks(value.shape, value.dtype.itemsize),
+                         "dtype": name if name in _BY_NAME else value.dtype.str,
+                         "compressor": {"id": "zstd", "level": 1}, "dimension_separator": ".",
+                         "fill_value": None, "order": "C", "filters": None},
+            "create": True}
+    ts.open(spec).result().write(value).result()
+
+
+def _finish_write(item: tuple[Any, int, str], path: Path) -> None:
+    future, _, variable = item
+    try:
+        future.result()
+    except Exception as err:  # tensorstore's errors are untyped (ValueError)
+        raise CheckpointError(f"cannot write variable '{variable}' of Orbax checkpoint '{path}': {err}") from err
 
 
 def _write_json(path: Path, document: dict[str, Any]) -> None:
