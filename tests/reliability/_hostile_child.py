@@ -15,6 +15,12 @@ from typing import Any
 
 
 def _peak_mb() -> float:
+    """This process's peak RSS in MiB: VmHWM. (ru_maxrss is no use here: Linux carries the parent's peak
+    into it across fork/vfork and exec, so a child of a 1 GB pytest would report 1 GB.)"""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

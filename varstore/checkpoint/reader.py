@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
+from varstore._limits import check_value_size
 from varstore.backends import BackendReader, RawExtent, get_backend
 from varstore.checkpoint.checksum import crc32c_of
 from varstore.checkpoint.info_columns import InfoColumns
@@ -121,28 +122,22 @@ class VarstoreReader(CheckpointReader):
         self.backend_source: Callable[[], BinaryIO] | None = backend_source
         self.session: ReadSession | None = None
         self._closed = False
-        self._direct = False  # offsets in the manifest are trusted (the index header matched)
         self._pin = PathPin(path) if storage is None else NO_PIN  # a local one: storage/path_pin.py
-        try:
-            with self._pin.guard():
-                if not self._backend.is_directory:
-                    self.storage.keep_open(self._key)  # every read of this file through one descriptor,
-                    self._pin.check()  # ... of the pinned file
-                data = None if self._backend.is_directory else manifest_via_index_header(self.storage, self._key)
-                self._direct = data is not None
-                if data is None:
-                    root = self._store.root_attrs()
-                    if root.get("varstore_format") != self.format:
-                        self._refuse_format(root.get("varstore_format"))
-                    data = self._store.read_bytes(MANIFEST_PATH)
-                    header_at = None if self._backend.is_directory else index_header(self.storage, self._key)
-                    check_manifest_bytes(data, root.get("varstore_manifest_crc32c"), header_at, str(path))
-                header, columns = decode_manifest_columns(data, str(path))
-                if self._direct and header.get("format") != self.format:
-                    raise NotACheckpointError(f"'{path}' has an index header but is not a varstore HDF5 file")
-        except BaseException:
-            self.close()
-            raise
+        with self._pin.opening(self.close):  # the reader is closed on any error
+            if not self._backend.is_directory:
+                self.storage.keep_open(self._key)  # every read of this file through one descriptor
+            data = None if self._backend.is_directory else manifest_via_index_header(self.storage, self._key)
+            self._direct = data is not None  # offsets in the manifest are trusted (the index header matched)
+            if data is None:
+                root = self._store.root_attrs()
+                if root.get("varstore_format") != self.format:
+                    self._refuse_format(root.get("varstore_format"))
+                data = self._store.read_bytes(MANIFEST_PATH)
+                header_at = None if self._backend.is_directory else index_header(self.storage, self._key)
+                check_manifest_bytes(data, root.get("varstore_manifest_crc32c"), header_at, str(path))
+            header, columns = decode_manifest_columns(data, str(path))
+            if self._direct and header.get("format") != self.format:
+                raise NotACheckpointError(f"'{path}' has an index header but is not a varstore HDF5 file")
         self.step = header.get("step")
         self.metadata = dict(header.get("metadata") or {})
         self.format_version = header.get("format_version")
@@ -230,7 +225,6 @@ class VarstoreReader(CheckpointReader):
     def infos(self) -> list[VariableInfo]:
         return self._infos.infos()
 
-
     def __getitem__(self, name: str) -> npt.NDArray[Any]:
         """`read(name)`; in a loop in key order over packed variables, one copy out of the checked blob."""
         index = self._columns.index.get(name)
@@ -279,6 +273,8 @@ class VarstoreReader(CheckpointReader):
         (checkpoint/verify.py: one reused buffer, the storage reading ahead)."""
         from varstore.checkpoint.verify import verify_all
 
+        if self.staged is None:  # a local Zarr directory: every group's zarr.json parses (a staged copy has none)
+            self._bytes.check_groups(self._columns)
         verify_all(self)
 
     def start_read_ahead(self, names: list[str], window: int) -> ReadAhead | None:
@@ -346,12 +342,15 @@ class VarstoreReader(CheckpointReader):
         return self._bytes.packed_blob(limit)
 
     def check_stored(self, record: Record) -> None:
-        """Refuses a variable whose manifest claims more bytes than its storage holds, before allocating.
+        """Refuses a variable whose manifest claims more bytes than its storage holds, or than the read
+        limit (`max_bytes`, varstore/_limits.py), before allocating.
 
         Raises:
           CorruptCheckpointError: naming the variable, the file and both sizes (see locations.py).
+          ValueTooLargeError: naming the variable, its bytes and the limit.
         """
         self._bytes.check_stored(record)
+        check_value_size(record.name, self.location, record.nbytes, self.max_bytes, stored=record.nbytes)
 
     def record_extent(self, record: Record) -> RawExtent | None:
         """Where an own-array variable's bytes lie (file, offset, bytes), or None when only the

@@ -70,9 +70,11 @@ class PathPin:
     def check(self, cause: BaseException | None = None) -> None:
         """Raises CheckpointReplacedError when the path was replaced since the pin (chained to `cause`)."""
         if self.replaced():
-            raise CheckpointReplacedError(
-                f"checkpoint '{self.path}' was replaced (or removed) by another save while it was being "
-                f"read; nothing read from it was returned. Open it again") from cause
+            raise CheckpointReplacedError(self._message()) from cause
+
+    def _message(self) -> str:
+        return (f"checkpoint '{self.path}' was replaced (or removed) by another save while it was being "
+                f"read; nothing read from it was returned. Open it again")
 
     def vouch(self, opened: _Closable) -> _Closable:
         """Returns `opened` (something that just opened the path by name, e.g. an h5py file) when the path
@@ -83,6 +85,21 @@ class PathPin:
             opened.close()
             raise
         return opened
+
+    @contextlib.contextmanager
+    def opening(self, close: Callable[[], None]) -> Iterator[None]:
+        """Runs the open of a checkpoint (reading its metadata): raises CheckpointReplacedError when the
+        path was replaced by its end (for a file too: whatever opened it by name meanwhile may hold the
+        new one), also in place of the open's own error; calls `close` on any failure."""
+        try:
+            yield
+            self.check()
+        except BaseException as err:
+            replaced = isinstance(err, Exception) and not isinstance(err, CheckpointReplacedError) and self.replaced()
+            close()
+            if replaced:
+                raise CheckpointReplacedError(self._message()) from err
+            raise
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
