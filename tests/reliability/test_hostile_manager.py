@@ -138,3 +138,17 @@ def test_a_save_leaves_no_marker_behind(tmp_path: Path) -> None:
     for step in (1, 2, 3):
         manager.save(_model(float(step)), step=step)
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [".lock", "ckpt-3.h5", "latest"]
+
+
+def test_readers_of_a_hostile_pointer_never_follow_it_outside(run: Path, victim: Path) -> None:
+    from varstore.checkpoint.managed import latest_checkpoint
+
+    state = json.loads((run / "latest").read_text())
+    state["latest"] = "../victim/ckpt-1.h5"
+    (run / "latest").write_text(json.dumps(state))
+    with pytest.raises(PathOutsideCheckpointError, match=r"'\.\./victim/ckpt-1\.h5'"):
+        CheckpointManager(run).latest  # noqa: B018 - the property reads the pointer
+    assert latest_checkpoint(run) == run / "ckpt-1.h5"  # the listing's highest step, never the victim
+    outcome = run_hostile("cli", ["ls", str(run)], timeout_s=120)
+    assert outcome.status == "exit0" and str(run / "ckpt-1.h5") in outcome.stdout, outcome
+    assert "victim" not in outcome.stdout
