@@ -35,6 +35,7 @@ __all__ = [
     "global_variables",
     "trainable_variables",
     "local_variables",
+    "model_variables",
     "initialize",
     "report_uninitialized",
 ]
@@ -110,19 +111,24 @@ def add_to_collection(name: str, value: object) -> None:
     get_default_store().add_to_collection(name, value)
 
 
-def global_variables() -> list[Variable]:
-    """GLOBAL_VARIABLES of the default store."""
-    return get_default_store().global_variables()
+def global_variables(scope: str | None = None) -> list[Variable]:
+    """GLOBAL_VARIABLES of the default store; with `scope`, those whose name `re.match(scope, name)` accepts (as tf.compat.v1.global_variables)."""
+    return get_default_store().global_variables(scope)
 
 
-def trainable_variables() -> list[Variable]:
-    """TRAINABLE_VARIABLES of the default store."""
-    return get_default_store().trainable_variables()
+def trainable_variables(scope: str | None = None) -> list[Variable]:
+    """TRAINABLE_VARIABLES of the default store, filtered by `scope` as `global_variables`."""
+    return get_default_store().trainable_variables(scope)
 
 
-def local_variables() -> list[Variable]:
-    """LOCAL_VARIABLES of the default store."""
-    return get_default_store().local_variables()
+def local_variables(scope: str | None = None) -> list[Variable]:
+    """LOCAL_VARIABLES of the default store, filtered by `scope` as `global_variables`."""
+    return get_default_store().local_variables(scope)
+
+
+def model_variables(scope: str | None = None) -> list[Variable]:
+    """MODEL_VARIABLES of the default store, filtered by `scope` as `global_variables` (tf.compat.v1.model_variables)."""
+    return get_default_store().model_variables(scope)
 
 
 def initialize(var_list: Sequence[Variable] | None = None, comm: ownership.RankInfo | None = None) -> None:

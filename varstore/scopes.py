@@ -19,7 +19,13 @@ from typing import Any, overload
 import numpy.typing as npt
 
 from varstore import _naming, ownership, partitioners, partitioning, reuse as rules
-from varstore.collections import GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES, CollectionRegistry
+from varstore.collections import (
+    GLOBAL_VARIABLES,
+    LOCAL_VARIABLES,
+    MODEL_VARIABLES,
+    TRAINABLE_VARIABLES,
+    CollectionRegistry,
+)
 from varstore.errors import ScopeError
 from varstore.placement import DeviceSpec
 from varstore.reuse import PartialShape
@@ -299,17 +305,21 @@ class VariableStore:
             refs = list(self._order)
         return [v for v in (r() for r in refs) if v is not None]
 
-    def global_variables(self) -> list[Variable]:
-        """The GLOBAL_VARIABLES collection."""
-        return self.get_collection(GLOBAL_VARIABLES)
+    def global_variables(self, scope: str | None = None) -> list[Variable]:
+        """The GLOBAL_VARIABLES collection, those whose name `re.match(scope, name)` accepts when `scope` is given (as tf.compat.v1.global_variables)."""
+        return self.get_collection(GLOBAL_VARIABLES, scope)
 
-    def trainable_variables(self) -> list[Variable]:
-        """The TRAINABLE_VARIABLES collection."""
-        return self.get_collection(TRAINABLE_VARIABLES)
+    def trainable_variables(self, scope: str | None = None) -> list[Variable]:
+        """The TRAINABLE_VARIABLES collection, filtered by `scope` as `global_variables`."""
+        return self.get_collection(TRAINABLE_VARIABLES, scope)
 
-    def local_variables(self) -> list[Variable]:
-        """The LOCAL_VARIABLES collection."""
-        return self.get_collection(LOCAL_VARIABLES)
+    def local_variables(self, scope: str | None = None) -> list[Variable]:
+        """The LOCAL_VARIABLES collection, filtered by `scope` as `global_variables`."""
+        return self.get_collection(LOCAL_VARIABLES, scope)
+
+    def model_variables(self, scope: str | None = None) -> list[Variable]:
+        """The MODEL_VARIABLES collection, filtered by `scope` as `global_variables` (tf.compat.v1.model_variables)."""
+        return self.get_collection(MODEL_VARIABLES, scope)
 
     def get_variable_by_name(self, full_name: str) -> Variable | None:
         """The live variable with this full name, or None."""
