@@ -28,6 +28,7 @@ __all__ = [
     "get_default_store",
     "reset_default_store",
     "variable_scope",
+    "name_scope",
     "get_variable_scope",
     "get_variable",
     "get_collection",
@@ -68,6 +69,11 @@ def variable_scope(name_or_scope: str | VariableScope | None, default_name: str 
     """`VariableStore.variable_scope` on the default store (a scope object re-enters its own store)."""
     store = cast(VariableStore, name_or_scope.store) if isinstance(name_or_scope, VariableScope) else get_default_store()
     return store.variable_scope(name_or_scope, default_name, reuse, initializer, dtype)
+
+
+def name_scope(name: str | None, default_name: str | None = None) -> contextlib.AbstractContextManager[str]:
+    """`VariableStore.name_scope` on the default store, as tf.compat.v1.name_scope: names Variable(...)s, not get_variable."""
+    return get_default_store().name_scope(name, default_name)
 
 
 def get_variable_scope() -> VariableScope:
