@@ -111,7 +111,7 @@ def _parse(spec: str) -> _Spec:
                 label = devices.parse_device(f"{device_match.group(1)}:{0 if index in (None, '*') else index}")
                 fields["device_type"] = label.split(":")[0]
                 fields["device_index"] = None if index in (None, "*") else int(index)
-        except ValueError:
+        except (ValueError, DeviceError):
             raise DeviceError(
                 f"cannot parse device {spec!r}: {part!r} is not job:NAME, replica:N, task:N, cpu:N or gpu:N "
                 f"(TF spellings such as '/job:ps/task:0/device:CPU:0' are accepted)") from None
