@@ -1,7 +1,9 @@
 """Placement: the `device(...)` context stack, device functions and `replica_device_setter`.
 
 Decides WHICH device label a new variable gets and which device a mixed-device
-computation runs on; `devices.py` does the array work. Knows nothing about
+computation runs on; `devices.py` does the array work. Device strings are read
+and merged field by field as tf.DeviceSpec (job, replica, task, device); the
+result keeps the "/job:NAME/task:K" part that ownership.py maps to ranks. Knows nothing about
 variables or stores: it sees a `PlacementRequest` (name, shape, dtype, nbytes).
 The stack is thread-local (a new thread starts with no device context).
 """
