@@ -171,3 +171,20 @@ def test_device_functions_see_what_inner_contexts_chose(store):
             store.get_variable("a", [1])
         store.get_variable("b", [1])
     assert seen == ["/job:ps/task:2", None]
+
+
+class _Rank:
+    """A communicator as ownership sees it: rank and size only."""
+
+    def __init__(self, rank: int, size: int) -> None:
+        self.rank, self.size = rank, size
+
+
+def test_under_a_communicator_the_inner_cpu_variable_lives_on_its_ps_rank_only(store):
+    with vs.device(vs.replica_device_setter(ps_tasks=2)):
+        a = store.get_variable("a", [3])
+        with vs.device("/cpu:0"):
+            b = store.get_variable("b", [3])
+    store.initialize(comm=_Rank(0, 2))
+    assert (a.is_owned, b.is_owned) == (True, False)  # b is rank 1's; before issue 27 every rank held a copy
+    assert store.report_uninitialized() == []
