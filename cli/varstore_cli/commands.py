@@ -105,7 +105,7 @@ def _resolve_name(reader: CheckpointReader, name: str) -> str:
 
 # ----------------------------------------------------------------------- ls
 @click.command("ls")
-@click.argument("path", type=click.Path())
+@click.argument("path", type=click.Path(readable=False))  # the library names an unreadable path
 @click.option("--filter", "pattern", metavar="GLOB", help="Only names matching this shell glob ('encoder/*').")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.ls/1 JSON document.")
 @click.option("--tree", is_flag=True, help="Show the scope tree with per-scope totals.")
@@ -195,7 +195,7 @@ def _list_checkpoints(path: str, as_json: bool) -> None:
 
 # --------------------------------------------------------------------- show
 @click.command("show")
-@click.argument("path", type=click.Path())
+@click.argument("path", type=click.Path(readable=False))  # the library names an unreadable path
 @click.argument("name")
 @click.option("--values", "count", type=click.IntRange(min=0), default=10, show_default=True, metavar="N",
               help="Print the first N values (in C order); 0 prints none.")
@@ -250,8 +250,8 @@ def show_command(path: str, name: str, count: int, as_json: bool, format_: str |
 
 # --------------------------------------------------------------------- diff
 @click.command("diff")
-@click.argument("a", type=click.Path())
-@click.argument("b", type=click.Path())
+@click.argument("a", type=click.Path(readable=False))  # the library names an unreadable path
+@click.argument("b", type=click.Path(readable=False))  # the library names an unreadable path
 @click.option("--rtol", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Relative tolerance: equal when |a-b| <= atol + rtol*max(|a|,|b|).")
 @click.option("--atol", type=click.FloatRange(min=0), default=0.0, show_default=True,
@@ -303,7 +303,7 @@ def _brief(info: VariableInfo) -> str:
 
 # ------------------------------------------------------------------- verify
 @click.command("verify")
-@click.argument("path", type=click.Path())
+@click.argument("path", type=click.Path(readable=False))  # the library names an unreadable path
 @format_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.verify/1 JSON document.")
 @skip_object_arrays_option

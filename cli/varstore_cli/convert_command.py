@@ -108,8 +108,8 @@ def _report_json(report: Any) -> dict[str, Any]:
 
 
 @click.command("convert")
-@click.argument("src", type=click.Path())
-@click.argument("dst", type=click.Path())
+@click.argument("src", type=click.Path(readable=False))  # the library names an unreadable path
+@click.argument("dst", type=click.Path(readable=False))  # the library names an unreadable path
 @click.option("--from", "from_format", metavar="F", cls=FormatOption,
               help_text=lambda: f"Source format (default: detected). {read_format_help()}")
 @click.option("--to", "to_format", metavar="F", cls=FormatOption, help_text=write_format_help)

@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from varstore.checkpoint.atomic import is_temporary
+from varstore.storage._local_errors import check_readable
 
 __all__ = ["ManagedCheckpoint", "is_manager_directory", "latest_checkpoint", "list_checkpoints"]
 
@@ -65,9 +66,13 @@ def _scan(directory: Path) -> list[tuple[int, str]]:
 
 
 def is_manager_directory(path: os.PathLike[str] | str) -> bool:
-    """True for a directory (not itself a Zarr checkpoint) with a "latest" pointer or "<name>-<step>.h5/.zarr" entries."""
+    """True for a directory (not itself a Zarr checkpoint) with a "latest" pointer or "<name>-<step>.h5/.zarr" entries.
+
+    Raises:
+      CheckpointPermissionError: `path` is a directory that may not be read.
+    """
     path = Path(path)
-    if not path.is_dir() or (path / "zarr.json").exists():
+    if not path.is_dir() or not check_readable(path) or (path / "zarr.json").exists():
         return False
     return _pointer(path) is not None or bool(_scan(path))
 

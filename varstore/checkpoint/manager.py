@@ -35,6 +35,7 @@ from varstore.checkpoint.restore import RestoreResult, reader_still_needed, rest
 from varstore.checkpoint.snapshot import SaveHandle, save_async
 from varstore.checkpoint.writer import save
 from varstore.errors import CheckpointError, CheckpointLockedError, CorruptCheckpointError, NotACheckpointError
+from varstore.storage._local_errors import naming_permission_errors
 
 __all__ = ["CheckpointManager"]
 
@@ -89,7 +90,8 @@ class CheckpointManager:
 
     def _scan(self) -> list[tuple[int, Path | str]]:
         try:
-            names = self._remote.names() if self._remote is not None else os.listdir(self.directory)
+            with naming_permission_errors(self.directory):
+                names = self._remote.names() if self._remote is not None else os.listdir(self.directory)
         except FileNotFoundError:
             return []
         found = []
@@ -132,8 +134,9 @@ class CheckpointManager:
         if self._remote is not None:  # no lock on an object store: conditional writes instead
             yield
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.directory / _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        with naming_permission_errors(self.directory, "write into"):
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.directory / _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             deadline = None if self.lock_timeout_s is None else time.monotonic() + self.lock_timeout_s
             while True:

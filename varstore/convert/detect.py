@@ -145,7 +145,7 @@ def sniff_tf(probe: Probe) -> Path | None:
 
 def sniff_safetensors(probe: Probe) -> Path | None:
     """A safetensors file: an 8-byte little-endian header length, then a JSON object."""
-    if probe.is_file and probe.size >= 9:
+    if probe.is_file and probe.size >= 9 and len(probe.head) >= 9:  # a short read is no safetensors file
         (length,) = struct.unpack("<Q", probe.head[:8])
         if 2 <= length <= probe.size - 8 and probe.head[8:9] == b"{":
             return probe.path

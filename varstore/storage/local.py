@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from varstore.errors import CorruptCheckpointError
+from varstore.storage._local_errors import permission_denied
 from varstore.storage.protocol import Buffer
 
 __all__ = ["LocalStorage", "LocalWriter", "LocalReadAhead", "LocalFilesReadAhead", "bytes_of", "pread_into", "pwrite_all", "start_writeback",
@@ -361,6 +362,13 @@ class LocalStorage:
     def _os_path(self, key: str) -> str:
         return os.path.join(self._root, key)  # an absolute key stays as it is
 
+    def _open(self, key: str, flags: int) -> int:
+        """os.open of `key` (new files 0o644); a refused access becomes CheckpointPermissionError naming it."""
+        try:
+            return os.open(self._os_path(key), flags, 0o644)
+        except PermissionError as err:
+            raise permission_denied(self._os_path(key), "write" if flags & os.O_WRONLY else "read") from err
+
     def __repr__(self) -> str:
         return f"<LocalStorage {self.url}>"
 
@@ -391,7 +399,7 @@ class LocalStorage:
         with self._lock:
             if key in self._read_fds:
                 return
-            fd = os.open(self.path(key), os.O_RDONLY)
+            fd = self._open(key, os.O_RDONLY)
             self._read_fds[key] = fd
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
@@ -404,7 +412,7 @@ class LocalStorage:
         if fd is not None:
             pread_into(fd, buffer, offset, key)
             return buffer
-        fd = os.open(self._os_path(key), os.O_RDONLY)
+        fd = self._open(key, os.O_RDONLY)
         try:
             pread_into(fd, buffer, offset, key)
         finally:
@@ -412,7 +420,7 @@ class LocalStorage:
         return buffer
 
     def read_all(self, key: str) -> bytes:
-        with open(self.path(key), "rb") as handle:
+        with os.fdopen(self._open(key, os.O_RDONLY), "rb") as handle:
             return handle.read()
 
     def read_ahead(self, key: str, extents: Sequence[tuple[int, int]], window_bytes: int) -> LocalReadAhead | None:
@@ -438,9 +446,9 @@ class LocalStorage:
             with self._lock:
                 fd = self._write_fds.get(key)
                 if fd is None:
-                    fd = self._write_fds[key] = os.open(self.path(key), os.O_WRONLY | os.O_CREAT, 0o644)
+                    fd = self._write_fds[key] = self._open(key, os.O_WRONLY | os.O_CREAT)
             return LocalWriter(self, key, fd, True)
-        return LocalWriter(self, key, os.open(self._os_path(key), os.O_WRONLY | os.O_CREAT, 0o644), False)
+        return LocalWriter(self, key, self._open(key, os.O_WRONLY | os.O_CREAT), False)
 
     def delete(self, key: str) -> None:
         remove_path(self.path(key))

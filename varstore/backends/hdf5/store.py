@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from varstore.backends.base import RawExtent
+from varstore.storage._local_errors import is_permission_error, permission_denied
 from varstore.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -135,6 +136,8 @@ class Hdf5Writer:
             self._file = h5py.File(self.path, "w-", libver=LIBVER, track_order=False,
                                    userblock_size=header_bytes or None)
         except (OSError, ValueError) as err:
+            if is_permission_error(err):  # h5py keeps the errno (13), not the class
+                raise permission_denied(self.path.parent, "write into") from err
             raise CorruptCheckpointError(f"cannot create HDF5 file '{self.path}': {err}") from err
         self._dcpl = _dataset_dcpl()
         self._groups: dict[str, Any] = {"": self._file}  # groups made so far, by path
@@ -309,13 +312,19 @@ class Hdf5Backend:
     is_directory = False
 
     def sniff(self, path: Path) -> bool:
-        """True when the file starts with the HDF5 signature (or has it at a userblock offset)."""
+        """True when the file starts with the HDF5 signature (or has it at a userblock offset).
+
+        Raises:
+          CheckpointPermissionError: the file may not be read.
+        """
         try:
             with open(path, "rb") as handle:
                 for offset in (0, 512, 1024, 2048):
                     handle.seek(offset)
                     if handle.read(8) == HDF5_MAGIC:
                         return True
+        except PermissionError as err:
+            raise permission_denied(path) from err
         except OSError:
             return False
         return False

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from varstore.backends.base import RawExtent
+from varstore.storage._local_errors import is_permission_error, permission_denied
 from varstore.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -158,6 +159,8 @@ class Zarr3Writer:
         try:
             self.path.mkdir(parents=False, exist_ok=False)
         except OSError as err:
+            if is_permission_error(err):
+                raise permission_denied(self.path.parent, "write into") from err
             raise CorruptCheckpointError(f"cannot create Zarr directory '{self.path}': {err}") from err
         self._groups: set[str] = {""}
         self._written: list[Path] = [self.path]
@@ -342,6 +345,8 @@ class Zarr3Reader:
                 document = json.loads(handle.read())
         except FileNotFoundError as err:
             raise CorruptCheckpointError(f"'{path}' is missing from '{self.path}' (no {file})") from err
+        except PermissionError as err:
+            raise permission_denied(file) from err
         except (OSError, ValueError) as err:
             raise CorruptCheckpointError(f"cannot read '{file}' (truncated or damaged?): {err}") from err
         if not isinstance(document, dict) or document.get("zarr_format") != 3:
@@ -434,6 +439,8 @@ class Zarr3Reader:
         try:
             with open(extent.file, "rb") as handle:
                 data = handle.read()
+        except PermissionError as err:
+            raise permission_denied(extent.file) from err
         except OSError as err:
             raise CorruptCheckpointError(f"cannot read '{extent.file}': {err}") from err
         if len(data) != extent.nbytes:
@@ -488,10 +495,16 @@ class Zarr3Backend:
                 if isinstance(path, str) and isinstance(node, dict) and path and ".." not in path.split("/")}
 
     def sniff(self, path: Path) -> bool:
-        """True when `path` is a directory holding a zarr.json that says zarr_format 3."""
+        """True when `path` is a directory holding a zarr.json that says zarr_format 3.
+
+        Raises:
+          CheckpointPermissionError: the zarr.json may not be read.
+        """
         try:
             with open(Path(path) / "zarr.json", "rb") as handle:
                 return json.loads(handle.read()).get("zarr_format") == 3
+        except PermissionError as err:
+            raise permission_denied(Path(path) / "zarr.json") from err
         except (OSError, ValueError, AttributeError):
             return False
 
