@@ -25,6 +25,7 @@ from varstore_cli.options import (
     skip_object_arrays_option,
     storage_option,
     storage_options,
+    with_latest_on_a_bucket,
     write_format_help,
 )
 
@@ -148,11 +149,16 @@ def convert_command(src: str, dst: str, from_format: str | None, to_format: str 
     progress, close = make_progress(enabled=not as_json and _stderr_is_terminal())
     try:
         options: dict[str, Any] = {"dequantize": True} if dequantize else {}
-        report = convert(src, dst, from_format=from_format, to_format=to_format, filter=pattern,
-                         rename=rename, dtype=dtype, progress=progress, separator=separator, force=force,
-                         max_shard_size=max_shard_size, storage_options=storage_options(),
-                         **({} if remote_source else reader_options(src, from_format, skip_object_arrays)),
-                         **options)
+
+        def convert_from(source: str) -> Any:
+            return convert(source, dst, from_format=from_format, to_format=to_format, filter=pattern,
+                           rename=rename, dtype=dtype, progress=progress, separator=separator, force=force,
+                           max_shard_size=max_shard_size, storage_options=storage_options(),
+                           **({} if remote_source else reader_options(source, from_format, skip_object_arrays)),
+                           **options)
+
+        # a manager directory on a bucket: its latest checkpoint
+        report = with_latest_on_a_bucket(src, convert_from) if remote_source else convert_from(src)
     finally:
         close()
     document = _report_json(report)

@@ -14,9 +14,11 @@ import datetime
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from varstore.checkpoint.atomic import is_temporary
+from varstore.storage import is_remote
 from varstore.storage._local_errors import check_readable
 
 __all__ = ["ManagedCheckpoint", "is_manager_directory", "latest_checkpoint", "list_checkpoints"]
@@ -65,30 +67,57 @@ def _scan(directory: Path) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-def is_manager_directory(path: os.PathLike[str] | str) -> bool:
+def is_manager_directory(path: os.PathLike[str] | str,
+                         storage_options: Mapping[str, object] | None = None) -> bool:
     """True for a directory (not itself a Zarr checkpoint) with a "latest" pointer or "<name>-<step>.h5/.zarr" entries.
+
+    An object-store URL (s3://bucket/runs/b2) counts as it would on a local disk:
+    its "latest" pointer object or committed "<name>-<step>" checkpoints
+    directly under it (one HEAD and one LIST; `storage_options` as for save).
 
     Raises:
       CheckpointPermissionError: `path` is a directory that may not be read.
     """
+    if is_remote(path):
+        return _remote_latest(path, storage_options) is not None
     path = Path(path)
     if not path.is_dir() or not check_readable(path) or (path / "zarr.json").exists():
         return False
     return _pointer(path) is not None or bool(_scan(path))
 
 
-def latest_checkpoint(directory: os.PathLike[str] | str) -> Path | None:
+def latest_checkpoint(directory: os.PathLike[str] | str,
+                      storage_options: Mapping[str, object] | None = None) -> Path | str | None:
     """The newest checkpoint of a CheckpointManager directory (as tf.train.latest_checkpoint), or None.
 
     The "latest" pointer's target when it exists; else the highest step among
-    "<name>-<step>.h5" / ".zarr" entries (temporaries never count).
+    "<name>-<step>.h5" / ".zarr" entries (temporaries never count). For an
+    object-store URL the same rules give the checkpoint's URL (a str).
     """
+    if is_remote(directory):
+        return _remote_latest(directory, storage_options)
     directory = Path(directory)
     name = _pointer(directory)
     if name is not None and (directory / name).exists():
         return directory / name
     scanned = _scan(directory)
     return directory / scanned[-1][1] if scanned else None
+
+
+def _remote_latest(url: os.PathLike[str] | str, storage_options: Mapping[str, object] | None) -> str | None:
+    """latest_checkpoint for a manager directory on an object store (see remote_manager.py), or None."""
+    from varstore.checkpoint.remote_manager import remote_directory  # the object-store client: only for URLs
+
+    remote = remote_directory(url, storage_options)
+    if remote is None:
+        return None
+    state, _ = remote.read_state(_POINTER)
+    name = state.get("latest")
+    if isinstance(name, str) and "/" not in name and _MANAGED.match(name) and remote.exists(name):
+        return remote.location(name)
+    found = sorted((int(m.group("step")), entry) for entry in remote.names()
+                   if (m := _MANAGED.match(entry)) is not None and not is_temporary(entry))
+    return remote.location(found[-1][1]) if found else None
 
 
 def _size(path: Path) -> int:
