@@ -14,16 +14,18 @@ import difflib
 import fnmatch
 import json
 import math
+import os
 from typing import Any
 
 import click
 
 from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo
-from varstore.errors import CheckpointNotFoundError, UnknownVariableError
+from varstore.errors import CheckpointNotFoundError, NotACheckpointError, UnknownVariableError, VarstoreError
 from varstore.inspect import diff_checkpoints, scope_tree, variable_stats
 from varstore_cli import formatting as fmt
 from varstore_cli.convert_command import convert_command
-from varstore_cli.options import echo_json, format_option, open_reader, skip_object_arrays_option, storage_option
+from varstore_cli.options import (echo_json, format_option, is_url, open_reader, skip_object_arrays_option,
+                                  storage_option)
 
 __all__ = ["COMMANDS", "ATTRIBUTES_SUFFIX"]
 
@@ -96,6 +98,14 @@ def _resolve_name(reader: CheckpointReader, name: str) -> str:
         return name
     if name + ATTRIBUTES_SUFFIX in keys:
         return name + ATTRIBUTES_SUFFIX
+    scope = name.rstrip("/")
+    inside = [key for key in keys if key.startswith(scope + "/")] if scope else []
+    if inside:  # `conv1` and `conv1/` alike: a scope, not a variable
+        shown = ", ".join(inside[:5]) + (", ..." if len(inside) > 5 else "")
+        raise UnknownVariableError(
+            f"'{name}' in '{reader.location}' is a scope of {fmt.plural(len(inside), 'variable')} ({shown}), "
+            f"not a variable: show one of them, or `varstore ls {reader.location} --filter '{scope}/*'` "
+            f"lists them")
     close = difflib.get_close_matches(name, keys, n=3)
     hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
     raise UnknownVariableError(
@@ -127,7 +137,13 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
     if list_checkpoints:
         _list_checkpoints(path, as_json)
         return
-    with open_reader(path, format_, skip_object_arrays) as reader:
+    try:
+        opened = open_reader(path, format_, skip_object_arrays)
+    except NotACheckpointError:  # a folder that holds checkpoints rather than being one
+        if format_ is not None or is_url(path) or not os.path.isdir(path) or not _list_folder(path, as_json):
+            raise
+        return
+    with opened as reader:
         infos = reader.infos()
         if pattern is not None:
             infos = [i for i in infos if fnmatch.fnmatchcase(i.name, pattern)
@@ -170,6 +186,38 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
             click.echo(f"skipped {fmt.plural(len(reader.skipped), 'entry', 'entries')}:")
             for line in fmt.table([[s.name, s.reason] for s in reader.skipped]):
                 click.echo("  " + line)
+
+
+def _list_folder(path: str, as_json: bool) -> bool:
+    """Lists the checkpoints directly in folder `path` (each one's format; a manager directory's latest).
+
+    Returns False, printing nothing, when the folder holds none.
+    """
+    from varstore.checkpoint.managed import is_manager_directory, latest_checkpoint
+    from varstore.convert import detect_format
+
+    entries = []
+    for entry in sorted(os.scandir(path), key=lambda e: e.name):
+        if entry.name.startswith("."):
+            continue
+        try:
+            kind = detect_format(entry.path)
+        except (VarstoreError, OSError):
+            if not entry.is_dir() or not is_manager_directory(entry.path):
+                continue
+            latest = latest_checkpoint(entry.path)
+            kind = f"manager directory, latest {os.path.basename(str(latest))}" if latest else "manager directory"
+        entries.append({"name": entry.name, "path": os.path.join(path, entry.name), "format": kind})
+    if not entries:
+        return False
+    if as_json:
+        echo_json({"schema": "varstore.folder/1", "directory": path, "checkpoints": entries})
+        return True
+    click.echo(f"{path}: a folder of {fmt.plural(len(entries), 'checkpoint')} "
+               f"(`varstore ls {os.path.join(path, '<name>')}` lists one)")
+    for line in fmt.table([[e["name"], e["format"]] for e in entries], ["name", "format"]):
+        click.echo(line.rstrip())
+    return True
 
 
 def _list_checkpoints(path: str, as_json: bool) -> None:

@@ -129,10 +129,12 @@ def _report_json(report: Any) -> dict[str, Any]:
                    "(500MB, 5GB, 2GiB or bytes).")
 @click.option("--dequantize", is_flag=True, help="GGUF: read Q8_0/Q4_0/Q4_1 tensors as float32 instead of raw blocks.")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.convert/1 JSON document; no progress bar.")
+@click.option("-v", "--verbose", is_flag=True, help="List every renamed variable (old -> new), not only their count.")
 @storage_option
 def convert_command(src: str, dst: str, from_format: str | None, to_format: str | None, pattern: str | None,
                     renames: tuple[str, ...], separator: str | None, force: bool, skip_object_arrays: bool,
-                    dtype: str | None, max_shard_size: str | None, dequantize: bool, as_json: bool) -> None:
+                    dtype: str | None, max_shard_size: str | None, dequantize: bool, as_json: bool,
+                    verbose: bool) -> None:
     """Convert a checkpoint to another format.
 
     Streams SRC to DST variable by variable, so memory stays near the largest
@@ -166,10 +168,12 @@ def convert_command(src: str, dst: str, from_format: str | None, to_format: str 
         echo_json({"schema": "varstore.convert/1", **document})
         return
     click.echo(_convert_summary(document))
-    if document["renamed"]:
-        click.echo(f"renamed {fmt.plural(len(document['renamed']), 'variable')}:")
-        for line in fmt.table([[old, "->", new] for old, new in document["renamed"].items()]):
-            click.echo("  " + line)
+    if document["renamed"]:  # a count; the list (one line per name: thousands for a model) with -v
+        count = fmt.plural(len(document["renamed"]), "variable")
+        click.echo(f"renamed {count}:" if verbose else f"renamed {count} (-v lists them)")
+        if verbose:
+            for line in fmt.table([[old, "->", new] for old, new in document["renamed"].items()]):
+                click.echo("  " + line)
     for note in document["notes"]:
         click.echo(f"note: {note}")
     skipped = document["skipped"]
