@@ -300,9 +300,9 @@ def show_command(path: str, name: str, count: int, as_json: bool, format_: str |
 @click.command("diff")
 @click.argument("a", type=click.Path(readable=False))  # the library names an unreadable path
 @click.argument("b", type=click.Path(readable=False))  # the library names an unreadable path
-@click.option("--rtol", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--rtol", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="R",
               help="Relative tolerance: equal when |a-b| <= atol + rtol*max(|a|,|b|).")
-@click.option("--atol", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--atol", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="A",
               help="Absolute tolerance.")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.diff/1 JSON document.")
 @storage_option
