@@ -36,7 +36,7 @@ ALLOWED = {
     "pickle": ("varstore/convert/_restricted_pickle.py",),  # the one restricted Unpickler subclass
     "pickletools": ("varstore/convert/_restricted_pickle.py",),
     "tensorstore": ("varstore/convert/orbax.py",),
-    "gguf": (),  # the GGUF reader follows the spec itself
+    "gguf": ("varstore/convert/_gguf_quants.py",),  # the reader parses the spec itself; gguf's code only dequantizes
     "obstore": ("varstore/storage/",),
     "boto3": (),     # the library signs the two S3 calls obstore lacks itself (storage/_s3_multipart.py)
     "botocore": (),

@@ -127,7 +127,9 @@ def _report_json(report: Any) -> dict[str, Any]:
 @click.option("--max-shard-size", metavar="SIZE",
               help="Write a sharded safetensors directory (HuggingFace layout) with shards of at most SIZE "
                    "(500MB, 5GB, 2GiB or bytes).")
-@click.option("--dequantize", is_flag=True, help="GGUF: read Q8_0/Q4_0/Q4_1 tensors as float32 instead of raw blocks.")
+@click.option("--dequantize", is_flag=True,
+              help="GGUF: read quantized tensors as float32 (Q4_0 ... Q8_0, K- and IQ-quants with the gguf package "
+                   "of the [convert] extra) instead of raw blocks; the tensors left raw are named.")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.convert/1 JSON document; no progress bar.")
 @click.option("-v", "--verbose", is_flag=True, help="List every renamed variable (old -> new), not only their count.")
 @storage_option

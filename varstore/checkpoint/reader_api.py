@@ -53,6 +53,7 @@ class CheckpointReader(abc.ABC):
       metadata: user metadata (JSON-compatible dict), {} where none.
       format_version: the format's version string, or None.
       skipped: objects present in the file that are not variables, with reasons.
+      notes: remarks on how values are read (e.g. tensors a GGUF --dequantize left raw); convert reports them.
     """
 
     format: str = "unknown"
@@ -65,6 +66,7 @@ class CheckpointReader(abc.ABC):
         self.metadata: dict[str, Any] = {}
         self.format_version: str | None = None
         self.skipped: list[SkippedEntry] = []
+        self.notes: tuple[str, ...] = ()
 
     # -- subclasses implement these three
     @abc.abstractmethod
