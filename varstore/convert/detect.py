@@ -128,14 +128,20 @@ def sniff_zarr(probe: Probe) -> Path | None:
 
 
 def sniff_tf(probe: Probe) -> Path | None:
-    """A TF tensor bundle: its prefix (need not exist), .index, a .data shard, or a directory with a
-    `checkpoint` state file (its latest). Returns the bundle prefix.
+    """A TF tensor bundle: its prefix (need not exist), .index, a .data shard, a directory with a
+    `checkpoint` state file (its latest), or a SavedModel directory (saved_model.pb +
+    variables/variables.index) or its variables/ folder (its variables bundle). Returns the bundle prefix.
 
     Raises:
       CheckpointNotFoundError / CorruptCheckpointError: a state file names a missing bundle / none.
     """
     from varstore.convert.tf_checkpoint import resolve_prefix
 
+    if probe.is_dir:  # a TF SavedModel directory, or its variables/ folder: the variables bundle in it
+        if (probe.path / "saved_model.pb").is_file() and (probe.path / "variables" / "variables.index").is_file():
+            return probe.path / "variables" / "variables"
+        if (probe.path / "variables.index").is_file():
+            return probe.path / "variables"
     if probe.is_file and not (probe.tail[-8:] == _TABLE_MAGIC or probe.suffix == ".index"
                               or ".data-" in probe.name):
         return None
