@@ -127,6 +127,10 @@ def _report_json(report: Any) -> dict[str, Any]:
 @click.option("--max-shard-size", metavar="SIZE",
               help="Write a sharded safetensors directory (HuggingFace layout) with shards of at most SIZE "
                    "(500MB, 5GB, 2GiB or bytes).")
+@click.option("--option", "write_options", metavar="KEY=VALUE", multiple=True,
+              help="A destination writer's option (repeatable; VALUE is read as JSON when it parses): "
+                   "gguf_type=q8_0 (GGUF: f32, f16, bf16, q8_0), partitions='{\"emb\": 3}' (TF: "
+                   "parts along axis 0, cut as fixed_size_partitioner).")
 @click.option("--dequantize", is_flag=True,
               help="GGUF: read quantized tensors as float32 (Q4_0 ... Q8_0, K- and IQ-quants with the gguf package "
                    "of the [convert] extra) instead of raw blocks; the tensors left raw are named.")
@@ -135,8 +139,8 @@ def _report_json(report: Any) -> dict[str, Any]:
 @storage_option
 def convert_command(src: str, dst: str, from_format: str | None, to_format: str | None, pattern: str | None,
                     renames: tuple[str, ...], separator: str | None, force: bool, skip_object_arrays: bool,
-                    dtype: str | None, max_shard_size: str | None, dequantize: bool, as_json: bool,
-                    verbose: bool) -> None:
+                    dtype: str | None, max_shard_size: str | None, write_options: tuple[str, ...], dequantize: bool,
+                    as_json: bool, verbose: bool) -> None:
     """Convert a checkpoint to another format.
 
     Streams SRC to DST variable by variable, so memory stays near the largest
@@ -149,6 +153,7 @@ def convert_command(src: str, dst: str, from_format: str | None, to_format: str 
     remote_source = is_url(src)
     src = src if remote_source else resolve_path(src)
     from varstore.convert import convert
+    from varstore.convert.format_entry import parse_write_options
 
     progress, close = make_progress(enabled=not as_json and _stderr_is_terminal())
     try:
@@ -157,7 +162,8 @@ def convert_command(src: str, dst: str, from_format: str | None, to_format: str 
         def convert_from(source: str) -> Any:
             return convert(source, dst, from_format=from_format, to_format=to_format, filter=pattern,
                            rename=rename, dtype=dtype, progress=progress, separator=separator, force=force,
-                           max_shard_size=max_shard_size, storage_options=storage_options(),
+                           max_shard_size=max_shard_size, write_options=parse_write_options(write_options),
+                           storage_options=storage_options(),
                            **({} if remote_source else reader_options(source, from_format, skip_object_arrays)),
                            **options)
 
