@@ -25,7 +25,7 @@ from varstore.inspect import diff_checkpoints, scope_tree, variable_stats
 from varstore_cli import formatting as fmt
 from varstore_cli.convert_command import convert_command
 from varstore_cli.options import (echo_json, format_option, is_url, open_reader, skip_object_arrays_option,
-                                  storage_option)
+                                  storage_option, storage_options)
 
 __all__ = ["COMMANDS", "ATTRIBUTES_SUFFIX"]
 
@@ -223,17 +223,17 @@ def _list_folder(path: str, as_json: bool) -> bool:
 def _list_checkpoints(path: str, as_json: bool) -> None:
     from varstore.checkpoint.managed import is_manager_directory, list_checkpoints
 
-    if not is_manager_directory(path):
+    if not is_manager_directory(path, storage_options()):
         raise CheckpointNotFoundError(
             f"'{path}' is not a CheckpointManager directory (no 'latest' pointer and no "
             f"'<name>-<step>.h5' or '.zarr' entries); --checkpoints lists a manager directory")
-    found = list_checkpoints(path)
+    found = list_checkpoints(path, storage_options())
     if as_json:
         echo_json({"schema": "varstore.checkpoints/1", "directory": path,
                     "checkpoints": [{"path": str(c.path), "step": c.step, "created_utc": c.created_utc,
                                      "nbytes": c.nbytes, "latest": c.latest} for c in found]})
         return
-    rows = [[c.path.name, f"{c.step:,}", c.created_utc[:19].replace("T", " "), fmt.human_size(c.nbytes),
+    rows = [[os.path.basename(str(c.path)), f"{c.step:,}", c.created_utc[:19].replace("T", " "), fmt.human_size(c.nbytes),
              "latest" if c.latest else ""] for c in found]
     for line in fmt.table(rows, ["checkpoint", "step", "created (UTC)", "size", ""], right=(1, 3)):
         click.echo(line.rstrip())

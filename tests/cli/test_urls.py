@@ -114,5 +114,14 @@ def test_a_manager_directory_on_a_bucket_is_a_path_for_every_command(run: Callab
     assert converted.stdout.startswith(f"converted {latest} (varstore-{kind})")
     with np.load(tmp_path / "latest.npz") as back:
         assert back["enc/w"].tolist() == [0.0, 2.0, 4.0, 6.0]
+    listed = run("ls", "--checkpoints", directory)
+    assert listed.exit_code == 0, listed.stderr
+    rows = [line.split() for line in listed.stdout.splitlines()]
+    assert [row[:2] for row in rows[1:3]] == [[f"ckpt-100.{fmt}", "100"], [f"ckpt-200.{fmt}", "200"]]
+    assert rows[2][-1] == "latest" and rows[1][-1] != "latest" and rows[3][:3] == ["total:", "2", "checkpoints,"]
+    document = json.loads(run("ls", "--checkpoints", "--json", directory).stdout)
+    assert [(c["path"], c["step"], c["latest"]) for c in document["checkpoints"]] == [
+        (f"{directory}/ckpt-100.{fmt}", 100, False), (latest, 200, True)]
+    assert all(c["nbytes"] > 0 and c["created_utc"].endswith("Z") for c in document["checkpoints"])
     empty = run("ls", f"{bucket.prefix}/runs/none")
     assert empty.exit_code == 2 and empty.stderr.startswith("varstore: error: no checkpoint at ")

@@ -32,7 +32,7 @@ class ManagedCheckpoint:
     """One checkpoint of a manager directory.
 
     Attributes:
-      path: the checkpoint file or directory.
+      path: the checkpoint file or directory (its URL, a str, on an object store).
       step: the step in its name.
       created_utc: when it was written ("2026-01-02T03:04:05.123456Z": the
         checkpoint's own record, or the file's modification time when unreadable).
@@ -40,7 +40,7 @@ class ManagedCheckpoint:
       latest: True for the one the "latest" pointer (or the highest step) names.
     """
 
-    path: Path
+    path: Path | str
     step: int
     created_utc: str
     nbytes: int
@@ -143,8 +143,15 @@ def _created(path: Path) -> str:
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def list_checkpoints(directory: os.PathLike[str] | str) -> list[ManagedCheckpoint]:
-    """Every "<name>-<step>.h5/.zarr" checkpoint in `directory`, oldest step first, the latest marked."""
+def list_checkpoints(directory: os.PathLike[str] | str,
+                     storage_options: Mapping[str, object] | None = None) -> list[ManagedCheckpoint]:
+    """Every "<name>-<step>.h5/.zarr" checkpoint in `directory`, oldest step first, the latest marked.
+
+    An object-store URL is listed as a local directory is (its checkpoints' paths are URLs; sizes from
+    one listing; creation times from each checkpoint's record, else the newest object's time).
+    """
+    if is_remote(directory):
+        return _remote_list(directory, storage_options)
     directory = Path(directory)
     latest = latest_checkpoint(directory)
     out = []
@@ -154,4 +161,41 @@ def list_checkpoints(directory: os.PathLike[str] | str) -> list[ManagedCheckpoin
             out.append(ManagedCheckpoint(path, step, _created(path), _size(path), path == latest))
         except FileNotFoundError:  # removed by retention meanwhile
             continue
+    return out
+
+
+def _remote_list(url: os.PathLike[str] | str, storage_options: Mapping[str, object] | None) -> list[ManagedCheckpoint]:
+    """list_checkpoints for a manager directory on an object store: one LIST, one manifest read per checkpoint."""
+    from varstore.checkpoint.reader import open_varstore
+    from varstore.checkpoint.remote_manager import remote_directory  # the object-store client: only for URLs
+    from varstore.errors import VarstoreError
+
+    remote = remote_directory(url, storage_options)
+    if remote is None:
+        return []
+    latest = _remote_latest(url, storage_options)
+    sizes: dict[str, int] = {}
+    times: dict[str, datetime.datetime] = {}
+    base = f"{remote.prefix}/" if remote.prefix else ""
+    for info in remote.storage.client.list(remote.prefix):
+        entry = info.name[len(base):].split("/", 1)[0]
+        sizes[entry] = sizes.get(entry, 0) + info.size
+        times[entry] = max(times.get(entry, info.last_modified), info.last_modified)
+    out = []
+    for entry in sorted(remote.names(), key=lambda n: int(m.group("step")) if (m := _MANAGED.match(n)) else -1):
+        match = _MANAGED.match(entry)
+        if match is None or is_temporary(entry) or entry not in sizes:
+            continue
+        location = remote.location(entry)
+        created = times[entry].astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        try:
+            reader = open_varstore(location, storage_options=storage_options)
+            try:
+                if isinstance(reader.created_utc, str):
+                    created = reader.created_utc
+            finally:
+                reader.close()
+        except (VarstoreError, OSError):
+            pass
+        out.append(ManagedCheckpoint(location, int(match.group("step")), created, sizes[entry], location == latest))
     return out
