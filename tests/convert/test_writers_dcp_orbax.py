@@ -1,5 +1,6 @@
-"""The DCP and Orbax writers: written through torch.distributed.checkpoint and orbax.checkpoint, read back by
-those libraries and by varstore's readers; without the library, one error naming the extra."""
+"""The DCP and Orbax writers: DCP written through torch.distributed.checkpoint, Orbax through tensorstore in
+Orbax's own layout; read back by those libraries and by varstore's readers; without the library, one error
+naming the extra."""
 
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ def test_convert_to_dcp_from_a_varstore_checkpoint(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------- Orbax
-ORBAX_VALUES = {k: v for k, v in VALUES.items() if k not in ("f8", "empty")}
+ORBAX_VALUES = {k: v for k, v in VALUES.items() if k != "empty"}
 
 
 def test_orbax_writer_is_restored_by_orbax_and_read_by_varstore(tmp_path: Path) -> None:
@@ -93,7 +94,7 @@ def test_orbax_writer_is_restored_by_orbax_and_read_by_varstore(tmp_path: Path) 
 
     write_orbax(tmp_path / "ck", _entries(ORBAX_VALUES))
     restored = ocp.StandardCheckpointer().restore((tmp_path / "ck").absolute())
-    assert sorted(restored) == ["bf16", "encoder", "flags", "half", "i8", "step", "u16"]
+    assert sorted(restored) == ["bf16", "encoder", "f8", "flags", "half", "i8", "step", "u16"]
     _same(np.asarray(restored["encoder"]["dense"]["kernel"]), ORBAX_VALUES["encoder/dense/kernel"])
     for name, value in ORBAX_VALUES.items():
         node = restored
@@ -104,6 +105,31 @@ def test_orbax_writer_is_restored_by_orbax_and_read_by_varstore(tmp_path: Path) 
         assert reader.format == "orbax" and sorted(reader.keys()) == sorted(ORBAX_VALUES)
         for name, value in ORBAX_VALUES.items():
             _same(np.asarray(reader[name]), value)
+
+
+def test_orbax_layout_is_what_orbax_itself_writes(tmp_path: Path) -> None:
+    ocp = pytest.importorskip("orbax.checkpoint")
+    import json
+
+    from varstore.convert.orbax_writer import write_orbax
+
+    tree = {"enc": {"dense": {"kernel": ORBAX_VALUES["encoder/dense/kernel"], "bias": ORBAX_VALUES["bf16"]}},
+            "step": ORBAX_VALUES["step"], "f8": ORBAX_VALUES["f8"]}
+    reference = ocp.StandardCheckpointer(use_ocdbt=False)
+    reference.save((tmp_path / "orbax").absolute(), tree)
+    reference.wait_until_finished()
+    write_orbax(tmp_path / "ours", _entries({"enc/dense/kernel": tree["enc"]["dense"]["kernel"],
+                                             "enc/dense/bias": tree["enc"]["dense"]["bias"], "step": tree["step"],
+                                             "f8": tree["f8"]}))
+    theirs = sorted(str(p.relative_to(tmp_path / "orbax")) for p in (tmp_path / "orbax").rglob("*"))
+    ours = sorted(str(p.relative_to(tmp_path / "ours")) for p in (tmp_path / "ours").rglob("*"))
+    assert ours == theirs
+    for array in ("enc.dense.kernel", "enc.dense.bias", "step", "f8"):
+        assert (tmp_path / "ours" / array / ".zarray").read_bytes() == (tmp_path / "orbax" / array / ".zarray").read_bytes()
+    assert json.loads((tmp_path / "ours" / "_METADATA").read_text()) == json.loads(
+        (tmp_path / "orbax" / "_METADATA").read_text())
+    with vs.open_checkpoint(tmp_path / "orbax") as reader:  # Orbax's own float8 arrays (dtype by name)
+        _same(np.asarray(reader["f8"]), ORBAX_VALUES["f8"])
 
 
 def test_orbax_writer_refuses_a_name_that_is_also_a_scope(tmp_path: Path) -> None:
@@ -117,12 +143,14 @@ def test_orbax_writer_refuses_a_name_that_is_also_a_scope(tmp_path: Path) -> Non
         write_orbax(tmp_path / "ck", _entries({"a": np.ones(1), "a/b": np.ones(1)}))
     with pytest.raises(ConversionError, match="'a' is a variable and a scope of other variables"):
         nested_tree(["a/b", "a"])
+    with pytest.raises(ConversionError, match="'a.b' and 'a/b' are both Orbax's 'a.b'"):
+        write_orbax(tmp_path / "ck", _entries({"a.b": np.ones(1), "a/b": np.ones(1)}))
     assert list(tmp_path.iterdir()) == []
 
 
 # ----------------------------------------------------------------- missing libraries
 @pytest.mark.parametrize("fmt, module, extra", [("dcp", "torch", "varstore[torch]"),
-                                                ("orbax", "orbax", "varstore[orbax]")])
+                                                ("orbax", "tensorstore", "varstore[orbax]")])
 def test_without_the_library_one_error_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                        fmt: str, module: str, extra: str) -> None:
     for name in [m for m in sys.modules if m == module or m.startswith(module + ".")]:
@@ -157,3 +185,18 @@ def test_cli_option_passes_writer_options(tmp_path: Path) -> None:
         assert reader.info("w").attributes["ggml_type"] == "Q8_0"
     result = runner.invoke(cli, ["convert", str(src), str(tmp_path / "x.gguf"), "--option", "bad"])
     assert result.exit_code == 2 and "writer option 'bad' needs the form KEY=VALUE" in result.output
+
+
+def test_orbax_writer_chunks_large_arrays_and_orbax_restores_them(tmp_path: Path) -> None:
+    ocp = pytest.importorskip("orbax.checkpoint")
+    import json
+
+    from varstore.convert.orbax_writer import write_orbax
+
+    big = np.arange(6 * 1024 * 1024, dtype=np.float32).reshape(3072, 2048)  # 24 MiB: over one 16 MiB chunk
+    write_orbax(tmp_path / "ck", _entries({"emb/table": big, "b": np.ones(3, np.float32)}))
+    zarray = json.loads((tmp_path / "ck" / "emb.table" / ".zarray").read_text())
+    assert zarray["chunks"] == [2048, 2048] and zarray["shape"] == [3072, 2048]
+    assert sorted(p.name for p in (tmp_path / "ck" / "emb.table").iterdir()) == [".zarray", "0.0", "1.0"]
+    restored = ocp.StandardCheckpointer().restore((tmp_path / "ck").absolute())
+    _same(np.asarray(restored["emb"]["table"]), big)
