@@ -54,6 +54,8 @@ class CheckpointReader(abc.ABC):
       format_version: the format's version string, or None.
       skipped: objects present in the file that are not variables, with reasons.
       notes: remarks on how values are read (e.g. tensors a GGUF --dequantize left raw); convert reports them.
+      max_bytes: the read limit in bytes a value may declare (None: VARSTORE_MAX_BYTES, else the
+        default of varstore/_limits.py); set by open_checkpoint(..., max_bytes=).
     """
 
     format: str = "unknown"
@@ -67,6 +69,7 @@ class CheckpointReader(abc.ABC):
         self.format_version: str | None = None
         self.skipped: list[SkippedEntry] = []
         self.notes: tuple[str, ...] = ()
+        self.max_bytes: int | None = None
 
     # -- subclasses implement these three
     @abc.abstractmethod
@@ -90,6 +93,8 @@ class CheckpointReader(abc.ABC):
           UnknownVariableError (a KeyError): unknown name.
           CorruptCheckpointError / ChecksumError: damaged bytes (checksums are
             checked where the format records them).
+          ValueTooLargeError: without `out`, the value declares more bytes than the read limit
+            (`max_bytes`; see docs/reliability.md); nothing was allocated.
         """
 
     # -- shared behaviour

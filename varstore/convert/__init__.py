@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
+from varstore._limits import max_bytes as _max_bytes
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry
 from varstore.convert import registry as _registry
@@ -120,7 +121,10 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
         .h5 (ranged GETs) and .zarr checkpoints, and .safetensors (ranged GETs).
       **options: passed to the reader: `strip_attributes=True` (TF2 names
         without "/.ATTRIBUTES/VARIABLE_VALUE"), `skip_object_arrays=True` (npz),
-        `dequantize=True` (gguf: Q8_0/Q4_0/Q4_1 as float32).
+        `dequantize=True` (gguf: Q8_0/Q4_0/Q4_1 as float32), and for every reader
+        `max_bytes=` (int, bytes): the most a value read without `out` may declare
+        (default: VARSTORE_MAX_BYTES, else the available memory, and for values whose
+        stored size is known at most that plus 64 MiB; docs/reliability.md).
 
     Returns:
       A CheckpointReader; `reader.format` names what was opened.
@@ -136,6 +140,17 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
         object store: a format other than varstore's and safetensors, naming the URL).
       ObjectStoreError: the object store failed after retries (naming the URL).
     """
+    limit = options.pop("max_bytes", None)
+    if limit is not None:
+        _max_bytes(limit)  # a bad limit is refused before the file is opened
+    reader = _open_any(path, format, storage_options, options)
+    reader.max_bytes = limit
+    return reader
+
+
+def _open_any(path: os.PathLike[str] | str, format: str | None,
+              storage_options: Mapping[str, object] | None, options: dict[str, Any]) -> CheckpointReader:
+    """open_checkpoint without the read limit: the URL path, detection, or the named format's reader."""
     if is_remote(path):
         return _open_remote(path, format, storage_options, options)
     if format is None:

@@ -79,7 +79,7 @@ def open_v2_array(directory: Path) -> V2Array:
         if meta_path.stat().st_size > _MAX_META:
             raise CorruptCheckpointError(f"{label}: .zarray is larger than {_MAX_META} bytes")
         meta = json.loads(meta_path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:  # RecursionError: nested too deep
         raise CorruptCheckpointError(f"cannot read {label}/.zarray: {err}") from err
     if not isinstance(meta, dict) or meta.get("zarr_format") != 2:
         raise CorruptCheckpointError(f"{label}: .zarray is not Zarr v2 array metadata")
