@@ -37,7 +37,7 @@ ALLOWED = {
     "pickletools": ("varstore/convert/_restricted_pickle.py",),
     "tensorstore": ("varstore/convert/orbax.py", "varstore/convert/orbax_writer.py"),
     "orbax": (),  # Orbax's layout is read and written through tensorstore; the tests compare with orbax
-    "gguf": ("varstore/convert/gguf_writer.py",),  # the reader follows the spec itself; the writer is gguf's
+    "gguf": ("varstore/convert/gguf_writer.py", "varstore/convert/_gguf_quants.py"),  # the reader follows the spec itself; the writer and the dequantizer are gguf's
     "obstore": ("varstore/storage/",),
     "boto3": (),     # the library signs the two S3 calls obstore lacks itself (storage/_s3_multipart.py)
     "botocore": (),

@@ -14,16 +14,18 @@ import difflib
 import fnmatch
 import json
 import math
+import os
 from typing import Any
 
 import click
 
 from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo
-from varstore.errors import CheckpointNotFoundError, UnknownVariableError
+from varstore.errors import CheckpointNotFoundError, NotACheckpointError, UnknownVariableError, VarstoreError
 from varstore.inspect import diff_checkpoints, scope_tree, variable_stats
 from varstore_cli import formatting as fmt
 from varstore_cli.convert_command import convert_command
-from varstore_cli.options import echo_json, format_option, open_reader, skip_object_arrays_option, storage_option
+from varstore_cli.options import (echo_json, format_option, is_url, open_reader, skip_object_arrays_option,
+                                  storage_option, storage_options)
 
 __all__ = ["COMMANDS", "ATTRIBUTES_SUFFIX"]
 
@@ -96,6 +98,14 @@ def _resolve_name(reader: CheckpointReader, name: str) -> str:
         return name
     if name + ATTRIBUTES_SUFFIX in keys:
         return name + ATTRIBUTES_SUFFIX
+    scope = name.rstrip("/")
+    inside = [key for key in keys if key.startswith(scope + "/")] if scope else []
+    if inside:  # `conv1` and `conv1/` alike: a scope, not a variable
+        shown = ", ".join(inside[:5]) + (", ..." if len(inside) > 5 else "")
+        raise UnknownVariableError(
+            f"'{name}' in '{reader.location}' is a scope of {fmt.plural(len(inside), 'variable')} ({shown}), "
+            f"not a variable: show one of them, or `varstore ls {reader.location} --filter '{scope}/*'` "
+            f"lists them")
     close = difflib.get_close_matches(name, keys, n=3)
     hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
     raise UnknownVariableError(
@@ -105,7 +115,7 @@ def _resolve_name(reader: CheckpointReader, name: str) -> str:
 
 # ----------------------------------------------------------------------- ls
 @click.command("ls")
-@click.argument("path", type=click.Path())
+@click.argument("path", type=click.Path(readable=False))  # the library names an unreadable path
 @click.option("--filter", "pattern", metavar="GLOB", help="Only names matching this shell glob ('encoder/*').")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.ls/1 JSON document.")
 @click.option("--tree", is_flag=True, help="Show the scope tree with per-scope totals.")
@@ -127,7 +137,13 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
     if list_checkpoints:
         _list_checkpoints(path, as_json)
         return
-    with open_reader(path, format_, skip_object_arrays) as reader:
+    try:
+        opened = open_reader(path, format_, skip_object_arrays)
+    except NotACheckpointError:  # a folder that holds checkpoints rather than being one
+        if format_ is not None or is_url(path) or not os.path.isdir(path) or not _list_folder(path, as_json):
+            raise
+        return
+    with opened as reader:
         infos = reader.infos()
         if pattern is not None:
             infos = [i for i in infos if fnmatch.fnmatchcase(i.name, pattern)
@@ -172,20 +188,52 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
                 click.echo("  " + line)
 
 
+def _list_folder(path: str, as_json: bool) -> bool:
+    """Lists the checkpoints directly in folder `path` (each one's format; a manager directory's latest).
+
+    Returns False, printing nothing, when the folder holds none.
+    """
+    from varstore.checkpoint.managed import is_manager_directory, latest_checkpoint
+    from varstore.convert import detect_format
+
+    entries = []
+    for entry in sorted(os.scandir(path), key=lambda e: e.name):
+        if entry.name.startswith("."):
+            continue
+        try:
+            kind = detect_format(entry.path)
+        except (VarstoreError, OSError):
+            if not entry.is_dir() or not is_manager_directory(entry.path):
+                continue
+            latest = latest_checkpoint(entry.path)
+            kind = f"manager directory, latest {os.path.basename(str(latest))}" if latest else "manager directory"
+        entries.append({"name": entry.name, "path": os.path.join(path, entry.name), "format": kind})
+    if not entries:
+        return False
+    if as_json:
+        echo_json({"schema": "varstore.folder/1", "directory": path, "checkpoints": entries})
+        return True
+    click.echo(f"{path}: a folder of {fmt.plural(len(entries), 'checkpoint')} "
+               f"(`varstore ls {os.path.join(path, '<name>')}` lists one)")
+    for line in fmt.table([[e["name"], e["format"]] for e in entries], ["name", "format"]):
+        click.echo(line.rstrip())
+    return True
+
+
 def _list_checkpoints(path: str, as_json: bool) -> None:
     from varstore.checkpoint.managed import is_manager_directory, list_checkpoints
 
-    if not is_manager_directory(path):
+    if not is_manager_directory(path, storage_options()):
         raise CheckpointNotFoundError(
             f"'{path}' is not a CheckpointManager directory (no 'latest' pointer and no "
             f"'<name>-<step>.h5' or '.zarr' entries); --checkpoints lists a manager directory")
-    found = list_checkpoints(path)
+    found = list_checkpoints(path, storage_options())
     if as_json:
         echo_json({"schema": "varstore.checkpoints/1", "directory": path,
                     "checkpoints": [{"path": str(c.path), "step": c.step, "created_utc": c.created_utc,
                                      "nbytes": c.nbytes, "latest": c.latest} for c in found]})
         return
-    rows = [[c.path.name, f"{c.step:,}", c.created_utc[:19].replace("T", " "), fmt.human_size(c.nbytes),
+    rows = [[os.path.basename(str(c.path)), f"{c.step:,}", c.created_utc[:19].replace("T", " "), fmt.human_size(c.nbytes),
              "latest" if c.latest else ""] for c in found]
     for line in fmt.table(rows, ["checkpoint", "step", "created (UTC)", "size", ""], right=(1, 3)):
         click.echo(line.rstrip())
@@ -195,7 +243,7 @@ def _list_checkpoints(path: str, as_json: bool) -> None:
 
 # --------------------------------------------------------------------- show
 @click.command("show")
-@click.argument("path", type=click.Path())
+@click.argument("path", type=click.Path(readable=False))  # the library names an unreadable path
 @click.argument("name")
 @click.option("--values", "count", type=click.IntRange(min=0), default=10, show_default=True, metavar="N",
               help="Print the first N values (in C order); 0 prints none.")
@@ -250,11 +298,11 @@ def show_command(path: str, name: str, count: int, as_json: bool, format_: str |
 
 # --------------------------------------------------------------------- diff
 @click.command("diff")
-@click.argument("a", type=click.Path())
-@click.argument("b", type=click.Path())
-@click.option("--rtol", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.argument("a", type=click.Path(readable=False))  # the library names an unreadable path
+@click.argument("b", type=click.Path(readable=False))  # the library names an unreadable path
+@click.option("--rtol", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="R",
               help="Relative tolerance: equal when |a-b| <= atol + rtol*max(|a|,|b|).")
-@click.option("--atol", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--atol", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="A",
               help="Absolute tolerance.")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.diff/1 JSON document.")
 @storage_option
@@ -303,7 +351,7 @@ def _brief(info: VariableInfo) -> str:
 
 # ------------------------------------------------------------------- verify
 @click.command("verify")
-@click.argument("path", type=click.Path())
+@click.argument("path", type=click.Path(readable=False))  # the library names an unreadable path
 @format_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.verify/1 JSON document.")
 @skip_object_arrays_option

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from varstore.errors import CheckpointError
+from varstore.storage._local_errors import is_permission_error, permission_denied
 from varstore.storage.local import remove_path  # one definition; atomic re-exports it for the manager
 
 __all__ = [
@@ -309,15 +310,24 @@ def atomic_path(final: Path, durable: bool = True) -> Iterator[Path]:
 
     Raises:
       CheckpointError: the parent directory cannot be created or written.
+      CheckpointPermissionError: the operating system refused to create the parent directory or the
+        temporary in it ("cannot write into '<parent>': permission denied").
     """
     final = Path(final)
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
+        if is_permission_error(err):
+            raise permission_denied(final.parent, "create") from err
         raise CheckpointError(f"cannot create directory '{final.parent}' for '{final}': {err}") from err
     sweep_stale(final)
     tmp = temporary_name(final)
-    _mark(tmp)
+    try:
+        _mark(tmp)
+    except OSError as err:  # the first file a save creates in the parent directory
+        if is_permission_error(err):
+            raise permission_denied(final.parent, "write into") from err
+        raise CheckpointError(f"cannot write into directory '{final.parent}' for '{final}': {err}") from err
     try:
         yield tmp
         fault_point("before_rename")
@@ -325,7 +335,18 @@ def atomic_path(final: Path, durable: bool = True) -> Iterator[Path]:
         _unmark(tmp)
         if durable:
             fsync_directory(final.parent)
-    except BaseException:
+    except BaseException as err:
         remove_path(tmp)
         _unmark(tmp)
+        if is_permission_error(err) and _names_temporary(err, tmp):  # a writer that opened the temporary itself
+            raise permission_denied(final.parent, "write into") from err
         raise
+
+
+def _names_temporary(err: BaseException, tmp: Path) -> bool:
+    """True when an OSError's filename is the temporary `tmp` or a path inside it."""
+    name = getattr(err, "filename", None)
+    if not isinstance(name, (str, bytes, os.PathLike)):
+        return False
+    text = os.fsdecode(name)
+    return text == str(tmp) or text.startswith(f"{tmp}{os.sep}")

@@ -36,6 +36,7 @@ from varstore.checkpoint.snapshot import SaveHandle, save_async
 from varstore.checkpoint.writer import save
 from varstore.errors import (CheckpointError, CheckpointLockedError, CorruptCheckpointError, NotACheckpointError,
                              PathOutsideCheckpointError)
+from varstore.storage._local_errors import naming_permission_errors
 from varstore.storage.special_files import check_regular_file, is_special
 
 __all__ = ["CheckpointManager", "checked_state"]
@@ -147,7 +148,8 @@ class CheckpointManager:
 
     def _scan(self) -> list[tuple[int, Path | str]]:
         try:
-            names = self._remote.names() if self._remote is not None else os.listdir(self.directory)
+            with naming_permission_errors(self.directory):
+                names = self._remote.names() if self._remote is not None else os.listdir(self.directory)
         except FileNotFoundError:
             return []
         found = []
@@ -228,8 +230,9 @@ class CheckpointManager:
         if self._remote is not None:  # no lock on an object store: conditional writes instead
             yield
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.directory / _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        with naming_permission_errors(self.directory, "write into"):
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.directory / _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             deadline = None if self.lock_timeout_s is None else time.monotonic() + self.lock_timeout_s
             while True:

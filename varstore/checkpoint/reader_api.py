@@ -53,6 +53,7 @@ class CheckpointReader(abc.ABC):
       metadata: user metadata (JSON-compatible dict), {} where none.
       format_version: the format's version string, or None.
       skipped: objects present in the file that are not variables, with reasons.
+      notes: remarks on how values are read (e.g. tensors a GGUF --dequantize left raw); convert reports them.
       max_bytes: the read limit in bytes a value may declare (None: VARSTORE_MAX_BYTES, else the
         default of varstore/_limits.py); set by open_checkpoint(..., max_bytes=).
     """
@@ -67,6 +68,7 @@ class CheckpointReader(abc.ABC):
         self.metadata: dict[str, Any] = {}
         self.format_version: str | None = None
         self.skipped: list[SkippedEntry] = []
+        self.notes: tuple[str, ...] = ()
         self.max_bytes: int | None = None
 
     # -- subclasses implement these three

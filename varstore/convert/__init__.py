@@ -356,7 +356,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
         return ConvertReport(
             source=src_label, destination=dst_label, source_format=reader.format, destination_format=dest.names_for_writing()[0],
             variables=len(entries), bytes=done[0], skipped=tuple(reader.skipped),
-            renamed={name: new for name, new, *_ in plan if new != name}, notes=tuple(notes))
+            renamed={name: new for name, new, *_ in plan if new != name}, notes=(*reader.notes, *notes))
 
 
 def _write_and_upload(dest: FormatEntry, dst: Path, entries: list[SaveEntry], request: WriteRequest,

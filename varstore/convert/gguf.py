@@ -8,10 +8,12 @@ left before it is used. Float and integer tensors (F32, F16, BF16, F64, I8..I64)
 are read bit-exactly with llama.cpp's names and the row-major shape (ne
 reversed). Quantized tensors are carried as their raw blocks (uint8, shape
 [rows..., bytes per row]) with `attributes["ggml_type"]` recorded, so nothing
-is lost; `dequantize=True` turns Q8_0, Q4_0 and Q4_1 into float32 as ggml
-does (d * q), other quantized types stay raw. The key-values become
-`metadata["gguf"]`. The `gguf` package is not used: its reader maps the
-whole file and its errors on damaged input are untyped. Writes nothing.
+is lost; `dequantize=True` turns every type the gguf package's reference
+code dequantizes into float32 (_gguf_quants.py; Q8_0, Q4_0 and Q4_1 also
+without it, as ggml does: d * q), and names the tensors it leaves raw in
+`notes`. The key-values become `metadata["gguf"]`. The `gguf` package's
+reader is not used: it maps the whole file and its errors on damaged input
+are untyped. Writes nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo, checked_out
+from varstore.convert import _gguf_quants
 from varstore.errors import ConversionError, CorruptCheckpointError, NotACheckpointError, UnknownVariableError
 
 if TYPE_CHECKING:
@@ -129,7 +132,8 @@ class GGUFReader(CheckpointReader):
 
         Args:
           path: the .gguf file.
-          dequantize: read Q8_0/Q4_0/Q4_1 tensors as float32 instead of raw blocks.
+          dequantize: read quantized tensors as float32 instead of raw blocks: every type gguf's
+            reference code dequantizes (Q8_0/Q4_0/Q4_1 also without gguf); `notes` names the rest.
 
         Raises:
           NotACheckpointError: no GGUF magic.
@@ -138,6 +142,7 @@ class GGUFReader(CheckpointReader):
         """
         super().__init__(Path(path))
         self.dequantize = bool(dequantize)
+        self._left_raw: list[str] = []  # tensors dequantize=True could not turn into float32
         label = f"GGUF file '{self.path}'"
         self._label = label
         try:
@@ -170,6 +175,10 @@ class GGUFReader(CheckpointReader):
             raise CorruptCheckpointError(f"cannot read {label}: {err}") from err
         self.format_version = str(version)
         self.metadata = {"gguf": kvs, "gguf_types": kinds}
+        if self._left_raw:
+            self.notes = (f"--dequantize left {len(self._left_raw)} tensor(s) as raw blocks (uint8; no "
+                          f"dequantizer for their type here or in the installed gguf package): "
+                          f"{', '.join(self._left_raw)}",)
         self._data_start = data_start
         self._tensors: dict[str, _Tensor] = {}
         spans = []
@@ -212,10 +221,12 @@ class GGUFReader(CheckpointReader):
         raw_shape = shape[:-1] + ((shape[-1] // block * block_bytes,) if shape else ())
         if dtype_name is not None:
             dtype = _dtypes.as_dtype(dtype_name)
-        elif self.dequantize and ggml in _DEQUANTIZABLE:
+        elif self.dequantize and (ggml in _DEQUANTIZABLE or _gguf_quants.supports(ggml, block_bytes)):
             dtype = np.dtype(np.float32)
         else:
             dtype = np.dtype(np.uint8)
+            if self.dequantize:  # asked for float32, but no code here or in gguf dequantizes this type
+                self._left_raw.append(f"{name} ({ggml})")
         return name, _Tensor(ggml, ne, shape, dtype, offset, nbytes, raw_shape)
 
     def keys(self) -> list[str]:
@@ -261,10 +272,13 @@ class GGUFReader(CheckpointReader):
         """
         tensor = self._lookup(name)
         result = checked_out(name, self._shape(tensor), tensor.dtype, out)
-        if tensor.dtype == np.float32 and tensor.ggml in _DEQUANTIZABLE:
+        if tensor.dtype == np.float32 and GGML_TYPES_BY_NAME[tensor.ggml][3] is None:  # dequantize=True
             raw = np.empty(tensor.nbytes, dtype=np.uint8)
             self._raw(name, tensor, raw)
-            result[...] = _dequantize(tensor.ggml, raw).reshape(tensor.shape)
+            block_bytes = GGML_TYPES_BY_NAME[tensor.ggml][2]
+            values = (_gguf_quants.dequantize(tensor.ggml, raw) if _gguf_quants.supports(tensor.ggml, block_bytes)
+                      else _dequantize(tensor.ggml, raw))  # gguf's reference code first, ours without it
+            result[...] = values.reshape(tensor.shape)
         else:
             self._raw(name, tensor, result.reshape(-1).view(np.uint8))
         return result
@@ -300,7 +314,7 @@ def sniff(probe: Probe) -> Path | None:
 
 
 def open_reader(path: os.PathLike[str] | str, *, probe: Probe | None = None, **options: Any) -> GGUFReader:
-    """Opens a GGUF file; option `dequantize=True` reads Q8_0/Q4_0/Q4_1 as float32."""
+    """Opens a GGUF file; option `dequantize=True` reads quantized tensors as float32 (see GGUFReader)."""
     unknown = set(options) - {"dequantize"}
     if unknown:
         raise ConversionError(f"the gguf reader takes only dequantize=, got {', '.join(sorted(unknown))}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 import struct
 import zipfile
 from pathlib import Path
@@ -369,6 +370,7 @@ class TorchReader(CheckpointReader):
         return VariableInfo(name=name, shape=tensor.shape, dtype=_dtypes.dtype_name(dtype),
                             nbytes=int(np.prod(tensor.shape, dtype=object)) * dtype.itemsize,
                             trainable=True if tensor.requires_grad else None,
+                            device=_device_name(tensor.storage.location),
                             attributes={"storage": tensor.storage.key, "storage_offset": tensor.offset,
                                         "stride": list(tensor.stride)})
 
@@ -415,17 +417,38 @@ def sniff(probe: Probe) -> Path | None:
     Raises:
       UnsafeFormatError: a pickle that is no torch.save file, or a zip of pickles (varstore.convert.detect.sniff_pickle).
       NotACheckpointError: a zip archive that is neither Keras, npz nor PyTorch.
+      UnsupportedFormatError: a TorchScript archive (a program, not a state dict).
     """
     if not probe.is_file:
         return None
     if is_legacy_torch(probe.head):
         return probe.path
     names = probe.zip_names
+    if names is not None and _is_torchscript(names):
+        raise UnsupportedFormatError(
+            f"'{probe.path}' is a TorchScript program, not a state dict (torch.jit.save wrote it: code/ and "
+            f"constants.pkl); varstore reads tensors, never programs. Save the weights with "
+            f"torch.save(torch.jit.load(path).state_dict(), 'model.pt') and read that")
     if names is not None and is_torch_zip_names(names):
         return probe.path
     from varstore.convert.detect import sniff_pickle
 
     return sniff_pickle(probe)
+
+
+_DEVICE_NAME = re.compile(r"[a-z][a-z0-9_]{0,15}(?::[0-9]{1,5})?")
+
+
+def _device_name(location: str) -> str | None:
+    """The device a storage was saved from ("cuda:0", "cpu", "mps") as its persistent id names it; None for
+    anything that does not look like a torch device name (the text comes from the file)."""
+    return location if _DEVICE_NAME.fullmatch(location) else None
+
+
+def _is_torchscript(names: list[str]) -> bool:
+    """True for a torch.jit.save archive: "<archive>/constants.pkl" beside "<archive>/code/..." members."""
+    roots = {n.split("/", 1)[0] for n in names if n.count("/") == 1 and n.endswith("/constants.pkl")}
+    return any(n.split("/", 1)[0] in roots and n.split("/", 2)[1:2] == ["code"] for n in names if n.count("/") >= 2)
 
 
 def open_reader(path: os.PathLike[str] | str, *, probe: Probe | None = None, **options: Any) -> TorchReader:

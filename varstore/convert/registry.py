@@ -42,6 +42,7 @@ reports what is wrong with the file. Nothing here does I/O beyond the Probe.
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -379,7 +380,10 @@ def detect(probe: Probe) -> tuple[FormatEntry, Path]:
     entries = formats()
     for entry in entries:
         if entry.reads and entry.sniff is not None:
-            target = entry.sniff(probe)
+            try:
+                target = entry.sniff(probe)
+            except (struct.error, EOFError, IndexError):  # a sniff that read past a short file: not this format
+                target = None
             if target is not None:
                 return entry, Path(target)
     if not probe.exists:

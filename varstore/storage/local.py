@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from varstore.errors import CorruptCheckpointError
+from varstore.storage._local_errors import permission_denied
 from varstore.storage.protocol import Buffer
 from varstore.storage.special_files import check_regular_file, open_for_reading
 
@@ -363,6 +364,16 @@ class LocalStorage:
     def _os_path(self, key: str) -> str:
         return os.path.join(self._root, key)  # an absolute key stays as it is
 
+    def _open(self, key: str, flags: int) -> int:
+        """os.open of `key` (new files 0o644; reads through open_for_reading, which never blocks on a FIFO);
+        a refused access becomes CheckpointPermissionError naming it."""
+        try:
+            if flags == os.O_RDONLY:
+                return open_for_reading(self._os_path(key))
+            return os.open(self._os_path(key), flags, 0o644)
+        except PermissionError as err:
+            raise permission_denied(self._os_path(key), "write" if flags & os.O_WRONLY else "read") from err
+
     def __repr__(self) -> str:
         return f"<LocalStorage {self.url}>"
 
@@ -396,7 +407,7 @@ class LocalStorage:
         with self._lock:
             if key in self._read_fds:
                 return
-            fd = open_for_reading(self.path(key))
+            fd = self._open(key, os.O_RDONLY)
             self._read_fds[key] = fd
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
@@ -409,7 +420,7 @@ class LocalStorage:
         if fd is not None:
             pread_into(fd, buffer, offset, key)
             return buffer
-        fd = open_for_reading(self._os_path(key))
+        fd = self._open(key, os.O_RDONLY)
         try:
             pread_into(fd, buffer, offset, key)
         finally:
@@ -417,7 +428,7 @@ class LocalStorage:
         return buffer
 
     def read_all(self, key: str) -> bytes:
-        with os.fdopen(open_for_reading(self.path(key)), "rb") as handle:
+        with os.fdopen(self._open(key, os.O_RDONLY), "rb") as handle:
             return handle.read()
 
     def read_ahead(self, key: str, extents: Sequence[tuple[int, int]], window_bytes: int) -> LocalReadAhead | None:
@@ -443,9 +454,9 @@ class LocalStorage:
             with self._lock:
                 fd = self._write_fds.get(key)
                 if fd is None:
-                    fd = self._write_fds[key] = os.open(self.path(key), os.O_WRONLY | os.O_CREAT, 0o644)
+                    fd = self._write_fds[key] = self._open(key, os.O_WRONLY | os.O_CREAT)
             return LocalWriter(self, key, fd, True)
-        return LocalWriter(self, key, os.open(self._os_path(key), os.O_WRONLY | os.O_CREAT, 0o644), False)
+        return LocalWriter(self, key, self._open(key, os.O_WRONLY | os.O_CREAT), False)
 
     def delete(self, key: str) -> None:
         remove_path(self.path(key))

@@ -20,6 +20,7 @@ import numpy as np
 
 from varstore.backends.base import RawExtent
 from varstore._limits import check_manifest_size
+from varstore.storage._local_errors import is_permission_error, permission_denied
 from varstore.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -137,6 +138,8 @@ class Hdf5Writer:
             self._file = h5py.File(self.path, "w-", libver=LIBVER, track_order=False,
                                    userblock_size=header_bytes or None)
         except (OSError, ValueError) as err:
+            if is_permission_error(err):  # h5py keeps the errno (13), not the class
+                raise permission_denied(self.path.parent, "write into") from err
             raise CorruptCheckpointError(f"cannot create HDF5 file '{self.path}': {err}") from err
         self._dcpl = _dataset_dcpl()
         self._groups: dict[str, Any] = {"": self._file}  # groups made so far, by path
@@ -325,7 +328,11 @@ class Hdf5Backend:
     is_directory = False
 
     def sniff(self, path: Path) -> bool:
-        """True when the file starts with the HDF5 signature (or has it at a userblock offset)."""
+        """True when the file starts with the HDF5 signature (or has it at a userblock offset).
+
+        Raises:
+          CheckpointPermissionError: the file may not be read.
+        """
         try:
             check_regular_file(path)  # a FIFO is never opened (SpecialFileError is an OSError: not HDF5)
             with open(path, "rb") as handle:
@@ -333,6 +340,8 @@ class Hdf5Backend:
                     handle.seek(offset)
                     if handle.read(8) == HDF5_MAGIC:
                         return True
+        except PermissionError as err:
+            raise permission_denied(path) from err
         except OSError:
             return False
         return False

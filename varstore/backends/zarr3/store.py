@@ -29,6 +29,7 @@ import numpy as np
 
 from varstore.backends.base import RawExtent
 from varstore._limits import check_manifest_size, load_json
+from varstore.storage._local_errors import is_permission_error, permission_denied
 from varstore.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -161,6 +162,8 @@ class Zarr3Writer:
         try:
             self.path.mkdir(parents=False, exist_ok=False)
         except OSError as err:
+            if is_permission_error(err):
+                raise permission_denied(self.path.parent, "write into") from err
             raise CorruptCheckpointError(f"cannot create Zarr directory '{self.path}': {err}") from err
         self._groups: set[str] = {""}
         self._written: list[Path] = [self.path]
@@ -345,6 +348,8 @@ class Zarr3Reader:
                 document = load_json(handle.read(), f"'{file}'")
         except FileNotFoundError as err:
             raise CorruptCheckpointError(f"'{path}' is missing from '{self.path}' (no {file})") from err
+        except PermissionError as err:
+            raise permission_denied(file) from err
         except (CorruptCheckpointError, SpecialFileError):
             raise
         except (OSError, ValueError) as err:
@@ -481,6 +486,8 @@ class Zarr3Reader:
                 data = handle.read()
         except SpecialFileError:
             raise
+        except PermissionError as err:
+            raise permission_denied(extent.file) from err
         except OSError as err:
             raise CorruptCheckpointError(f"cannot read '{extent.file}': {err}") from err
         if len(data) != extent.nbytes:
@@ -536,11 +543,17 @@ class Zarr3Backend:
                 if isinstance(path, str) and isinstance(node, dict) and path and ".." not in path.split("/")}
 
     def sniff(self, path: Path) -> bool:
-        """True when `path` is a directory holding a zarr.json that says zarr_format 3."""
+        """True when `path` is a directory holding a zarr.json that says zarr_format 3.
+
+        Raises:
+          CheckpointPermissionError: the zarr.json may not be read.
+        """
         try:
             check_regular_file(Path(path) / "zarr.json")  # a FIFO is never opened (an OSError: not Zarr)
             with open(Path(path) / "zarr.json", "rb") as handle:
                 return json.loads(handle.read()).get("zarr_format") == 3
+        except PermissionError as err:
+            raise permission_denied(Path(path) / "zarr.json") from err
         except (OSError, ValueError, AttributeError, RecursionError):
             return False
 
