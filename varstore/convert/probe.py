@@ -74,7 +74,7 @@ class Probe:
         self._is_hdf5: bool | None = None
         self._walker: HDF5Walker | None = None
         self._walker_error: CorruptCheckpointError | None = None
-        if self.exists:
+        if self.is_dir:  # a file is checked by the one open below (permission and special files alike)
             check_readable(self.path)
         if self.is_file:
             try:
