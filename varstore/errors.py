@@ -170,7 +170,13 @@ class CheckpointReplacedError(CheckpointError):
 
 
 class RestoreError(VarstoreError, KeyError):
-    """strict restore found missing or unexpected variable names; lists them all."""
+    """A restore (strict by default) found target variables without a checkpoint value, or
+    RestoreResult.assert_consumed() found anything unmatched; lists the names with did-you-mean hints.
+
+    Attributes:
+      missing: target names the checkpoint has no value for.
+      unexpected: checkpoint names no target took (reported; they fail only assert_consumed).
+    """
 
     def __init__(self, message: str, missing: list[str] | None = None,
                  unexpected: list[str] | None = None) -> None:

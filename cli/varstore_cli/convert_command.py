@@ -126,12 +126,17 @@ def _report_json(report: Any) -> dict[str, Any]:
 @click.option("--max-shard-size", metavar="SIZE",
               help="Write a sharded safetensors directory (HuggingFace layout) with shards of at most SIZE "
                    "(500MB, 5GB, 2GiB or bytes).")
+@click.option("--option", "write_options", metavar="KEY=VALUE", multiple=True,
+              help="A destination writer's option (repeatable; VALUE is read as JSON when it parses): "
+                   "gguf_type=q8_0 (GGUF: f32, f16, bf16, q8_0), partitions='{\"emb\": 3}' (TF: "
+                   "parts along axis 0, cut as fixed_size_partitioner).")
 @click.option("--dequantize", is_flag=True, help="GGUF: read Q8_0/Q4_0/Q4_1 tensors as float32 instead of raw blocks.")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.convert/1 JSON document; no progress bar.")
 @storage_option
 def convert_command(src: str, dst: str, from_format: str | None, to_format: str | None, pattern: str | None,
                     renames: tuple[str, ...], separator: str | None, force: bool, skip_object_arrays: bool,
-                    dtype: str | None, max_shard_size: str | None, dequantize: bool, as_json: bool) -> None:
+                    dtype: str | None, max_shard_size: str | None, write_options: tuple[str, ...], dequantize: bool,
+                    as_json: bool) -> None:
     """Convert a checkpoint to another format.
 
     Streams SRC to DST variable by variable, so memory stays near the largest
@@ -144,13 +149,15 @@ def convert_command(src: str, dst: str, from_format: str | None, to_format: str 
     remote_source = is_url(src)
     src = src if remote_source else resolve_path(src)
     from varstore.convert import convert
+    from varstore.convert.format_entry import parse_write_options
 
     progress, close = make_progress(enabled=not as_json and _stderr_is_terminal())
     try:
         options: dict[str, Any] = {"dequantize": True} if dequantize else {}
         report = convert(src, dst, from_format=from_format, to_format=to_format, filter=pattern,
                          rename=rename, dtype=dtype, progress=progress, separator=separator, force=force,
-                         max_shard_size=max_shard_size, storage_options=storage_options(),
+                         max_shard_size=max_shard_size, write_options=parse_write_options(write_options),
+                         storage_options=storage_options(),
                          **({} if remote_source else reader_options(src, from_format, skip_object_arrays)),
                          **options)
     finally:

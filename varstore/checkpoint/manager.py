@@ -294,15 +294,21 @@ class CheckpointManager:
         candidates += [path for _, path in reversed(self._scan()) if path not in candidates]
         return candidates
 
-    def restore_latest(self, target: Any, **restore_options: Any) -> RestoreResult | None:
+    def restore_latest(self, target: Any, *, assignment_map: Mapping[str, str] | None = None, strict: bool = True,
+                       lazy: bool = False, verify: bool = True) -> RestoreResult | None:
         """Restores the newest checkpoint that opens cleanly, skipping damaged or incomplete ones.
 
         Args:
-          target: as varstore.checkpoint.restore.
-          **restore_options: assignment_map, strict, lazy, verify.
+          target: as varstore.restore.
+          assignment_map, strict, lazy, verify: as varstore.restore; strict by
+            default (a target variable the checkpoint lacks raises RestoreError).
 
         Returns:
           The RestoreResult, or None when the directory has no usable checkpoint.
+
+        Raises:
+          RestoreError: strict and a target variable has no value in the chosen checkpoint.
+          ShapeMismatchError, DtypeMismatchError, ChecksumError: as varstore.restore.
         """
         for path in self.restore_candidates():
             try:
@@ -310,13 +316,13 @@ class CheckpointManager:
             except (NotACheckpointError, CorruptCheckpointError, CheckpointError):
                 continue
             try:
-                result = restore(reader, target, **restore_options)
+                result = restore(reader, target, assignment_map=assignment_map, strict=strict, lazy=lazy,
+                                 verify=verify)
             except BaseException:
                 reader.close()
                 raise
             # Lazy and deferred variables keep reading from it; else close it now. An eager restore's
             # targets are not looked at (reader_still_needed), so they are not gathered for it.
-            lazy = bool(restore_options.get("lazy", False))
             if not isinstance(target, Iterator) and not reader_still_needed(
                     result, targets_of(target)[0] if lazy else {}, lazy):
                 reader.close()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
+from varstore._limits import check_value_size
 from varstore.backends import BackendReader, RawExtent, get_backend
 from varstore.checkpoint.checksum import crc32c_of
 from varstore.checkpoint.info_columns import InfoColumns
@@ -229,7 +230,6 @@ class VarstoreReader(CheckpointReader):
     def infos(self) -> list[VariableInfo]:
         return self._infos.infos()
 
-
     def __getitem__(self, name: str) -> npt.NDArray[Any]:
         """`read(name)`; in a loop in key order over packed variables, one copy out of the checked blob."""
         index = self._columns.index.get(name)
@@ -278,6 +278,8 @@ class VarstoreReader(CheckpointReader):
         (checkpoint/verify.py: one reused buffer, the storage reading ahead)."""
         from varstore.checkpoint.verify import verify_all
 
+        if self.staged is None:  # a local Zarr directory: every group's zarr.json parses (a staged copy has none)
+            self._bytes.check_groups(self._columns)
         verify_all(self)
 
     def start_read_ahead(self, names: list[str], window: int) -> ReadAhead | None:
@@ -343,12 +345,15 @@ class VarstoreReader(CheckpointReader):
         return self._bytes.packed_blob(limit)
 
     def check_stored(self, record: Record) -> None:
-        """Refuses a variable whose manifest claims more bytes than its storage holds, before allocating.
+        """Refuses a variable whose manifest claims more bytes than its storage holds, or than the read
+        limit (`max_bytes`, varstore/_limits.py), before allocating.
 
         Raises:
           CorruptCheckpointError: naming the variable, the file and both sizes (see locations.py).
+          ValueTooLargeError: naming the variable, its bytes and the limit.
         """
         self._bytes.check_stored(record)
+        check_value_size(record.name, self.location, record.nbytes, self.max_bytes, stored=record.nbytes)
 
     def record_extent(self, record: Record) -> RawExtent | None:
         """Where an own-array variable's bytes lie (file, offset, bytes), or None when only the

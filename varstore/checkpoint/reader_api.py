@@ -53,6 +53,8 @@ class CheckpointReader(abc.ABC):
       metadata: user metadata (JSON-compatible dict), {} where none.
       format_version: the format's version string, or None.
       skipped: objects present in the file that are not variables, with reasons.
+      max_bytes: the read limit in bytes a value may declare (None: VARSTORE_MAX_BYTES, else the
+        default of varstore/_limits.py); set by open_checkpoint(..., max_bytes=).
     """
 
     format: str = "unknown"
@@ -65,6 +67,7 @@ class CheckpointReader(abc.ABC):
         self.metadata: dict[str, Any] = {}
         self.format_version: str | None = None
         self.skipped: list[SkippedEntry] = []
+        self.max_bytes: int | None = None
 
     # -- subclasses implement these three
     @abc.abstractmethod
@@ -88,6 +91,8 @@ class CheckpointReader(abc.ABC):
           UnknownVariableError (a KeyError): unknown name.
           CorruptCheckpointError / ChecksumError: damaged bytes (checksums are
             checked where the format records them).
+          ValueTooLargeError: without `out`, the value declares more bytes than the read limit
+            (`max_bytes`; see docs/reliability.md); nothing was allocated.
         """
 
     # -- shared behaviour

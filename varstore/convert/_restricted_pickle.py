@@ -286,6 +286,8 @@ def _allowed() -> dict[str, Any]:
     }
     for name, dtype in _STORAGE_DTYPES.items():
         table[f"torch.{name}"] = _StorageType(name, dtype)
+    # torch 2.x pickles the storage of a uint16/32/64 or float8 tensor by its defining module.
+    table["torch.storage.UntypedStorage"] = _StorageType("UntypedStorage", "uint8")
     for name, dtype in _TORCH_DTYPES.items():
         table[f"torch.{name}"] = DType(dtype)
     table.update(_RECORDS)

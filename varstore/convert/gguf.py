@@ -193,10 +193,12 @@ class GGUFReader(CheckpointReader):
                     raise CorruptCheckpointError(f"{label}: {tensor_count} tensors and {kv_count} key-values "
                                                  f"cannot fit in {size} bytes")
                 kvs: dict[str, Any] = {}
+                kinds: dict[str, int] = {}
                 for i in range(kv_count):
                     key = cursor.string(f"key-value #{i}'s key")
                     kind = cursor.unpack("<I", f"the type of key '{key}'")
                     kvs[key] = cursor.value(kind, f"the value of key '{key}'")
+                    kinds[key] = kind
                 alignment = kvs.get("general.alignment", 32)
                 if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
                     raise CorruptCheckpointError(f"{label}: general.alignment {alignment!r} is not a power of 2")
@@ -205,7 +207,7 @@ class GGUFReader(CheckpointReader):
         except OSError as err:
             raise CorruptCheckpointError(f"cannot read {label}: {err}") from err
         self.format_version = str(version)
-        self.metadata = {"gguf": kvs}
+        self.metadata = {"gguf": kvs, "gguf_types": kinds}
         self._data_start = data_start
         self._tensors: dict[str, _Tensor] = {}
         spans = []

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from varstore.backends.base import RawExtent
+from varstore._limits import check_manifest_size
 from varstore.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -237,6 +238,9 @@ class Hdf5Reader:
             raise CorruptCheckpointError(
                 f"cannot read the attributes of '{path}' in '{self.path}': {err}") from err
 
+    def check_groups(self, paths: list[str]) -> None:
+        """Nothing to check: HDF5 checks its groups when it opens the datasets below them."""
+
     def raw_extent(self, path: str, dtype: np.dtype, shape: tuple[int, ...]) -> RawExtent | None:
         dataset = self._dataset(path)
         try:
@@ -275,8 +279,19 @@ class Hdf5Reader:
             raise CorruptCheckpointError(f"cannot locate '{path}' in '{self.path}': {err}") from err
 
     def read_bytes(self, path: str) -> bytes:
-        """The bytes of a 1-D uint8 dataset (the manifest)."""
+        """The bytes of a 1-D uint8 dataset (the manifest), its declared size checked against its stored
+        size first (varstore._limits.check_manifest_size: a compressed dataset may not expand 1000x).
+
+        Raises:
+          CorruptCheckpointError: missing, unreadable, or declaring more than its stored bytes can back.
+        """
         dataset = self._dataset(path)
+        try:
+            declared = int(np.prod(dataset.shape, dtype=object)) * dataset.dtype.itemsize
+            stored = int(dataset.id.get_storage_size())
+        except (OSError, ValueError, RuntimeError, TypeError) as err:
+            raise CorruptCheckpointError(f"cannot locate '{path}' in '{self.path}': {err}") from err
+        check_manifest_size(f"dataset '{path}' of '{self.path}'", declared, stored)
         try:
             return dataset[()].tobytes()
         except (OSError, ValueError, RuntimeError, TypeError) as err:
