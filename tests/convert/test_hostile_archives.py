@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import pickle
 import struct
+import tempfile
 import zipfile
 import zlib
 from pathlib import Path
@@ -24,6 +25,7 @@ import pytest
 
 from tests.reliability._hostile_run import run_hostile
 from varstore.convert import _tf_bundle_format as tf_format
+from varstore.convert import keras as keras_module
 from varstore.convert._leveldb_table import crc32c, mask_crc
 from varstore.convert._restricted_pickle import unpickle
 from varstore.convert.gguf import GGUFReader
@@ -216,6 +218,29 @@ def test_a_deflated_keras_weights_member_leaves_nothing_in_tmpdir(tmp_path: Path
     else:
         assert (outcome.status, outcome.error) == ("typed", "NotACheckpointError"), outcome
     assert outcome.tmp_left == []
+
+
+@pytest.mark.parametrize("where", ["walk", "copy"])
+def test_a_keyboard_interrupt_while_opening_a_keras_archive_leaves_no_temporary(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    weights = _weights_h5(tmp_path / "w.h5", True)
+    path = tmp_path / "model.keras"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("model.weights.h5", weights)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+
+    def interrupt(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    if where == "walk":
+        monkeypatch.setattr(keras_module, "HDF5Walker", interrupt)
+    else:
+        monkeypatch.setattr(zipfile.ZipExtFile, "read", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        open_keras(path)
+    assert list(scratch.iterdir()) == []
 
 
 def test_a_keras_weights_member_that_claims_more_than_deflate_can_make_is_refused(tmp_path: Path) -> None:

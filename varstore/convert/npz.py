@@ -111,7 +111,8 @@ class NpzReader(CheckpointReader):
             nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
             span = int(np.prod([max(int(d), 1) for d in shape], dtype=object))  # numpy refuses > 2**63, even empty
             limit = info.compress_size * (_MAX_DEFLATE_RATIO if info.compress_type else 1) + 1024
-            if header_end + nbytes != info.file_size or info.file_size > limit or span > 1 << 59:
+            if (header_end + nbytes != info.file_size or info.file_size > limit or span > 1 << 59
+                    or len(shape) > 64):
                 raise CorruptCheckpointError(
                     f"npz file '{self.path}': member '{member}' has a header saying shape {tuple(shape)} of "
                     f"{dtype} ({nbytes} bytes after a {header_end}-byte header), but the zip directory says "

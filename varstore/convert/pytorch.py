@@ -52,6 +52,7 @@ _MAX_EXPANSION = 64  # a stride-0 (expanded) view may be at most this many times
 _MAX_VIEWS_RATIO = 64
 _VIEW_SLACK = 1 << 20  # bytes
 _MAX_SPAN = 1 << 59  # product of a shape's non-zero extents NumPy can still make (elements)
+_MAX_DIMS = 64  # NumPy's limit on dimensions
 _MAX_BYTEORDER = 16  # bytes of the "byteorder" record ("little" / "big")
 
 
@@ -237,7 +238,7 @@ class TorchBlob:
         dtype = _dtypes.as_dtype(tensor.dtype)
         nbytes = int(np.prod(tensor.shape, dtype=object)) * dtype.itemsize
         span_elements = int(np.prod([max(d, 1) for d in tensor.shape], dtype=object))
-        if span_elements > _MAX_SPAN:
+        if span_elements > _MAX_SPAN or len(tensor.shape) > _MAX_DIMS:
             raise CorruptCheckpointError(f"tensor '{name}' in {self.label}: shape {tensor.shape} is larger than "
                                          f"any array can be")
         if nbytes == 0:
