@@ -21,6 +21,7 @@ from varstore.checkpoint.manifest import FORMAT_NAMES, INDEX_HEADER_BYTES, MANIF
 from varstore.errors import (CheckpointNotFoundError, CorruptCheckpointError, NotACheckpointError, ObjectChangedError,
                              VarstoreError)
 from varstore.storage import Storage, is_remote, storage_for
+from varstore.storage.special_files import check_regular_file
 
 __all__ = ["detect_container", "index_header", "manifest_via_index_header", "check_manifest_bytes",
            "is_varstore_checkpoint"]
@@ -32,7 +33,9 @@ def detect_container(path: Path) -> str:
     Raises:
       CheckpointNotFoundError: nothing at `path`.
       NotACheckpointError: neither (naming what was found).
+      SpecialFileError: a FIFO, socket, device or symlink loop (refused after a stat, never opened).
     """
+    check_regular_file(path)
     if not path.exists():
         raise CheckpointNotFoundError(f"no checkpoint at '{path}'")
     if path.is_dir():

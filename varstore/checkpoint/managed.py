@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from varstore.checkpoint.atomic import is_temporary
+from varstore.storage.special_files import is_special
 
 __all__ = ["ManagedCheckpoint", "is_manager_directory", "latest_checkpoint", "list_checkpoints"]
 
@@ -60,7 +61,8 @@ def _scan(directory: Path) -> list[tuple[int, str]]:
     except OSError:
         return []
     found = [(int(m.group("step")), name) for name in names
-             if (m := _MANAGED.match(name)) is not None and not is_temporary(name)]
+             if (m := _MANAGED.match(name)) is not None and not is_temporary(name)
+             and not is_special(directory / name)]  # a FIFO or a symlink loop is no checkpoint
     return sorted(found)
 
 
@@ -89,7 +91,7 @@ def latest_checkpoint(directory: os.PathLike[str] | str) -> Path | None:
 def _size(path: Path) -> int:
     if not path.is_dir():
         return path.stat().st_size
-    return sum((Path(root) / f).stat().st_size for root, _, files in os.walk(path) for f in files)
+    return sum((Path(root) / f).lstat().st_size for root, _, files in os.walk(path) for f in files)  # links not followed
 
 
 def _created(path: Path) -> str:
@@ -110,7 +112,8 @@ def _created(path: Path) -> str:
 
 
 def list_checkpoints(directory: os.PathLike[str] | str) -> list[ManagedCheckpoint]:
-    """Every "<name>-<step>.h5/.zarr" checkpoint in `directory`, oldest step first, the latest marked."""
+    """Every "<name>-<step>.h5/.zarr" checkpoint in `directory`, oldest step first, the latest marked
+    (a FIFO, socket, device or symlink loop under such a name is not listed)."""
     directory = Path(directory)
     latest = latest_checkpoint(directory)
     out = []

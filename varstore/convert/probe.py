@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from varstore.errors import CorruptCheckpointError
+from varstore.storage.special_files import check_regular_file, open_for_reading
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -51,7 +52,11 @@ class Probe:
         """Stats `path` and, for a file, opens it and reads its head (one read).
 
         Raises nothing for a missing or unreadable path: exists/size say so.
+
+        Raises:
+          SpecialFileError: a FIFO, socket, device or symlink loop (refused after a stat, never opened).
         """
+        check_regular_file(path, "file to import")
         self.path = Path(path)
         self.name = self.path.name.lower()
         self.suffix = self.path.suffix.lower()
@@ -69,7 +74,7 @@ class Probe:
         self._walker_error: CorruptCheckpointError | None = None
         if self.is_file:
             try:
-                self._handle = open(self.path, "rb")  # noqa: SIM115 (closed in close())
+                self._handle = os.fdopen(open_for_reading(self.path), "rb")  # closed in close()
                 self.size = os.fstat(self._handle.fileno()).st_size
                 self.head = self._handle.read(HEAD_BYTES)
             except OSError:

@@ -26,6 +26,7 @@ from varstore.errors import (
     MissingDependencyError,
     NotACheckpointError,
 )
+from varstore.storage.special_files import check_regular_file
 
 class _LazyH5py:
     """Stands for the h5py module until first used, then is replaced by it (a global of this module).
@@ -326,6 +327,7 @@ class Hdf5Backend:
     def sniff(self, path: Path) -> bool:
         """True when the file starts with the HDF5 signature (or has it at a userblock offset)."""
         try:
+            check_regular_file(path)  # a FIFO is never opened (SpecialFileError is an OSError: not HDF5)
             with open(path, "rb") as handle:
                 for offset in (0, 512, 1024, 2048):
                     handle.seek(offset)
@@ -341,6 +343,13 @@ class Hdf5Backend:
         return Hdf5Writer(path, header_bytes)
 
     def open_reader(self, path: Path, source: BinaryIO | None = None) -> Hdf5Reader:
+        """Opens `path` (or `source`) read-only.
+
+        Raises:
+          SpecialFileError: a FIFO, socket, device or symlink loop at `path` (checked before opening).
+        """
+        if source is None:
+            check_regular_file(path)
         return Hdf5Reader(path, source)
 
 

@@ -34,8 +34,10 @@ from varstore.errors import (
     CorruptCheckpointError,
     MissingDependencyError,
     NotACheckpointError,
+    SpecialFileError,
     UnsupportedDtypeError,
 )
+from varstore.storage.special_files import check_regular_file, open_for_reading
 
 if TYPE_CHECKING:  # annotations only: a read imports neither the thread pool (nor logging) nor numpy.typing
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -339,11 +341,11 @@ class Zarr3Reader:
     def _document(self, path: str) -> dict[str, Any]:
         file = self._inside(path, self.path / path / "zarr.json")
         try:
-            with open(file, "rb") as handle:
+            with os.fdopen(open_for_reading(file, "Zarr metadata"), "rb") as handle:  # never blocks on a FIFO
                 document = load_json(handle.read(), f"'{file}'")
         except FileNotFoundError as err:
             raise CorruptCheckpointError(f"'{path}' is missing from '{self.path}' (no {file})") from err
-        except CorruptCheckpointError:
+        except (CorruptCheckpointError, SpecialFileError):
             raise
         except (OSError, ValueError) as err:
             raise CorruptCheckpointError(f"cannot read '{file}' (truncated or damaged?): {err}") from err
@@ -475,8 +477,10 @@ class Zarr3Reader:
             self.read_array(path, out)
             return out.tobytes()
         try:
-            with open(extent.file, "rb") as handle:
+            with os.fdopen(open_for_reading(extent.file, f"chunk of '{path}'"), "rb") as handle:
                 data = handle.read()
+        except SpecialFileError:
+            raise
         except OSError as err:
             raise CorruptCheckpointError(f"cannot read '{extent.file}': {err}") from err
         if len(data) != extent.nbytes:
@@ -495,6 +499,7 @@ class Zarr3Reader:
         for directory, subdirectories, files in os.walk(self.path / path):  # zarr opens any chunk file
             for name in subdirectories + files:
                 self._inside(path, Path(directory) / name)
+                check_regular_file(Path(directory) / name, f"chunk of '{path}'")  # never a FIFO
         try:
             array = zarr.open_array(str(self.path / path), mode="r")
             out[...] = array[...] if index is None else array[index]
@@ -533,6 +538,7 @@ class Zarr3Backend:
     def sniff(self, path: Path) -> bool:
         """True when `path` is a directory holding a zarr.json that says zarr_format 3."""
         try:
+            check_regular_file(Path(path) / "zarr.json")  # a FIFO is never opened (an OSError: not Zarr)
             with open(Path(path) / "zarr.json", "rb") as handle:
                 return json.loads(handle.read()).get("zarr_format") == 3
         except (OSError, ValueError, AttributeError, RecursionError):

@@ -20,6 +20,7 @@ import numpy.typing as npt
 import zarr
 
 from varstore.errors import CorruptCheckpointError, UnknownVariableError, UnsupportedFormatError
+from varstore.storage.special_files import check_tree
 
 __all__ = ["ArrayEntry", "SkippedObject", "ZarrWalker"]
 
@@ -123,6 +124,7 @@ class ZarrWalker:
 
         Raises:
           CorruptCheckpointError: zarr cannot open or walk it.
+          SpecialFileError: a FIFO, socket, device or symlink loop in the directory (checked first).
         """
         self.label = str(path)
         self.arrays: list[ArrayEntry] = []
@@ -130,6 +132,7 @@ class ZarrWalker:
         self.skipped: list[SkippedObject] = []
         self._nodes: dict[str, Any] = {}
         self._reasons: dict[str, str] = {}
+        check_tree(path, "Zarr directory")  # zarr opens chunk files itself: none may be a FIFO or a loop
         self._escapes = _links_leading_out(Path(path))
         self._root = Path(path)
         try:
