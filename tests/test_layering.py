@@ -45,7 +45,7 @@ ALLOWED = {
 }
 
 # The core: never imports checkpoint/, backends/, convert/, inspect/, storage/, distributed/ (also implied by the layers).
-CORE = {"variables", "scopes", "initializers", "collections", "devices", "device_transfers", "placement", "_naming",
+CORE = {"variables", "scopes", "initializers", "initializers_v1", "collections", "devices", "device_transfers", "placement", "_naming",
         "_array_interop", "dtypes", "errors", "_version", "_core_api", "partitioning", "ownership",
         "values", "value_sources", "variable_batches", "_assignment",
         "variable_scope", "reuse", "default_store", "partitioners"}

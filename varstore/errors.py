@@ -12,6 +12,7 @@ __all__ = [
     "VarstoreError",
     "ShapeMismatchError",
     "DtypeMismatchError",
+    "ValueOutOfRangeError",
     "VariableExistsError",
     "VariableNotFoundError",
     "InvalidNameError",
@@ -67,6 +68,10 @@ class ShapeMismatchError(VarstoreError, ValueError):
 
 class DtypeMismatchError(VarstoreError, TypeError):
     """A value's dtype cannot be cast safely ("same_kind") to the variable's dtype."""
+
+
+class ValueOutOfRangeError(DtypeMismatchError, ValueError):
+    """A Python number does not fit the dtype it becomes (1e40 as float32, 2**40 as int32); refused as TF's conversion refuses it, never stored as inf or wrapped."""
 
 
 class VariableExistsError(VarstoreError, ValueError):
