@@ -110,7 +110,7 @@ def convert_value(value: Any, dtype: npt.DTypeLike | None = None, *, what: str =
             raise ValueOutOfRangeError(
                 f"cannot convert {reprlib.repr(value)} to {target.name} for {what}: a finite value is beyond "
                 f"the largest {target.name} and would become inf "
-                f"(TF refuses it too); pass dtype=np.float64 or a smaller value")
+                f"(as tf.Variable(1e40) refuses it); pass dtype=np.float64 or a smaller value")
         return result
     else:
         arr = np.asarray(value)  # objects with __array__ (torch, jax, ...)
