@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, settings
 
 from tests._azserver import AzuriteServer, azurite_environment, install_in_background, start_azurite
 from tests._bucket import Bucket
+from tests._gcsserver import GCSTestServer, gcs_environment, start_gcs_server
 from tests._s3server import S3TestServer, start_s3_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,11 +177,48 @@ def az_env(az_server: AzuriteServer, monkeypatch: pytest.MonkeyPatch) -> dict[st
     return env
 
 
+# ------------------------------------------------------------------ the GCS test server (our XML-API model)
+_GOOGLE_VARIABLES = ("GOOGLE_SERVICE_ACCOUNT", "GOOGLE_SERVICE_ACCOUNT_PATH", "GOOGLE_SERVICE_ACCOUNT_KEY",
+                     "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_BUCKET", "GOOGLE_BUCKET_NAME", "GOOGLE_ALLOW_HTTP")
+
+
+@pytest.fixture(scope="session")
+def gs_server() -> Iterator[GCSTestServer]:
+    """Our model of the GCS XML API on 127.0.0.1 with bucket "varstore-test" (tests/_gcsserver.py)."""
+    pytest.importorskip("obstore", reason="the [s3] extra (obstore) is not installed")
+    try:
+        server = start_gcs_server()
+    except ImportError as err:
+        pytest.skip(f"werkzeug is not installed: {err}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def gs_prefix(gs_server: GCSTestServer) -> Iterator[str]:
+    """A URL under which this test alone writes: gs://varstore-test/t-<random>; emptied afterwards."""
+    gs_server.log.clear()
+    prefix = f"gs://{gs_server.bucket}/t-{uuid.uuid4().hex[:12]}"
+    yield prefix
+    _empty(prefix, gs_server.storage_options)
+
+
+@pytest.fixture
+def gs_env(gs_server: GCSTestServer, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The standard GOOGLE_* environment pointing at the model (a key with OAuth off: no token requests)."""
+    env = gcs_environment(gs_server)
+    for name in _GOOGLE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
 # ------------------------------------------------------------------ one test, every object store
-@pytest.fixture(params=["s3", "az"])
+@pytest.fixture(params=["s3", "az", "gs"])
 def bucket(request: pytest.FixtureRequest) -> Bucket:
-    """Runs the test once on s3:// (moto) and once on az:// (Azurite), each with its provider's
-    standard environment set (s3_env / az_env); a server that cannot start skips its run."""
+    """Runs the test on s3:// (moto), az:// (Azurite) and gs:// (our GCS XML-API model), each with its
+    provider's standard environment set (s3_env / az_env / gs_env); a server that cannot start skips its run."""
     request.getfixturevalue(f"{request.param}_env")
     server = request.getfixturevalue(f"{request.param}_server")
     return Bucket(request.param, request.getfixturevalue(f"{request.param}_prefix"), dict(server.storage_options))

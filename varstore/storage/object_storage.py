@@ -404,14 +404,20 @@ class ObjectStorage:
 
     # ------------------------------------------------------------ ConditionalStorage
     def version(self, key: str) -> str | None:
-        """The ETag of `key`, or None when nothing is there."""
+        """The version tag of `key` (its ETag, with the generation on GCS), or None when nothing is there."""
         name = self.name_of(key)
-        if not self.client.exists(name):
+        try:
+            info = self.client.head(name)
+        except ObjectNotFoundError:
             return None
-        return self.client.head(name).etag
+        return _version_tag(info.etag, info.version)
 
     def put_if(self, key: str, data: bytes, match: str | None) -> str:
-        """Writes `data` only if `key` is still at version `match` (None: only if absent); returns the new ETag.
+        """Writes `data` only if `key` is still at version `match` (None: only if absent); returns the new tag.
+
+        Args:
+          match: a tag from `version` or an earlier `put_if` (an ETag, on GCS with the object's
+            generation: GCS matches a conditional replace on the generation).
 
         Raises:
           FileExistsError: the condition failed (another writer got there first); chained from
@@ -419,12 +425,12 @@ class ObjectStorage:
         """
         name = self.name_of(key)
         self._pinned.pop(name, None)
+        etag, version = (None, None) if match is None else _split_version_tag(match)
         try:
-            etag = (self.client.put_if_absent(name, data) if match is None
-                    else self.client.put_if_match(name, data, match))
+            new_etag, new_version = self.client.put_if_version(name, data, etag, version)
         except ConditionalWriteError as err:
             raise FileExistsError(str(err)) from err
-        return etag or ""
+        return _version_tag(new_etag, new_version) or ""
 
     # ------------------------------------------------------------ beyond the protocol
     def put(self, key: str, data: Buffer) -> str | None:
@@ -479,3 +485,19 @@ class ObjectStorage:
     def sweep_uploads(self, prefix: str = "", older_than: float = 3600.0) -> builtins.list[str]:
         """Aborts incomplete multipart uploads under `prefix` older than `older_than` seconds."""
         return self.client.abort_incomplete_uploads(self.name_of(prefix) if prefix else "", older_than)
+
+
+_GENERATION = " generation="   # never inside an ETag (RFC 9110: no spaces), so the tag splits back cleanly
+
+
+def _version_tag(etag: str | None, version: str | None) -> str | None:
+    """One opaque tag for the ConditionalStorage protocol: the ETag, plus ' generation=N' when the
+    server numbers versions (GCS)."""
+    if etag is None:
+        return None
+    return etag if version is None else f"{etag}{_GENERATION}{version}"
+
+
+def _split_version_tag(tag: str) -> tuple[str, str | None]:
+    etag, separator, version = tag.rpartition(_GENERATION)
+    return (etag, version) if separator else (tag, None)

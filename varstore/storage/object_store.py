@@ -62,12 +62,15 @@ class ObjectInfo:
       size: bytes.
       last_modified: UTC timestamp from the server.
       etag: the entity tag (quoted, as the server sends it), the token for If-Match; None if absent.
+      version: the object's version as the server numbers it (GCS: its generation, which a
+        conditional replace on GCS needs beside the ETag); None where the server sends none.
     """
 
     name: str
     size: int
     last_modified: _dt.datetime
     etag: str | None
+    version: str | None = None
 
 
 class ObjectStoreClient:
@@ -259,7 +262,7 @@ class ObjectStoreClient:
     # --------------------------------------------------------------- writes
     def put(self, name: str, data: Buffer) -> str | None:
         """Writes a small object in one PUT (overwriting). Returns the new etag."""
-        return self._put(name, data, "overwrite")
+        return self._put(name, data, "overwrite")[0]
 
     def put_if_absent(self, name: str, data: Buffer) -> str | None:
         """Creates `name` only if no object is there (If-None-Match: *). Returns the new etag.
@@ -271,17 +274,35 @@ class ObjectStoreClient:
         Raises:
           ConditionalWriteError: an object already exists (another writer won).
         """
-        return self._put(name, data, "create")
+        return self._put(name, data, "create")[0]
 
-    def put_if_match(self, name: str, data: Buffer, etag: str) -> str | None:
+    def put_if_match(self, name: str, data: Buffer, etag: str, version: str | None = None) -> str | None:
         """Replaces `name` only if its etag is still `etag` (If-Match). Returns the new etag.
 
         As put_if_absent, finding exactly `data` there already counts as success.
 
+        Args:
+          version: the object's version (ObjectInfo.version) read with `etag`; GCS refuses a
+            conditional replace without it (it matches on the generation, not the ETag).
+
         Raises:
           ConditionalWriteError: the object changed (or vanished) since `etag` was read.
         """
-        return self._put(name, data, {"e_tag": etag})
+        return self.put_if_version(name, data, etag, version)[0]
+
+    def put_if_version(self, name: str, data: Buffer, etag: str | None,
+                       version: str | None = None) -> tuple[str | None, str | None]:
+        """put_if_absent (`etag` None) or put_if_match, returning the new object's (etag, version).
+
+        The pair is what the next conditional replace of `name` needs on every provider.
+
+        Raises:
+          ConditionalWriteError: the condition failed (another writer won).
+        """
+        if etag is None:
+            return self._put(name, data, "create")
+        mode = {"e_tag": etag} if version is None else {"e_tag": etag, "version": version}
+        return self._put(name, data, mode)
 
     def put_multipart(self, name: str, source: Callable[[], Iterable[Buffer]] | str | Path, *,
                       max_in_flight: int | None = None) -> str | None:
@@ -446,9 +467,9 @@ class ObjectStoreClient:
         root = self.url.key + "/" if self.url.key else ""
         path = str(meta["path"])
         return ObjectInfo(path[len(root):] if path.startswith(root) else path, int(meta["size"]),  # type: ignore[call-overload]
-                          meta["last_modified"], meta.get("e_tag"))  # type: ignore[arg-type]
+                          meta["last_modified"], meta.get("e_tag"), meta.get("version"))  # type: ignore[arg-type]
 
-    def _put(self, name: str, data: Buffer, mode: object) -> str | None:
+    def _put(self, name: str, data: Buffer, mode: object) -> tuple[str | None, str | None]:
         obs = _obstore()
         size = memoryview(data).nbytes
         try:
@@ -457,23 +478,23 @@ class ObjectStoreClient:
         except ConditionalWriteError:
             # A conditional PUT whose response was lost is retried by the HTTP client and then sees
             # its own first write as "the other writer". Identical bytes mean this write landed.
-            etag = self._own_write_etag(name, data)
-            if etag is None:
+            own = self._own_write(name, data)
+            if own is None:
                 raise
             self._add_written(size)
-            return etag
+            return own.etag or "", own.version
         self._add_written(size)
-        return result.get("e_tag")
+        return result.get("e_tag"), result.get("version")
 
-    def _own_write_etag(self, name: str, data: Buffer) -> str | None:
-        """The etag of `name` if it holds exactly `data`, else None (any failure: None)."""
+    def _own_write(self, name: str, data: Buffer) -> ObjectInfo | None:
+        """What a HEAD says of `name` if it holds exactly `data`, else None (any failure: None)."""
         try:
             info = self.head(name)
             if info.size != memoryview(data).nbytes or self.get(name) != bytes(data):
                 return None
         except ObjectStoreError:
             return None
-        return info.etag or ""
+        return info
 
     def _add_read(self, n: int) -> None:
         with self._lock:
