@@ -84,3 +84,16 @@ def test_concurrent_writers_in_threads_keep_every_checkpoint(bucket: Bucket) -> 
     state = json.loads(bucket.client().get("runs/latest"))
     assert sorted(c["step"] for c in state["checkpoints"]) == [1, 2, 3, 4, 5, 6]
     assert state["latest"] == "ckpt-6.h5"
+
+
+def test_restore_latest_falls_back_past_a_damaged_latest_with_a_warning(bucket: Bucket) -> None:
+    prefix = f"{bucket.prefix}/runs/b3"
+    manager = vs.CheckpointManager(prefix, max_to_keep=3, format="h5")
+    for step in (100, 200):
+        manager.save({"w": np.full(3, step, dtype=np.float32)}, step=step)
+    bucket.client().put("runs/b3/ckpt-200.h5", b"\x89HDF\r\n\x1a\n" + b"\0" * 56)  # a torn upload's bytes
+    out = {"w": np.zeros(3, dtype=np.float32)}
+    with pytest.warns(RuntimeWarning, match=r"skipped 1 damaged checkpoint\(s\) .*'"
+                      + f"{prefix}/ckpt-200.h5".replace(".", r"\.") + r"' \(.*restoring '.*ckpt-100\.h5'"):
+        result = vs.CheckpointManager(prefix, format="h5").restore_latest(out)
+    assert result is not None and out["w"].tolist() == [100.0] * 3

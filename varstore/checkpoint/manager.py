@@ -21,6 +21,7 @@ import os
 import re
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -404,15 +405,24 @@ class CheckpointManager:
         Returns:
           The RestoreResult, or None when the directory has no usable checkpoint.
 
+        Warns:
+          RuntimeWarning: a newer checkpoint was skipped; the message names it, why, and the one restored.
+
         Raises:
           RestoreError: strict and a target variable has no value in the chosen checkpoint.
           ShapeMismatchError, DtypeMismatchError, ChecksumError: as varstore.restore.
         """
+        skipped: list[str] = []
         for path in self.restore_candidates():
             try:
                 reader = open_varstore(path, self.format, storage_options=self._storage_options)
-            except (NotACheckpointError, CorruptCheckpointError, CheckpointError):
+            except (NotACheckpointError, CorruptCheckpointError, CheckpointError) as err:
+                skipped.append(f"'{path}' ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
                 continue
+            if skipped:
+                warnings.warn(f"restore_latest skipped {len(skipped)} damaged checkpoint(s) in '{self.directory}': "
+                              f"{'; '.join(skipped)}; restoring '{path}', the newest that opens cleanly",
+                              RuntimeWarning, stacklevel=2)
             try:
                 result = restore(reader, target, assignment_map=assignment_map, strict=strict, lazy=lazy,
                                  verify=verify)
@@ -425,6 +435,9 @@ class CheckpointManager:
                     result, targets_of(target)[0] if lazy else {}, lazy):
                 reader.close()
             return result
+        if skipped:
+            warnings.warn(f"restore_latest found no checkpoint in '{self.directory}' that opens cleanly; skipped "
+                          f"{'; '.join(skipped)}", RuntimeWarning, stacklevel=2)
         return None
 
     def __repr__(self) -> str:
