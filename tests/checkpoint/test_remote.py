@@ -43,10 +43,9 @@ def staging(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.mark.parametrize("suffix", ["h5", "zarr"])
-def test_save_restore_and_open_through_a_url(s3_env: dict[str, str], s3_prefix: str, staging: Path,
-                                              suffix: str) -> None:
+def test_save_restore_and_open_through_a_url(bucket: Bucket, staging: Path, suffix: str) -> None:
     values = _values()
-    url = f"{s3_prefix}/runs/a7/model.{suffix}"
+    url = f"{bucket.prefix}/runs/a7/model.{suffix}"
     assert vs.save(url, values, step=1200, metadata={"lr": 0.1}) == url
     targets = {name: np.zeros_like(value) for name, value in values.items()}
     result = vs.restore(url, targets)
@@ -62,7 +61,7 @@ def test_save_restore_and_open_through_a_url(s3_env: dict[str, str], s3_prefix: 
     loaded = vs.load(url)
     assert sorted(loaded) == sorted(values) and np.array_equal(loaded["dense/kernel"], values["dense/kernel"])
     assert vs.load(url, names=["conv1/bias"])["conv1/bias"].tolist() == values["conv1/bias"].tolist()
-    assert is_varstore_checkpoint(url) and not is_varstore_checkpoint(f"{s3_prefix}/runs/a7/none.{suffix}")
+    assert is_varstore_checkpoint(url) and not is_varstore_checkpoint(f"{bucket.prefix}/runs/a7/none.{suffix}")
     assert list(staging.iterdir()) == []  # the local staging (upload, Zarr read copy) is gone
 
 
@@ -234,34 +233,33 @@ def test_the_next_save_sweeps_abandoned_saves_and_uploads_after_the_grace_period
     assert is_varstore_checkpoint(f"{s3_prefix}/runs/ckpt-3.zarr")
 
 
-def test_saving_over_a_checkpoint_replaces_it_and_never_over_foreign_data(
-        s3_env: dict[str, str], s3_server: S3TestServer, s3_prefix: str) -> None:
-    client = _client(s3_server, s3_prefix)
-    url = f"{s3_prefix}/m.zarr"
+def test_saving_over_a_checkpoint_replaces_it_and_never_over_foreign_data(bucket: Bucket) -> None:
+    client, prefix = bucket.client(), bucket.prefix
+    url = f"{prefix}/m.zarr"
     vs.save(url, {"a": np.arange(3.0), "b": np.ones(2)}, pack_threshold_bytes=0)
     vs.save(url, {"a": np.arange(3.0) * 2}, pack_threshold_bytes=0)
     with vs.open_checkpoint(url) as reader:
         assert reader.keys() == ["a"] and reader.read("a").tolist() == [0.0, 2.0, 4.0]
     assert not [n.name for n in client.list("m.zarr") if n.name.startswith("m.zarr/b/")]  # stale objects gone
-    vs.save(f"{s3_prefix}/m.h5", {"a": np.arange(3.0)})
-    vs.save(f"{s3_prefix}/m.h5", {"a": np.arange(4.0)})
-    with vs.open_checkpoint(f"{s3_prefix}/m.h5") as reader:
+    vs.save(f"{prefix}/m.h5", {"a": np.arange(3.0)})
+    vs.save(f"{prefix}/m.h5", {"a": np.arange(4.0)})
+    with vs.open_checkpoint(f"{prefix}/m.h5") as reader:
         assert reader.read("a").tolist() == [0.0, 1.0, 2.0, 3.0]
     client.put("foreign.h5", b"not hdf5 at all" * 40)
     with pytest.raises(CheckpointExistsError, match=r"foreign.h5: an object that is not a varstore checkpoint "
                                                     r"\(600 bytes\) is there; .* pass overwrite=True"):
-        vs.save(f"{s3_prefix}/foreign.h5", {"a": np.arange(3.0)})
+        vs.save(f"{prefix}/foreign.h5", {"a": np.arange(3.0)})
     assert client.get("foreign.h5") == b"not hdf5 at all" * 40
-    vs.save(f"{s3_prefix}/foreign.h5", {"a": np.arange(3.0)}, overwrite=True)  # asked explicitly
-    assert is_varstore_checkpoint(f"{s3_prefix}/foreign.h5")
+    vs.save(f"{prefix}/foreign.h5", {"a": np.arange(3.0)}, overwrite=True)  # asked explicitly
+    assert is_varstore_checkpoint(f"{prefix}/foreign.h5")
     with pytest.raises(CheckpointExistsError, match=r"m.h5: a varstore HDF5 checkpoint \(not Zarr\) is there"):
-        vs.save(f"{s3_prefix}/m.h5", {"a": np.arange(3.0)}, format="zarr")
+        vs.save(f"{prefix}/m.h5", {"a": np.arange(3.0)}, format="zarr")
     client.put("data.zarr/zarr.json", json.dumps({"zarr_format": 3, "node_type": "group"}).encode())
     with pytest.raises(CheckpointExistsError, match="data.zarr: a Zarr hierarchy varstore did not write"):
-        vs.save(f"{s3_prefix}/data.zarr", {"a": np.arange(3.0)})
+        vs.save(f"{prefix}/data.zarr", {"a": np.arange(3.0)})
     client.put("loose.zarr/x", b"1")
     with pytest.raises(CheckpointExistsError, match="loose.zarr: 1 objects that are not a varstore checkpoint"):
-        vs.save(f"{s3_prefix}/loose.zarr", {"a": np.arange(3.0)})
+        vs.save(f"{prefix}/loose.zarr", {"a": np.arange(3.0)})
 
 
 @pytest.mark.parametrize("suffix", ["h5", "zarr"])
