@@ -168,7 +168,7 @@ class ConditionalStorage(Storage, Protocol):
     """A Storage that can replace small objects conditionally (object stores: the manager's "latest" pointer)."""
 
     def version(self, key: str) -> str | None:
-        """The current version tag (ETag) of `key`, or None when nothing is there."""
+        """The current version tag of `key` (opaque: an ETag, on GCS with the generation), or None when absent."""
 
     def put_if(self, key: str, data: bytes, match: str | None) -> str:
         """Writes `data` under `key` only if its version is still `match` (None: only if absent).
