@@ -15,6 +15,7 @@ from typing import Any, TextIO
 import click
 
 from varstore_cli import formatting as fmt
+from varstore_cli.terminal import say
 from varstore_cli.options import (
     FormatOption,
     echo_json,
@@ -159,18 +160,18 @@ def convert_command(src: str, dst: str, from_format: str | None, to_format: str 
     if as_json:
         echo_json({"schema": "varstore.convert/1", **document})
         return
-    click.echo(_convert_summary(document))
+    say(_convert_summary(document))
     if document["renamed"]:
-        click.echo(f"renamed {fmt.plural(len(document['renamed']), 'variable')}:")
+        say(f"renamed {fmt.plural(len(document['renamed']), 'variable')}:")
         for line in fmt.table([[old, "->", new] for old, new in document["renamed"].items()]):
-            click.echo("  " + line)
+            say("  " + line)
     for note in document["notes"]:
-        click.echo(f"note: {note}")
+        say(f"note: {note}")
     skipped = document["skipped"]
     if skipped:
-        click.echo(f"skipped {fmt.plural(len(skipped), 'entry', 'entries')}:")
+        say(f"skipped {fmt.plural(len(skipped), 'entry', 'entries')}:")
         for line in fmt.table([[s["name"], s["reason"]] for s in skipped]):
-            click.echo("  " + line)
+            say("  " + line)
 
 
 def _convert_summary(document: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ import click
 from varstore._version import __version__
 from varstore.errors import VarstoreError
 from varstore_cli import commands, options
+from varstore_cli.terminal import escape_for_terminal
 from varstore_cli.words import cli_words
 
 __all__ = ["cli", "error_message", "EXIT_OK", "EXIT_DIFFER", "EXIT_ERROR"]
@@ -55,7 +56,7 @@ class _CommandError(click.ClickException):
     exit_code = EXIT_ERROR
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"varstore: error: {self.message}", err=True)
+        click.echo(f"varstore: error: {escape_for_terminal(self.message)}", err=True)
 
 
 class _Group(click.Group):
