@@ -22,9 +22,15 @@ from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo
 from varstore.errors import CheckpointNotFoundError, UnknownVariableError
 from varstore.inspect import diff_checkpoints, scope_tree, variable_stats
 from varstore_cli import formatting as fmt
-from varstore_cli.terminal import say
 from varstore_cli.convert_command import convert_command
-from varstore_cli.options import echo_json, format_option, open_reader, skip_object_arrays_option, storage_option
+from varstore_cli.options import (
+    echo_json,
+    format_option,
+    open_reader,
+    say,
+    skip_object_arrays_option,
+    storage_option,
+)
 
 __all__ = ["COMMANDS", "ATTRIBUTES_SUFFIX"]
 

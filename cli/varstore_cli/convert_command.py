@@ -15,7 +15,6 @@ from typing import Any, TextIO
 import click
 
 from varstore_cli import formatting as fmt
-from varstore_cli.terminal import say
 from varstore_cli.options import (
     FormatOption,
     echo_json,
@@ -23,6 +22,7 @@ from varstore_cli.options import (
     read_format_help,
     reader_options,
     resolve_path,
+    say,
     skip_object_arrays_option,
     storage_option,
     storage_options,

@@ -2,7 +2,7 @@
 
 `open_reader` opens a checkpoint through the library (a CheckpointManager
 directory means its latest checkpoint); `echo_json` prints the versioned
-JSON documents of docs/cli.md. Defines no command and catches no library
+JSON documents of docs/cli.md and `say` prints one terminal-safe line. Defines no command and catches no library
 error (main.py turns them into exit codes).
 """
 
@@ -16,10 +16,12 @@ import click
 
 from varstore.checkpoint.reader_api import CheckpointReader
 from varstore.errors import CheckpointNotFoundError
+from varstore_cli.terminal import escape_for_terminal, escape_json_text
 
 __all__ = [
     "FormatOption",
     "echo_json",
+    "say",
     "format_option",
     "is_url",
     "open_reader",
@@ -143,7 +145,7 @@ def skip_object_arrays_option(function: Callable[..., Any]) -> Callable[..., Any
 
 def _compact(value: Any) -> str:
     # allow_nan=False: the schemas spell non-finite numbers as strings, so a NaN here is a bug
-    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    return escape_json_text(json.dumps(value, ensure_ascii=False, allow_nan=False))
 
 
 def echo_json(document: dict[str, Any]) -> None:
@@ -163,3 +165,8 @@ def echo_json(document: dict[str, Any]) -> None:
             lines.append(f"  {_compact(key)}: {_compact(value)}{comma}")
     lines.append("}")
     click.echo("\n".join(lines))
+
+
+def say(text: str, err: bool = False) -> None:
+    """Prints `text` as one escaped line: a newline or ESC inside it cannot start a row or move the cursor."""
+    click.echo(escape_for_terminal(text), err=err)

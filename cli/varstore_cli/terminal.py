@@ -1,15 +1,14 @@
 """Terminal safety: escape control and bidi characters before text from files reaches a terminal.
 
-The one place the CLI makes names, paths and messages printable; knows nothing about checkpoints.
+The one place the CLI makes names, paths and messages printable; pure string functions,
+no click, no I/O, nothing about checkpoints (options.say does the printing).
 """
 
 from __future__ import annotations
 
 import re
 
-import click
-
-__all__ = ["escape_for_terminal"]
+__all__ = ["escape_for_terminal", "escape_json_text"]
 
 # C0 (incl. tab, newline, carriage return), DEL, C1, and the Unicode bidi overrides/isolates.
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -31,6 +30,11 @@ def escape_for_terminal(text: str) -> str:
     return _UNSAFE.sub(_escape, text)
 
 
-def say(text: str, err: bool = False) -> None:
-    """Prints `text` as one escaped line (a newline inside it cannot start a new row)."""
-    click.echo(escape_for_terminal(text), err=err)
+def escape_json_text(text: str) -> str:
+    """Returns JSON text with DEL, C1 and bidi characters written as `\\uNNNN` escapes.
+
+    `json.dumps(ensure_ascii=False)` already escapes C0; the result parses back to the exact
+    same strings, so `--json` keeps names exact while the raw bytes never reach a terminal.
+    """
+    return _UNSAFE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
