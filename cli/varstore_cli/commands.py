@@ -23,7 +23,7 @@ from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo
 from varstore.errors import CheckpointNotFoundError, NotACheckpointError, UnknownVariableError, VarstoreError
 from varstore.inspect import diff_checkpoints, scope_tree, variable_stats
 from varstore_cli import formatting as fmt
-from varstore_cli.convert_command import convert_command
+from varstore_cli.convert_command import convert_command, make_progress, stderr_is_terminal
 from varstore_cli.options import (echo_json, format_option, is_url, open_reader, skip_object_arrays_option,
                                   storage_option, storage_options)
 
@@ -314,7 +314,11 @@ def diff_command(ctx: click.Context, a: str, b: str, rtol: float, atol: float, a
     whose values differ. Exit status 0 when equal, 1 when they differ, 2 on
     error (as diff(1))."""
     with open_reader(a) as reader_a, open_reader(b) as reader_b:
-        result = diff_checkpoints(reader_a, reader_b, rtol=rtol, atol=atol)
+        progress, close = make_progress(enabled=not as_json and stderr_is_terminal())
+        try:
+            result = diff_checkpoints(reader_a, reader_b, rtol=rtol, atol=atol, progress=progress)
+        finally:
+            close()
         if as_json:
             echo_json({"schema": "varstore.diff/1", "a": _checkpoint_json(reader_a),
                         "b": _checkpoint_json(reader_b), **result.to_json()})
@@ -363,7 +367,11 @@ def verify_command(path: str, format_: str | None, as_json: bool, skip_object_ar
     Exit status 0 when all is well; 2 with the first bad variable named."""
     with open_reader(path, format_, skip_object_arrays) as reader:
         infos = reader.infos()
-        reader.verify()
+        progress, close = make_progress(enabled=not as_json and stderr_is_terminal())
+        try:
+            reader.verify(progress) if progress is not None else reader.verify()
+        finally:
+            close()
         checked = sum(1 for i in infos if i.checksum is not None)
         total = sum(i.nbytes for i in infos)
         if as_json:

@@ -88,6 +88,11 @@ def make_progress(enabled: bool, stream: TextIO | None = None, mininterval_s: fl
     return update, close
 
 
+def stderr_is_terminal() -> bool:
+    """True when stderr is a terminal (a progress bar is drawn only then; never under CliRunner or a pipe)."""
+    return _stderr_is_terminal()
+
+
 def _stderr_is_terminal() -> bool:
     isatty = getattr(sys.stderr, "isatty", None)  # click's CliRunner and pipes give False
     return bool(isatty and isatty())
