@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 import click
 
+from varstore_cli.terminal import echo_line
 from varstore_cli import formatting as fmt
 from varstore_cli.options import (
     FormatOption,
@@ -180,20 +181,20 @@ def convert_command(src: str, dst: str, from_format: str | None, to_format: str 
     if as_json:
         echo_json({"schema": "varstore.convert/1", **document})
         return
-    click.echo(_convert_summary(document))
+    echo_line(_convert_summary(document))
     if document["renamed"]:  # a count; the list (one line per name: thousands for a model) with -v
         count = fmt.plural(len(document["renamed"]), "variable")
-        click.echo(f"renamed {count}:" if verbose else f"renamed {count} (-v lists them)")
+        echo_line(f"renamed {count}:" if verbose else f"renamed {count} (-v lists them)")
         if verbose:
             for line in fmt.table([[old, "->", new] for old, new in document["renamed"].items()]):
-                click.echo("  " + line)
+                echo_line("  " + line)
     for note in document["notes"]:
-        click.echo(f"note: {note}")
+        echo_line(f"note: {note}")
     skipped = document["skipped"]
     if skipped:
-        click.echo(f"skipped {fmt.plural(len(skipped), 'entry', 'entries')}:")
+        echo_line(f"skipped {fmt.plural(len(skipped), 'entry', 'entries')}:")
         for line in fmt.table([[s["name"], s["reason"]] for s in skipped]):
-            click.echo("  " + line)
+            echo_line("  " + line)
 
 
 def _convert_summary(document: dict[str, Any]) -> str:

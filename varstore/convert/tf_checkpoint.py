@@ -307,7 +307,8 @@ class TFCheckpointReader(CheckpointReader):
         if entry.offset > size or entry.size > size - entry.offset:
             raise CorruptCheckpointError(
                 f"variable '{name}': bytes {entry.offset}..{entry.offset + entry.size} lie outside data shard "
-                f"'{handle.name}' ({size} bytes); the checkpoint is truncated")
+                f"'{fmt.data_filename(self.prefix, entry.shard_id, self._header.num_shards)}' ({size} bytes); "
+                f"the checkpoint is truncated")
         return handle
 
     def _raw(self, entry: fmt.BundleEntry, name: str, into: memoryview | None = None) -> memoryview:
@@ -317,7 +318,8 @@ class TFCheckpointReader(CheckpointReader):
         got = handle.readinto(buf) if entry.size else 0
         if got != entry.size:
             raise CorruptCheckpointError(
-                f"variable '{name}': read {got} of {entry.size} bytes from '{handle.name}'")
+                f"variable '{name}': read {got} of {entry.size} bytes from "
+                f"'{fmt.data_filename(self.prefix, entry.shard_id, self._header.num_shards)}'")
         return buf
 
     def _check_crc(self, entry: fmt.BundleEntry, actual: int, name: str) -> None:
