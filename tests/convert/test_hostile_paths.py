@@ -109,13 +109,9 @@ def test_the_coverage_rule_names_the_offending_boxes() -> None:
 
 # ------------------------------------------------------------------ shard indexes
 def test_hf_index_naming_a_shard_outside_is_refused(tmp_path: Path) -> None:
-    vs.convert(vs.save(tmp_path / "src.h5", {"w": np.full(4, SENTINEL)}), tmp_path / "evil.safetensors")
-    model = tmp_path / "model"
-    vs.convert(vs.save(tmp_path / "m.h5", {"a": np.ones(3, np.float32)}), model, max_shard_size="1KB")
-    index = model / "model.safetensors.index.json"
-    document = json.loads(index.read_text())
-    document["weight_map"]["a"] = "../evil.safetensors"
-    index.write_text(json.dumps(document))
+    from tests.reliability.test_hostile_suite import _hf_index_outside
+
+    model = _hf_index_outside(tmp_path)
     with pytest.raises(PathOutsideCheckpointError, match=r"weight_map names '../evil.safetensors', outside"):
         vs.open_checkpoint(model)
 
