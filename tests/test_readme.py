@@ -38,15 +38,29 @@ def test_readme_tour_runs_and_prints_what_it_promises(tmp_path: Path) -> None:
     assert lines[4] == "CheckpointExistsError not a checkpoint"
     assert lines[5] == "ckpt-400.h5 ['ckpt-200.h5', 'ckpt-300.h5', 'ckpt-400.h5']"
 
-    expected_exit = {"ls": 0, "show": 0, "diff": 1, "verify": 0}
+    expected_exit = {"ls": 0, "show": 0, "diff": 1, "verify": 0, "convert": 0}
     shell = next(b for b in _blocks("bash") if b.startswith("varstore ls"))
-    for command in shell.splitlines():
+    outputs = {}
+    for command in shell.splitlines():  # every line, as written, on the files the tour made
         args = command.split("#")[0].split()
-        if args[1] == "convert":
-            continue  # needs a safetensors file; tests/cli covers convert
         run = subprocess.run([sys.executable, "-m", "varstore_cli", *args[1:]], cwd=tmp_path,
                              capture_output=True, text=True, timeout=60)
         assert run.returncode == expected_exit[args[1]], (command, run.stdout, run.stderr)
-        assert "conv1" in run.stdout or args[1] == "verify"
-        if args[1] == "diff":
-            assert "conv1/weights" in run.stdout
+        outputs[" ".join(args[1:])] = run.stdout
+    assert "conv1/weights" in outputs["diff ckpt/model.h5 ckpt/run/ckpt-400.h5"]
+    assert outputs["ls ckpt/run"].startswith("ckpt/run/ckpt-400.h5  (varstore-hdf5, version 1.0, step 400)")
+    assert [line.split()[0] for line in outputs["ls ckpt/run --checkpoints"].splitlines()[1:4]] == \
+        ["ckpt-200.h5", "ckpt-300.h5", "ckpt-400.h5"]
+    assert outputs["convert ckpt/model.h5 ckpt/model.safetensors"].startswith(
+        "converted ckpt/model.h5 (varstore-hdf5) -> ckpt/model.safetensors (safetensors): 3 variables")
+    assert (tmp_path / "ckpt" / "model.safetensors").is_file()
+
+
+def test_readme_lists_every_documentation_page() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Documentation", 1)[1].split("\n## ", 1)[0]
+    pages = sorted(p.relative_to(ROOT).as_posix() for p in [*ROOT.glob("docs/*.md"), *ROOT.glob("docs/guide/*.md")])
+    assert [page for page in pages if f"`{page}`" not in section] == []
+    assert "`docs/benchmarks/README.md`" in section
+    for page in pages:  # each page opens with a heading
+        assert (ROOT / page).read_text(encoding="utf-8").startswith("# "), page

@@ -48,6 +48,10 @@ _CORE_NAMES = (
     "replica_device_setter", "set_log_device_placement", "get_log_device_placement",
     "set_soft_device_placement", "get_soft_device_placement", "PartitionedVariable", "SaveSliceInfo",
     "fixed_size_partitioner", "min_max_variable_partitioner", "variable_axis_size_partitioner",
+    "name_scope", "model_variables", "MODEL_VARIABLES", "initializers_v1", "zeros_initializer", "ones_initializer",
+    "constant_initializer", "random_normal_initializer", "truncated_normal_initializer", "random_uniform_initializer",
+    "variance_scaling_initializer", "glorot_uniform_initializer", "glorot_normal_initializer", "orthogonal_initializer",
+    "GreedyLoadBalancingStrategy", "byte_size_load_fn",
 )
 
 

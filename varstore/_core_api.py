@@ -5,8 +5,8 @@ Only re-exports; defines nothing.
 
 from __future__ import annotations
 
-from varstore import initializers
-from varstore.collections import GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES
+from varstore import initializers, initializers_v1
+from varstore.collections import GLOBAL_VARIABLES, LOCAL_VARIABLES, MODEL_VARIABLES, TRAINABLE_VARIABLES
 from varstore.default_store import (
     add_to_collection,
     get_collection,
@@ -16,6 +16,8 @@ from varstore.default_store import (
     global_variables,
     initialize,
     local_variables,
+    model_variables,
+    name_scope,
     report_uninitialized,
     reset_default_store,
     trainable_variables,
@@ -28,9 +30,27 @@ from varstore.devices import (
     set_soft_device_placement,
 )
 from varstore.initializers import get_random_seed, set_random_seed
+from varstore.initializers_v1 import (
+    constant_initializer,
+    glorot_normal_initializer,
+    glorot_uniform_initializer,
+    ones_initializer,
+    orthogonal_initializer,
+    random_normal_initializer,
+    random_uniform_initializer,
+    truncated_normal_initializer,
+    variance_scaling_initializer,
+    zeros_initializer,
+)
 from varstore.partitioners import fixed_size_partitioner, min_max_variable_partitioner, variable_axis_size_partitioner
 from varstore.partitioning import PartitionedVariable, SaveSliceInfo
-from varstore.placement import PlacementRequest, device, replica_device_setter
+from varstore.placement import (
+    GreedyLoadBalancingStrategy,
+    PlacementRequest,
+    byte_size_load_fn,
+    device,
+    replica_device_setter,
+)
 from varstore.scopes import VariableStore
 from varstore.value_sources import ValueSource, check_restorable
 from varstore.variable_scope import AUTO_REUSE, VariableScope
@@ -73,4 +93,20 @@ __all__ = [
     "fixed_size_partitioner",
     "min_max_variable_partitioner",
     "variable_axis_size_partitioner",
+    "name_scope",
+    "model_variables",
+    "MODEL_VARIABLES",
+    "initializers_v1",
+    "zeros_initializer",
+    "ones_initializer",
+    "constant_initializer",
+    "random_normal_initializer",
+    "truncated_normal_initializer",
+    "random_uniform_initializer",
+    "variance_scaling_initializer",
+    "glorot_uniform_initializer",
+    "glorot_normal_initializer",
+    "orthogonal_initializer",
+    "GreedyLoadBalancingStrategy",
+    "byte_size_load_fn",
 ]

@@ -51,7 +51,7 @@ def own_container(path: os.PathLike[str] | str) -> str | None:
                     and isinstance(root.get("attributes"), dict)
                     and root["attributes"].get("varstore_format") == "varstore-zarr"):
                 return "zarr"
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # JSON nested too deep: the registry's readers say so
         pass
     return None
 
@@ -70,7 +70,7 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
 
     The same function as `varstore.convert.open_checkpoint`, arguments,
     result and errors included; a local varstore HDF5 file or Zarr v3
-    directory opened without `format`, `storage_options` or reader options is
+    directory opened without `format`, `storage_options` or reader options (but `max_bytes`) is
     opened by `varstore.checkpoint.open_varstore` directly, without importing
     the converter registry.
 
@@ -80,12 +80,18 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
     """
     from varstore.storage import is_remote  # the URL rules only (no object-store client)
 
-    if format is None and storage_options is None and not options and not is_remote(path):
+    if format is None and storage_options is None and set(options) <= {"max_bytes"} and not is_remote(path):
         container = own_container(path)
         if container is not None and _registry_unchanged():
+            from varstore._limits import max_bytes
             from varstore.checkpoint.reader import open_varstore
 
-            return open_varstore(Path(path), container)
+            limit = options.get("max_bytes")
+            if limit is not None:
+                max_bytes(limit)  # a bad limit is refused before the file is opened
+            reader = open_varstore(Path(path), container)
+            reader.max_bytes = limit
+            return reader
     from varstore.convert import open_checkpoint as open_any
 
     return open_any(path, format, storage_options=storage_options, **options)

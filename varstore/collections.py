@@ -18,6 +18,7 @@ __all__ = [
     "GLOBAL_VARIABLES",
     "TRAINABLE_VARIABLES",
     "LOCAL_VARIABLES",
+    "MODEL_VARIABLES",
     "CollectionRegistry",
 ]
 
@@ -27,6 +28,9 @@ GLOBAL_VARIABLES = "variables"
 TRAINABLE_VARIABLES = "trainable_variables"
 #: Per-process variables kept out of GLOBAL_VARIABLES (TF's GraphKeys.LOCAL_VARIABLES).
 LOCAL_VARIABLES = "local_variables"
+#: Variables that make up the model (weights, moving averages), as TF's GraphKeys.MODEL_VARIABLES;
+#: only what is added to it explicitly (collections=[...] or add_to_collection), as in TF.
+MODEL_VARIABLES = "model_variables"
 
 
 class _Strong:

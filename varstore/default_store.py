@@ -28,6 +28,7 @@ __all__ = [
     "get_default_store",
     "reset_default_store",
     "variable_scope",
+    "name_scope",
     "get_variable_scope",
     "get_variable",
     "get_collection",
@@ -35,6 +36,7 @@ __all__ = [
     "global_variables",
     "trainable_variables",
     "local_variables",
+    "model_variables",
     "initialize",
     "report_uninitialized",
 ]
@@ -67,6 +69,11 @@ def variable_scope(name_or_scope: str | VariableScope | None, default_name: str 
     """`VariableStore.variable_scope` on the default store (a scope object re-enters its own store)."""
     store = cast(VariableStore, name_or_scope.store) if isinstance(name_or_scope, VariableScope) else get_default_store()
     return store.variable_scope(name_or_scope, default_name, reuse, initializer, dtype)
+
+
+def name_scope(name: str | None, default_name: str | None = None) -> contextlib.AbstractContextManager[str]:
+    """`VariableStore.name_scope` on the default store, as tf.compat.v1.name_scope: names Variable(...)s, not get_variable."""
+    return get_default_store().name_scope(name, default_name)
 
 
 def get_variable_scope() -> VariableScope:
@@ -110,19 +117,24 @@ def add_to_collection(name: str, value: object) -> None:
     get_default_store().add_to_collection(name, value)
 
 
-def global_variables() -> list[Variable]:
-    """GLOBAL_VARIABLES of the default store."""
-    return get_default_store().global_variables()
+def global_variables(scope: str | None = None) -> list[Variable]:
+    """GLOBAL_VARIABLES of the default store; with `scope`, those whose name `re.match(scope, name)` accepts (as tf.compat.v1.global_variables)."""
+    return get_default_store().global_variables(scope)
 
 
-def trainable_variables() -> list[Variable]:
-    """TRAINABLE_VARIABLES of the default store."""
-    return get_default_store().trainable_variables()
+def trainable_variables(scope: str | None = None) -> list[Variable]:
+    """TRAINABLE_VARIABLES of the default store, filtered by `scope` as `global_variables`."""
+    return get_default_store().trainable_variables(scope)
 
 
-def local_variables() -> list[Variable]:
-    """LOCAL_VARIABLES of the default store."""
-    return get_default_store().local_variables()
+def local_variables(scope: str | None = None) -> list[Variable]:
+    """LOCAL_VARIABLES of the default store, filtered by `scope` as `global_variables`."""
+    return get_default_store().local_variables(scope)
+
+
+def model_variables(scope: str | None = None) -> list[Variable]:
+    """MODEL_VARIABLES of the default store, filtered by `scope` as `global_variables` (tf.compat.v1.model_variables)."""
+    return get_default_store().model_variables(scope)
 
 
 def initialize(var_list: Sequence[Variable] | None = None, comm: ownership.RankInfo | None = None) -> None:

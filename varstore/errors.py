@@ -12,6 +12,7 @@ __all__ = [
     "VarstoreError",
     "ShapeMismatchError",
     "DtypeMismatchError",
+    "ValueOutOfRangeError",
     "VariableExistsError",
     "VariableNotFoundError",
     "InvalidNameError",
@@ -67,6 +68,10 @@ class ShapeMismatchError(VarstoreError, ValueError):
 
 class DtypeMismatchError(VarstoreError, TypeError):
     """A value's dtype cannot be cast safely ("same_kind") to the variable's dtype."""
+
+
+class ValueOutOfRangeError(DtypeMismatchError, ValueError):
+    """A Python number does not fit the dtype it becomes (1e40 as float32, 2**40 as int32); refused as TF's conversion refuses it, never stored as inf or wrapped."""
 
 
 class VariableExistsError(VarstoreError, ValueError):
@@ -170,7 +175,13 @@ class CheckpointReplacedError(CheckpointError):
 
 
 class RestoreError(VarstoreError, KeyError):
-    """strict restore found missing or unexpected variable names; lists them all."""
+    """A restore (strict by default) found target variables without a checkpoint value, or
+    RestoreResult.assert_consumed() found anything unmatched; lists the names with did-you-mean hints.
+
+    Attributes:
+      missing: target names the checkpoint has no value for.
+      unexpected: checkpoint names no target took (reported; they fail only assert_consumed).
+    """
 
     def __init__(self, message: str, missing: list[str] | None = None,
                  unexpected: list[str] | None = None) -> None:

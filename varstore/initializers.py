@@ -3,6 +3,8 @@
 Formulas and defaults follow tf.keras.initializers (TF 2.x): fans as
 `_compute_fans`, VarianceScaling with the 0.87962566103423978 truncated-normal
 correction, Orthogonal via QR with the sign fix, Identity for 2-D shapes.
+TF1's spellings with TF1's defaults (tf.compat.v1.random_normal_initializer,
+stddev 1.0, ...) live in initializers_v1.py and reuse these formulas.
 Randomness is reproducible from (seed, full variable name): the same seed and
 name give the same values whatever the creation order. Knows nothing about
 variables, stores or devices; never does file I/O.

@@ -39,6 +39,7 @@ from varstore import dtypes as _dtypes
 from varstore.checkpoint import VarstoreReader
 from varstore.checkpoint import restore as _restore
 from varstore.checkpoint.entry import SaveEntry
+from varstore.checkpoint.name_hints import missing_with_hints
 from varstore.errors import (
     CorruptCheckpointError,
     DtypeMismatchError,
@@ -227,7 +228,7 @@ def restore(path: PathLike | VarstoreReader, like: Any, *, strict: bool = True, 
         if missing or unexpected:
             raise RestoreError(
                 f"restoring '{where}' into the template failed: leaves the checkpoint has no value for: "
-                f"{missing}; checkpoint values no leaf takes: {unexpected}"
+                f"{missing_with_hints(missing, reader.keys())}; checkpoint values no leaf takes: {unexpected}"
                 + ("; pass strict=False to ignore the latter" if unexpected else ""),
                 missing=missing, unexpected=unexpected)
         buffers: dict[str, np.ndarray] = {}

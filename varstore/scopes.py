@@ -19,7 +19,13 @@ from typing import Any, overload
 import numpy.typing as npt
 
 from varstore import _naming, ownership, partitioners, partitioning, reuse as rules
-from varstore.collections import GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES, CollectionRegistry
+from varstore.collections import (
+    GLOBAL_VARIABLES,
+    LOCAL_VARIABLES,
+    MODEL_VARIABLES,
+    TRAINABLE_VARIABLES,
+    CollectionRegistry,
+)
 from varstore.errors import ScopeError
 from varstore.placement import DeviceSpec
 from varstore.reuse import PartialShape
@@ -54,12 +60,67 @@ class VariableStore:
     # ------------------------------------------------------------------ scopes
     def current_scope(self) -> VariableScope:
         """The innermost active scope of this store in this thread (the root scope when none)."""
-        for store, scope in reversed(FRAMES.stack):
+        for store, scope, _ in reversed(FRAMES.stack):
             if store is self:
                 return scope
         return self._root
 
     get_variable_scope = current_scope
+
+    def current_name_scope(self) -> str:
+        """The innermost name scope of this store in this thread, without a trailing "/" ("" at the root), as tf.Graph.get_name_scope."""
+        for store, _, name_scope in reversed(FRAMES.stack):
+            if store is self:
+                return name_scope
+        return ""
+
+    def _open_name_scope(self, name: str | None) -> str:
+        """The name scope `name` opens here, as tf.Graph.name_scope: "" or None: the root; "a/b/": that one, as is;
+        else a new unique one inside the current (claimed, so the next is "name_1"). The caller holds the lock."""
+        if not name:
+            return ""
+        if name.endswith("/"):
+            return _naming.validate_name(name[:-1], "name scope")
+        _naming.validate_name(name, "name scope")
+        return self._namer.unique(_naming.join(self.current_name_scope(), name))
+
+    @contextlib.contextmanager
+    def _frame(self, scope: VariableScope, name_scope: str) -> Iterator[None]:
+        frame = (self, scope, name_scope)
+        FRAMES.stack.append(frame)
+        try:
+            yield
+        finally:
+            for index in range(len(FRAMES.stack) - 1, -1, -1):
+                if FRAMES.stack[index] is frame:
+                    del FRAMES.stack[index]
+                    break
+
+    @contextlib.contextmanager
+    def name_scope(self, name: str | None, default_name: str | None = None) -> Iterator[str]:
+        """Opens a name scope, as tf.compat.v1.name_scope in a graph (tf.name_scope likewise).
+
+        It prefixes the names of `Variable(...)`s created inside, never
+        get_variable names (those follow the variable scope). Re-opening a name
+        makes it unique: "foo", then "foo_1" (names Variables already took
+        count too, as TF's graph-wide unique names).
+
+        Args:
+          name: a name nested in the current name scope; a name ending in "/"
+            (such as a scope's `original_name_scope`) re-enters that scope
+            as is; "" or None (without `default_name`) returns to the root.
+          default_name: used when `name` is None.
+
+        Yields:
+          The full name scope with a trailing "/" ("foo_1/"), "" at the root.
+
+        Raises:
+          InvalidNameError: a malformed name.
+        """
+        with self._lock:
+            opened = self._open_name_scope(default_name if name is None else name)
+        with self._frame(self.current_scope(), opened):
+            yield f"{opened}/" if opened else ""
 
     @contextlib.contextmanager
     def variable_scope(self, name_or_scope: str | VariableScope | None, default_name: str | None = None,
@@ -81,6 +142,12 @@ class VariableStore:
           initializer: default initializer inside (inherited by sub-scopes).
           dtype: default get_variable dtype inside (inherited).
 
+        It also opens a name scope, as TF1: the last part of the name made
+        unique in the current name scope ("foo", then "foo_1" when "foo" is
+        opened again, by name or by object). `Variable(...)` inside is named
+        after the name scope ("foo_1/Variable"), get_variable after the
+        variable scope ("foo/v").
+
         Yields:
           The VariableScope; `scope.reuse_variables()` turns reuse on for the rest of the block.
 
@@ -94,9 +161,12 @@ class VariableStore:
             if isinstance(name_or_scope, VariableScope):
                 if name_or_scope._store is not self:
                     raise ScopeError(f"scope {name_or_scope.name!r} belongs to another VariableStore")
+                last = name_or_scope.name.split("/")[-1]  # TF opens a name scope for the last part only
+                name_scope = self._open_name_scope(last) if last else self.current_name_scope()
                 scope = VariableScope(self, name_or_scope.name, reuse if reuse else name_or_scope.reuse,
                                       initializer if initializer is not None else name_or_scope.initializer,
-                                      dtype if dtype is not None else name_or_scope.dtype)
+                                      dtype if dtype is not None else name_or_scope.dtype,
+                                      name_or_scope.original_name_scope)
                 saved_counts: dict[str, int] | None = dict(self._scope_counts)
             else:
                 if name_or_scope is None:
@@ -106,23 +176,22 @@ class VariableStore:
                         raise ScopeError(f"reuse={reuse!r} cannot be used with default_name "
                                          f"{default_name!r}; pass name_or_scope to reuse a scope")
                     _naming.validate_name(default_name, "scope name")
+                    name_scope = self._open_name_scope(default_name)
                     name_or_scope = self._unique_scope_name(parent.name, default_name)
-                _naming.validate_name(name_or_scope, "scope name")
+                else:
+                    _naming.validate_name(name_or_scope, "scope name")
+                    name_scope = self._open_name_scope(name_or_scope)
                 scope = VariableScope(self, _naming.join(parent.name, name_or_scope),
                                       reuse or parent.reuse,  # reuse is inherited, as TF1
                                       initializer if initializer is not None else parent.initializer,
-                                      dtype if dtype is not None else parent.dtype)
+                                      dtype if dtype is not None else parent.dtype,
+                                      f"{name_scope}/" if name_scope else "")
                 saved_counts = None
             self._scope_counts[scope.name] = self._scope_counts.get(scope.name, 0) + 1
-        frame = (self, scope)
-        FRAMES.stack.append(frame)
         try:
-            yield scope
+            with self._frame(scope, name_scope):
+                yield scope
         finally:
-            for index in range(len(FRAMES.stack) - 1, -1, -1):
-                if FRAMES.stack[index] is frame:
-                    del FRAMES.stack[index]
-                    break
             with self._lock:
                 if saved_counts is not None:
                     self._scope_counts = saved_counts
@@ -142,7 +211,7 @@ class VariableStore:
 
     # -------------------------------------------------------- variable hooks
     def claim_name(self, name: str | None) -> str:
-        """A unique full name for a Variable(...) in the current scope ("Variable", "Variable_1", ...).
+        """A unique full name for a Variable(...) in the current NAME scope ("Variable", "foo_1/Variable_1", ...), as TF1.
 
         Part of the `VariableRegistry` protocol (`Variable.__init__` calls it).
 
@@ -151,7 +220,7 @@ class VariableStore:
         """
         base = "Variable" if name is None else _naming.validate_name(name)
         with self._lock:
-            return self._namer.unique(_naming.join(self.current_scope().name, base))
+            return self._namer.unique(_naming.join(self.current_name_scope(), base))
 
     def track_variable(self, var: Variable, collections: Sequence[str] | str | None, trainable: bool, *,
                        weak: bool) -> None:
@@ -299,17 +368,21 @@ class VariableStore:
             refs = list(self._order)
         return [v for v in (r() for r in refs) if v is not None]
 
-    def global_variables(self) -> list[Variable]:
-        """The GLOBAL_VARIABLES collection."""
-        return self.get_collection(GLOBAL_VARIABLES)
+    def global_variables(self, scope: str | None = None) -> list[Variable]:
+        """The GLOBAL_VARIABLES collection, those whose name `re.match(scope, name)` accepts when `scope` is given (as tf.compat.v1.global_variables)."""
+        return self.get_collection(GLOBAL_VARIABLES, scope)
 
-    def trainable_variables(self) -> list[Variable]:
-        """The TRAINABLE_VARIABLES collection."""
-        return self.get_collection(TRAINABLE_VARIABLES)
+    def trainable_variables(self, scope: str | None = None) -> list[Variable]:
+        """The TRAINABLE_VARIABLES collection, filtered by `scope` as `global_variables`."""
+        return self.get_collection(TRAINABLE_VARIABLES, scope)
 
-    def local_variables(self) -> list[Variable]:
-        """The LOCAL_VARIABLES collection."""
-        return self.get_collection(LOCAL_VARIABLES)
+    def local_variables(self, scope: str | None = None) -> list[Variable]:
+        """The LOCAL_VARIABLES collection, filtered by `scope` as `global_variables`."""
+        return self.get_collection(LOCAL_VARIABLES, scope)
+
+    def model_variables(self, scope: str | None = None) -> list[Variable]:
+        """The MODEL_VARIABLES collection, filtered by `scope` as `global_variables` (tf.compat.v1.model_variables)."""
+        return self.get_collection(MODEL_VARIABLES, scope)
 
     def get_variable_by_name(self, full_name: str) -> Variable | None:
         """The live variable with this full name, or None."""

@@ -44,6 +44,7 @@ from varstore import dtypes as _dtypes
 from varstore.checkpoint import RestoreResult, VarstoreReader
 from varstore.checkpoint import restore as _restore
 from varstore.checkpoint.entry import SaveEntry
+from varstore.checkpoint.name_hints import missing_with_hints
 from varstore.errors import DtypeMismatchError, RestoreError, ShapeMismatchError
 
 __all__ = ["save", "restore", "load", "RestoreResult"]
@@ -195,7 +196,8 @@ def _restore_into(reader: VarstoreReader, tensors: dict[str, torch.Tensor], stri
     unexpected = [name for name in reader.keys() if name not in used]
     if strict and (missing or unexpected):
         raise RestoreError(
-            f"restoring '{reader.path}' strictly failed: tensors the checkpoint has no value for: {missing}; "
+            f"restoring '{reader.path}' strictly failed: tensors the checkpoint has no value for: "
+            f"{missing_with_hints(missing, unexpected or reader.keys())}; "
             f"checkpoint values no tensor takes: {unexpected}; pass strict=False to restore the "
             f"intersection", missing=missing, unexpected=unexpected)
     direct: dict[str, Any] = {}        # checkpoint name -> NumPy view of a CPU tensor (vs.restore fills it)

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from varstore import devices, dtypes
 from varstore._array_interop import ArrayInterop
-from varstore.errors import DtypeMismatchError, UnsupportedDtypeError
+from varstore.errors import DtypeMismatchError, UnsupportedDtypeError, ValueOutOfRangeError
 
 __all__ = ["convert_value", "is_python_value"]
 
@@ -48,10 +48,18 @@ def _tf_dtype(value: Any, inferred: np.dtype) -> np.dtype:
             return np.dtype(np.int32)
         if arr.max() <= np.iinfo(np.int64).max:
             return np.dtype(np.int64)
-        raise DtypeMismatchError(f"integer value {value!r} does not fit int64")
+        raise ValueOutOfRangeError(f"integer value {reprlib.repr(value)} does not fit int64")
     if kind == "c":
         return np.dtype(np.complex128)
     return inferred
+
+
+def _overflowed(inferred: npt.NDArray[Any], result: npt.NDArray[Any]) -> bool:
+    """Whether a finite Python number became inf in `result` (TF's ErrorOutOfRangeDouble)."""
+    finite = np.isfinite(inferred)
+    if not finite.any():
+        return False
+    return bool((~np.isfinite(result) & finite).any())
 
 
 def convert_value(value: Any, dtype: npt.DTypeLike | None = None, *, what: str = "a variable") -> Any:
@@ -66,7 +74,9 @@ def convert_value(value: Any, dtype: npt.DTypeLike | None = None, *, what: str =
       what: how to name the target in errors.
 
     Raises:
-      DtypeMismatchError: the value cannot be cast to `dtype`, or a Python int overflows it.
+      DtypeMismatchError: the value cannot be cast to `dtype`.
+      ValueOutOfRangeError: a Python number does not fit `dtype` (1e40 as
+        float32, 2**40 as int32); TF raises ValueError here, and this is one.
       UnsupportedDtypeError: object / ragged values.
     """
     target = None if dtype is None else dtypes.as_dtype(dtype)
@@ -90,11 +100,18 @@ def convert_value(value: Any, dtype: npt.DTypeLike | None = None, *, what: str =
                 f"{_KIND_NAMES.get(inferred.dtype.kind, inferred.dtype.name)} values do not cast to "
                 f"{target.name} under NumPy's 'same_kind' rule")
         try:
-            return np.asarray(value, dtype=target)
+            with np.errstate(over="ignore"):
+                result = np.asarray(value, dtype=target)
         except OverflowError as err:
-            raise DtypeMismatchError(
+            raise ValueOutOfRangeError(
                 f"cannot convert {reprlib.repr(value)} to {target.name} for {what}: the value overflows "
                 f"{target.name}") from err
+        if _kind(target) in "fc" and inferred.dtype.kind in "iufc" and _overflowed(inferred, result):
+            raise ValueOutOfRangeError(
+                f"cannot convert {reprlib.repr(value)} to {target.name} for {what}: a finite value is beyond "
+                f"the largest {target.name} and would become inf "
+                f"(as tf.Variable(1e40) refuses it); pass dtype=np.float64 or a smaller value")
+        return result
     else:
         arr = np.asarray(value)  # objects with __array__ (torch, jax, ...)
     dtypes.as_dtype(arr.dtype)  # rejects object / structured dtypes

@@ -46,13 +46,17 @@ class VariableScope:
       reuse: False, True or AUTO_REUSE.
       initializer: default initializer for get_variable, or None.
       dtype: default dtype for get_variable, or None (float32).
-      original_name_scope: `name + "/"` ("" for the root).
+      original_name_scope: the name scope opened when this scope was first
+        entered, with a trailing "/": "foo/" the first time variable_scope("foo")
+        opens, "foo_1/" the second time (as TF1); "" for the root.
     """
 
     def __init__(self, store: object, name: str, reuse: Reuse = False,
-                 initializer: InitializerSpec = None, dtype: npt.DTypeLike | None = None) -> None:
+                 initializer: InitializerSpec = None, dtype: npt.DTypeLike | None = None,
+                 original_name_scope: str | None = None) -> None:
         self._store = store
         self._name = name
+        self._original_name_scope = f"{name}/" if original_name_scope is None and name else (original_name_scope or "")
         self._reuse: Reuse = reuse if reuse else False
         self.initializer = initializer
         self.dtype = None if dtype is None else dtypes.as_dtype(dtype)
@@ -68,7 +72,7 @@ class VariableScope:
 
     @property
     def original_name_scope(self) -> str:
-        return f"{self._name}/" if self._name else ""
+        return self._original_name_scope
 
     @property
     def reuse(self) -> Reuse:
@@ -92,8 +96,10 @@ class VariableScope:
 
 class _Frames(threading.local):
     def __init__(self) -> None:
-        self.stack: list[tuple[object, VariableScope]] = []  # (store, scope), innermost last
+        self.stack: list[tuple[object, VariableScope, str]] = []  # (store, scope, name scope), innermost last
 
 
-#: The scopes open in this thread, innermost last, each with its store.
+#: The scopes open in this thread, innermost last, each with its store and its name scope
+#: ("" at the root, "foo_1" without the trailing "/"): Variable(...) names follow the name scope,
+#: get_variable names the variable scope (TF1's two stacks).
 FRAMES = _Frames()

@@ -14,23 +14,19 @@ import difflib
 import fnmatch
 import json
 import math
+import os
 from typing import Any
 
 import click
 
 from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo
-from varstore.errors import CheckpointNotFoundError, UnknownVariableError
+from varstore.errors import CheckpointNotFoundError, NotACheckpointError, UnknownVariableError, VarstoreError
 from varstore.inspect import diff_checkpoints, scope_tree, variable_stats
+from varstore_cli.terminal import echo_line
 from varstore_cli import formatting as fmt
-from varstore_cli.convert_command import convert_command
-from varstore_cli.options import (
-    echo_json,
-    format_option,
-    open_reader,
-    say,
-    skip_object_arrays_option,
-    storage_option,
-)
+from varstore_cli.convert_command import convert_command, make_progress, stderr_is_terminal
+from varstore_cli.options import (echo_json, format_option, is_url, open_reader, skip_object_arrays_option,
+                                  storage_option, storage_options)
 
 __all__ = ["COMMANDS", "ATTRIBUTES_SUFFIX"]
 
@@ -103,6 +99,14 @@ def _resolve_name(reader: CheckpointReader, name: str) -> str:
         return name
     if name + ATTRIBUTES_SUFFIX in keys:
         return name + ATTRIBUTES_SUFFIX
+    scope = name.rstrip("/")
+    inside = [key for key in keys if key.startswith(scope + "/")] if scope else []
+    if inside:  # `conv1` and `conv1/` alike: a scope, not a variable
+        shown = ", ".join(inside[:5]) + (", ..." if len(inside) > 5 else "")
+        raise UnknownVariableError(
+            f"'{name}' in '{reader.location}' is a scope of {fmt.plural(len(inside), 'variable')} ({shown}), "
+            f"not a variable: show one of them, or `varstore ls {reader.location} --filter '{scope}/*'` "
+            f"lists them")
     close = difflib.get_close_matches(name, keys, n=3)
     hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
     raise UnknownVariableError(
@@ -112,7 +116,7 @@ def _resolve_name(reader: CheckpointReader, name: str) -> str:
 
 # ----------------------------------------------------------------------- ls
 @click.command("ls")
-@click.argument("path", type=click.Path())
+@click.argument("path", type=click.Path(readable=False))  # the library names an unreadable path
 @click.option("--filter", "pattern", metavar="GLOB", help="Only names matching this shell glob ('encoder/*').")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.ls/1 JSON document.")
 @click.option("--tree", is_flag=True, help="Show the scope tree with per-scope totals.")
@@ -134,7 +138,13 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
     if list_checkpoints:
         _list_checkpoints(path, as_json)
         return
-    with open_reader(path, format_, skip_object_arrays) as reader:
+    try:
+        opened = open_reader(path, format_, skip_object_arrays)
+    except NotACheckpointError:  # a folder that holds checkpoints rather than being one
+        if format_ is not None or is_url(path) or not os.path.isdir(path) or not _list_folder(path, as_json):
+            raise
+        return
+    with opened as reader:
         infos = reader.infos()
         if pattern is not None:
             infos = [i for i in infos if fnmatch.fnmatchcase(i.name, pattern)
@@ -158,7 +168,7 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
                 document["tree"] = scope_tree(shown).to_json()
             echo_json(document)
             return
-        say(_describe(reader))
+        echo_line(_describe(reader))
         if tree:
             lines = fmt.tree_lines(scope_tree(shown), label=".")
         else:
@@ -167,42 +177,74 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
             lines = fmt.table(rows, ["name", "shape", "dtype", "size", "trainable", "collections"],
                               right=(3,)) if rows else []
         for line in lines:
-            say(line)
+            echo_line(line)
         filtered = f" matching '{pattern}'" if pattern is not None else ""
-        say(f"total: {fmt.plural(totals['variables'], 'variable')}{filtered}, "
+        echo_line(f"total: {fmt.plural(totals['variables'], 'variable')}{filtered}, "
                    f"{fmt.plural(totals['elements'], 'element')}, {fmt.human_size(totals['nbytes'])}")
         for line in _partition_lines(reader, {i.name for i in infos}):
-            say(line)
+            echo_line(line)
         if reader.skipped:
-            say(f"skipped {fmt.plural(len(reader.skipped), 'entry', 'entries')}:")
+            echo_line(f"skipped {fmt.plural(len(reader.skipped), 'entry', 'entries')}:")
             for line in fmt.table([[s.name, s.reason] for s in reader.skipped]):
-                say("  " + line)
+                echo_line("  " + line)
+
+
+def _list_folder(path: str, as_json: bool) -> bool:
+    """Lists the checkpoints directly in folder `path` (each one's format; a manager directory's latest).
+
+    Returns False, printing nothing, when the folder holds none.
+    """
+    from varstore.checkpoint.managed import is_manager_directory, latest_checkpoint
+    from varstore.convert import detect_format
+
+    entries = []
+    for entry in sorted(os.scandir(path), key=lambda e: e.name):
+        if entry.name.startswith("."):
+            continue
+        try:
+            kind = detect_format(entry.path)
+        except (VarstoreError, OSError):
+            if not entry.is_dir() or not is_manager_directory(entry.path):
+                continue
+            latest = latest_checkpoint(entry.path)
+            kind = f"manager directory, latest {os.path.basename(str(latest))}" if latest else "manager directory"
+        entries.append({"name": entry.name, "path": os.path.join(path, entry.name), "format": kind})
+    if not entries:
+        return False
+    if as_json:
+        echo_json({"schema": "varstore.folder/1", "directory": path, "checkpoints": entries})
+        return True
+    echo_line(f"{path}: a folder of {fmt.plural(len(entries), 'checkpoint')} "
+               f"(`varstore ls {os.path.join(path, '<name>')}` lists one)")
+    for line in fmt.table([[e["name"], e["format"]] for e in entries], ["name", "format"]):
+        echo_line(line.rstrip())
+    return True
 
 
 def _list_checkpoints(path: str, as_json: bool) -> None:
     from varstore.checkpoint.managed import is_manager_directory, list_checkpoints
 
-    if not is_manager_directory(path):
+    if not is_manager_directory(path, storage_options()):
         raise CheckpointNotFoundError(
             f"'{path}' is not a CheckpointManager directory (no 'latest' pointer and no "
             f"'<name>-<step>.h5' or '.zarr' entries); --checkpoints lists a manager directory")
-    found = list_checkpoints(path)
+    found = list_checkpoints(path, storage_options())
     if as_json:
         echo_json({"schema": "varstore.checkpoints/1", "directory": path,
                     "checkpoints": [{"path": str(c.path), "step": c.step, "created_utc": c.created_utc,
                                      "nbytes": c.nbytes, "latest": c.latest} for c in found]})
         return
-    rows = [[c.path.name, f"{c.step:,}", c.created_utc[:19].replace("T", " "), fmt.human_size(c.nbytes),
+    rows = [[os.path.basename(str(c.path)), f"{c.step:,}", c.created_utc[:19].replace("T", " "), fmt.human_size(c.nbytes),
              "latest" if c.latest else ""] for c in found]
     for line in fmt.table(rows, ["checkpoint", "step", "created (UTC)", "size", ""], right=(1, 3)):
-        say(line.rstrip())
-    say(f"total: {fmt.plural(len(found), 'checkpoint')}, "
+        echo_line(line.rstrip())
+    echo_line(f"total: {fmt.plural(len(found), 'checkpoint')}, "
                f"{fmt.human_size(sum(c.nbytes for c in found))}")
 
 
 # --------------------------------------------------------------------- show
 @click.command("show")
-@click.argument("path", type=click.Path())
+@click.argument("path", type=click.Path(readable=False))  # the library names an unreadable path
 @click.argument("name")
 @click.option("--values", "count", type=click.IntRange(min=0), default=10, show_default=True, metavar="N",
               help="Print the first N values (in C order); 0 prints none.")
@@ -252,16 +294,16 @@ def show_command(path: str, name: str, count: int, as_json: bool, format_: str |
             rows.append([f"values[:{len(first)}]" if len(first) < stats.count else "values",
                          fmt.format_values(first)])
         for line in fmt.table(rows):
-            say(line)
+            echo_line(line)
 
 
 # --------------------------------------------------------------------- diff
 @click.command("diff")
-@click.argument("a", type=click.Path())
-@click.argument("b", type=click.Path())
-@click.option("--rtol", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.argument("a", type=click.Path(readable=False))  # the library names an unreadable path
+@click.argument("b", type=click.Path(readable=False))  # the library names an unreadable path
+@click.option("--rtol", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="R",
               help="Relative tolerance: equal when |a-b| <= atol + rtol*max(|a|,|b|).")
-@click.option("--atol", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--atol", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="A",
               help="Absolute tolerance.")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.diff/1 JSON document.")
 @storage_option
@@ -273,13 +315,17 @@ def diff_command(ctx: click.Context, a: str, b: str, rtol: float, atol: float, a
     whose values differ. Exit status 0 when equal, 1 when they differ, 2 on
     error (as diff(1))."""
     with open_reader(a) as reader_a, open_reader(b) as reader_b:
-        result = diff_checkpoints(reader_a, reader_b, rtol=rtol, atol=atol)
+        progress, close = make_progress(enabled=not as_json and stderr_is_terminal())
+        try:
+            result = diff_checkpoints(reader_a, reader_b, rtol=rtol, atol=atol, progress=progress)
+        finally:
+            close()
         if as_json:
             echo_json({"schema": "varstore.diff/1", "a": _checkpoint_json(reader_a),
                         "b": _checkpoint_json(reader_b), **result.to_json()})
         else:
-            say(f"--- {_describe(reader_a)}")
-            say(f"+++ {_describe(reader_b)}")
+            echo_line(f"--- {_describe(reader_a)}")
+            echo_line(f"+++ {_describe(reader_b)}")
             rows = [["added", n, _brief(reader_b.info(n))] for n in result.added]
             rows += [["removed", n, _brief(reader_a.info(n))] for n in result.removed]
             rows += [["shape", c.name, f"{fmt.format_shape(c.shape_a)} -> {fmt.format_shape(c.shape_b)}"]
@@ -293,14 +339,14 @@ def diff_command(ctx: click.Context, a: str, b: str, rtol: float, atol: float, a
                                f", max rel diff {fmt.format_number(d.max_rel_diff)}")
                 rows.append(["values", d.name, detail])
             for line in fmt.table(rows):
-                say(line)
+                echo_line(line)
             summary = [f"{len(result.equal):,} equal", f"{len(result.added):,} added",
                        f"{len(result.removed):,} removed", f"{len(result.shape_changed):,} shape changed",
                        f"{len(result.dtype_changed):,} dtype changed",
                        f"{len(result.values_differ):,} values differ"]
             tolerance = f" (rtol {rtol:g}, atol {atol:g})" if rtol or atol else " (exact)"
             verdict = "checkpoints differ" if result.differs else "checkpoints are equal"
-            say(f"{verdict}{tolerance}: {', '.join(summary)}")
+            echo_line(f"{verdict}{tolerance}: {', '.join(summary)}")
     ctx.exit(1 if result.differs else 0)
 
 
@@ -310,7 +356,7 @@ def _brief(info: VariableInfo) -> str:
 
 # ------------------------------------------------------------------- verify
 @click.command("verify")
-@click.argument("path", type=click.Path())
+@click.argument("path", type=click.Path(readable=False))  # the library names an unreadable path
 @format_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.verify/1 JSON document.")
 @skip_object_arrays_option
@@ -322,7 +368,11 @@ def verify_command(path: str, format_: str | None, as_json: bool, skip_object_ar
     Exit status 0 when all is well; 2 with the first bad variable named."""
     with open_reader(path, format_, skip_object_arrays) as reader:
         infos = reader.infos()
-        reader.verify()
+        progress, close = make_progress(enabled=not as_json and stderr_is_terminal())
+        try:
+            reader.verify(progress) if progress is not None else reader.verify()
+        finally:
+            close()
         checked = sum(1 for i in infos if i.checksum is not None)
         total = sum(i.nbytes for i in infos)
         if as_json:
@@ -331,7 +381,7 @@ def verify_command(path: str, format_: str | None, as_json: bool, skip_object_ar
             return
         how = (f"{fmt.plural(checked, 'checksum')} matched" if checked
                else "no checksums recorded; every variable read back")
-        say(f"ok: {_describe(reader)}: {fmt.plural(len(infos), 'variable')}, "
+        echo_line(f"ok: {_describe(reader)}: {fmt.plural(len(infos), 'variable')}, "
                    f"{fmt.human_size(total)}, {how}")
 
 

@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 import click
 
+from varstore_cli.terminal import echo_line
 from varstore_cli import formatting as fmt
 from varstore_cli.options import (
     FormatOption,
@@ -22,10 +23,10 @@ from varstore_cli.options import (
     read_format_help,
     reader_options,
     resolve_path,
-    say,
     skip_object_arrays_option,
     storage_option,
     storage_options,
+    with_latest_on_a_bucket,
     write_format_help,
 )
 
@@ -88,6 +89,11 @@ def make_progress(enabled: bool, stream: TextIO | None = None, mininterval_s: fl
     return update, close
 
 
+def stderr_is_terminal() -> bool:
+    """True when stderr is a terminal (a progress bar is drawn only then; never under CliRunner or a pipe)."""
+    return _stderr_is_terminal()
+
+
 def _stderr_is_terminal() -> bool:
     isatty = getattr(sys.stderr, "isatty", None)  # click's CliRunner and pipes give False
     return bool(isatty and isatty())
@@ -109,8 +115,8 @@ def _report_json(report: Any) -> dict[str, Any]:
 
 
 @click.command("convert")
-@click.argument("src", type=click.Path())
-@click.argument("dst", type=click.Path())
+@click.argument("src", type=click.Path(readable=False))  # the library names an unreadable path
+@click.argument("dst", type=click.Path(readable=False))  # the library names an unreadable path
 @click.option("--from", "from_format", metavar="F", cls=FormatOption,
               help_text=lambda: f"Source format (default: detected). {read_format_help()}")
 @click.option("--to", "to_format", metavar="F", cls=FormatOption, help_text=write_format_help)
@@ -127,12 +133,20 @@ def _report_json(report: Any) -> dict[str, Any]:
 @click.option("--max-shard-size", metavar="SIZE",
               help="Write a sharded safetensors directory (HuggingFace layout) with shards of at most SIZE "
                    "(500MB, 5GB, 2GiB or bytes).")
-@click.option("--dequantize", is_flag=True, help="GGUF: read Q8_0/Q4_0/Q4_1 tensors as float32 instead of raw blocks.")
+@click.option("--option", "write_options", metavar="KEY=VALUE", multiple=True,
+              help="A destination writer's option (repeatable; VALUE is read as JSON when it parses): "
+                   "gguf_type=q8_0 (GGUF: f32, f16, bf16, q8_0), partitions='{\"emb\": 3}' (TF: "
+                   "parts along axis 0, cut as fixed_size_partitioner).")
+@click.option("--dequantize", is_flag=True,
+              help="GGUF: read quantized tensors as float32 (Q4_0 ... Q8_0, K- and IQ-quants with the gguf package "
+                   "of the [convert] extra) instead of raw blocks; the tensors left raw are named.")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.convert/1 JSON document; no progress bar.")
+@click.option("-v", "--verbose", is_flag=True, help="List every renamed variable (old -> new), not only their count.")
 @storage_option
 def convert_command(src: str, dst: str, from_format: str | None, to_format: str | None, pattern: str | None,
                     renames: tuple[str, ...], separator: str | None, force: bool, skip_object_arrays: bool,
-                    dtype: str | None, max_shard_size: str | None, dequantize: bool, as_json: bool) -> None:
+                    dtype: str | None, max_shard_size: str | None, write_options: tuple[str, ...], dequantize: bool,
+                    as_json: bool, verbose: bool) -> None:
     """Convert a checkpoint to another format.
 
     Streams SRC to DST variable by variable, so memory stays near the largest
@@ -145,33 +159,42 @@ def convert_command(src: str, dst: str, from_format: str | None, to_format: str 
     remote_source = is_url(src)
     src = src if remote_source else resolve_path(src)
     from varstore.convert import convert
+    from varstore.convert.format_entry import parse_write_options
 
     progress, close = make_progress(enabled=not as_json and _stderr_is_terminal())
     try:
         options: dict[str, Any] = {"dequantize": True} if dequantize else {}
-        report = convert(src, dst, from_format=from_format, to_format=to_format, filter=pattern,
-                         rename=rename, dtype=dtype, progress=progress, separator=separator, force=force,
-                         max_shard_size=max_shard_size, storage_options=storage_options(),
-                         **({} if remote_source else reader_options(src, from_format, skip_object_arrays)),
-                         **options)
+
+        def convert_from(source: str) -> Any:
+            return convert(source, dst, from_format=from_format, to_format=to_format, filter=pattern,
+                           rename=rename, dtype=dtype, progress=progress, separator=separator, force=force,
+                           max_shard_size=max_shard_size, write_options=parse_write_options(write_options),
+                           storage_options=storage_options(),
+                           **({} if remote_source else reader_options(source, from_format, skip_object_arrays)),
+                           **options)
+
+        # a manager directory on a bucket: its latest checkpoint
+        report = with_latest_on_a_bucket(src, convert_from) if remote_source else convert_from(src)
     finally:
         close()
     document = _report_json(report)
     if as_json:
         echo_json({"schema": "varstore.convert/1", **document})
         return
-    say(_convert_summary(document))
-    if document["renamed"]:
-        say(f"renamed {fmt.plural(len(document['renamed']), 'variable')}:")
-        for line in fmt.table([[old, "->", new] for old, new in document["renamed"].items()]):
-            say("  " + line)
+    echo_line(_convert_summary(document))
+    if document["renamed"]:  # a count; the list (one line per name: thousands for a model) with -v
+        count = fmt.plural(len(document["renamed"]), "variable")
+        echo_line(f"renamed {count}:" if verbose else f"renamed {count} (-v lists them)")
+        if verbose:
+            for line in fmt.table([[old, "->", new] for old, new in document["renamed"].items()]):
+                echo_line("  " + line)
     for note in document["notes"]:
-        say(f"note: {note}")
+        echo_line(f"note: {note}")
     skipped = document["skipped"]
     if skipped:
-        say(f"skipped {fmt.plural(len(skipped), 'entry', 'entries')}:")
+        echo_line(f"skipped {fmt.plural(len(skipped), 'entry', 'entries')}:")
         for line in fmt.table([[s["name"], s["reason"]] for s in skipped]):
-            say("  " + line)
+            echo_line("  " + line)
 
 
 def _convert_summary(document: dict[str, Any]) -> str:

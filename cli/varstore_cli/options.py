@@ -2,7 +2,7 @@
 
 `open_reader` opens a checkpoint through the library (a CheckpointManager
 directory means its latest checkpoint); `echo_json` prints the versioned
-JSON documents of docs/cli.md and `say` prints one terminal-safe line. Defines no command and catches no library
+JSON documents of docs/cli.md. Defines no command and catches no library
 error (main.py turns them into exit codes).
 """
 
@@ -14,14 +14,13 @@ from typing import Any
 
 import click
 
+from varstore_cli.terminal import escape_json_text
 from varstore.checkpoint.reader_api import CheckpointReader
 from varstore.errors import CheckpointNotFoundError
-from varstore_cli.terminal import escape_for_terminal, escape_json_text
 
 __all__ = [
     "FormatOption",
     "echo_json",
-    "say",
     "format_option",
     "is_url",
     "open_reader",
@@ -31,6 +30,7 @@ __all__ = [
     "skip_object_arrays_option",
     "storage_option",
     "storage_options",
+    "with_latest_on_a_bucket",
     "write_format_help",
 ]
 
@@ -69,17 +69,40 @@ def format_option() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 def resolve_path(path: str) -> str:
     """PATH as given, or for a CheckpointManager directory its latest checkpoint (tf.train.latest_checkpoint).
 
+    A directory on an object store (s3://bucket/runs/b2) is resolved the same way.
+
     Raises:
       CheckpointNotFoundError: a manager directory without checkpoints.
     """
     from varstore.checkpoint.managed import is_manager_directory, latest_checkpoint
 
+    if is_url(path):  # asked only once nothing is committed at the URL itself (see open_reader)
+        remote = latest_checkpoint(path, storage_options())
+        return path if remote is None else str(remote)
     if not is_manager_directory(path):
         return path
     latest = latest_checkpoint(path)
     if latest is None:
         raise CheckpointNotFoundError(f"'{path}' is a CheckpointManager directory without checkpoints")
     return str(latest)
+
+
+def with_latest_on_a_bucket(url: str, call: Callable[[str], Any]) -> Any:
+    """call(url); when nothing is committed at `url` but it is a CheckpointManager directory on an object store
+    (s3://bucket/runs/b2), call(its latest checkpoint) instead, as resolve_path does for a local directory.
+
+    A checkpoint URL costs no request more; only a miss looks for the manager's "latest" pointer.
+
+    Raises:
+      CheckpointNotFoundError: nothing at `url`, and it is no manager directory with checkpoints.
+    """
+    try:
+        return call(url)
+    except CheckpointNotFoundError:
+        latest = resolve_path(url)
+        if latest == url:
+            raise
+    return call(latest)
 
 
 def reader_options(path: str, format: str | None, skip_object_arrays: bool) -> dict[str, Any]:
@@ -132,7 +155,8 @@ def open_reader(path: str, format: str | None = None, skip_object_arrays: bool =
     from varstore.convert import open_checkpoint  # the converters are imported only when needed
 
     if is_url(path):
-        return open_checkpoint(path, format=format, storage_options=storage_options())
+        return with_latest_on_a_bucket(path, lambda where: open_checkpoint(where, format=format,
+                                                                           storage_options=storage_options()))
     path = resolve_path(path)
     return open_checkpoint(path, format=format, **reader_options(path, format, skip_object_arrays))
 
@@ -145,7 +169,7 @@ def skip_object_arrays_option(function: Callable[..., Any]) -> Callable[..., Any
 
 def _compact(value: Any) -> str:
     # allow_nan=False: the schemas spell non-finite numbers as strings, so a NaN here is a bug
-    return escape_json_text(json.dumps(value, ensure_ascii=False, allow_nan=False))
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
 def echo_json(document: dict[str, Any]) -> None:
@@ -164,9 +188,4 @@ def echo_json(document: dict[str, Any]) -> None:
         else:
             lines.append(f"  {_compact(key)}: {_compact(value)}{comma}")
     lines.append("}")
-    click.echo("\n".join(lines))
-
-
-def say(text: str, err: bool = False) -> None:
-    """Prints `text` as one escaped line: a newline or ESC inside it cannot start a row or move the cursor."""
-    click.echo(escape_for_terminal(text), err=err)
+    click.echo(escape_json_text("\n".join(lines)))

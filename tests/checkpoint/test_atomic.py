@@ -116,5 +116,8 @@ def test_live_writers_temporaries_are_not_swept(tmp_path: Path) -> None:
     live.write_bytes(b"x")
     dead = tmp_path / "m.h5.tmp-999999999-cafe0000"
     dead.write_bytes(b"x")
+    for temporary, pid in ((live, os.getpid()), (dead, 999999999)):  # the owner markers a writer creates
+        (tmp_path / f".{temporary.name}.varstore-temporary").write_bytes(b"varstore temporary of pid %d" % pid)
     assert atomic.sweep_stale(final) == [dead]
     assert live.exists() and not dead.exists()
+    assert not (tmp_path / f".{dead.name}.varstore-temporary").exists()

@@ -36,8 +36,12 @@ def test_convert_json_filter_rename_dtype(run, tf_checkpoint, tmp_path):
         assert reader.info("enc/layer_b/weights").dtype == "float16"
 
 
-def test_convert_text_lists_renames(run, tf_checkpoint, tmp_path):
+def test_convert_text_counts_renames_and_lists_them_with_v(run, tf_checkpoint, tmp_path):
     out = run("convert", "--filter", "state/*", "--rename", "state/=s/", tf_checkpoint, tmp_path / "s.npz")
+    assert out.exit_code == 0, out.output
+    assert out.stdout.splitlines()[1:] == ["renamed 3 variables (-v lists them)"]
+    out = run("convert", "-v", "--force", "--filter", "state/*", "--rename", "state/=s/", tf_checkpoint,
+              tmp_path / "s.npz")
     assert out.exit_code == 0, out.output
     assert out.stdout.splitlines()[1:] == [
         "renamed 3 variables:",

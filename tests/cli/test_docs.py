@@ -33,3 +33,39 @@ def test_docs_cover_every_command():
     for schema in ("varstore.ls/1", "varstore.show/1", "varstore.diff/1", "varstore.verify/1",
                    "varstore.convert/1"):
         assert f'"schema": "{schema}"' in page, schema
+
+
+def _load_synopsis_script():
+    spec = importlib.util.spec_from_file_location("cli_synopsis", ROOT / "docs" / "cli_synopsis.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_docs_synopsis_is_the_click_commands_own() -> None:
+    synopsis = _load_synopsis_script()
+    page = synopsis.PAGE.read_text(encoding="utf-8")
+    assert synopsis.render(page) == page, "docs/cli.md's synopsis is stale; run `python docs/cli_synopsis.py`"
+    text = synopsis.synopsis()
+    from varstore.convert.registry import read_names, write_names
+    from varstore_cli.main import cli
+
+    for name, command in cli.commands.items():  # every option of every command is on the page
+        assert f"varstore {name} " in text
+        for param in command.params:
+            long = [o for o in param.opts if o.startswith("--") and o != "--help"]
+            assert not long or long[0] in text, (name, long)
+    assert ", ".join(read_names()) in text.replace("\n    ", " ")
+    assert ", ".join(write_names()) in text
+
+
+def test_docs_name_formats_only_through_the_registry_list() -> None:
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    prose = page.split("<!-- end of synopsis -->", 1)[1]
+    assert "`keras3`, `keras2`" not in prose and "`h5`, `zarr`, `safetensors`, `npz`" not in prose
+
+
+def test_docs_describe_the_checkpoints_and_folder_schemas() -> None:
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    for schema in ("varstore.checkpoints/1", "varstore.folder/1"):
+        assert f"**`{schema}`**" in page, schema

@@ -151,5 +151,5 @@ def test_a_value_the_library_rejects_is_one_line(run, fixtures_dir, tmp_path):
     result = run("convert", "--dtype", "int8", fixtures_dir / "npz" / "arrays.npz", tmp_path / "x.h5")
     _assert_one_line_error(result, "int8")
     assert not (tmp_path / "x.h5").exists()
-    result = run("convert", fixtures_dir / "npz" / "arrays.npz", tmp_path / "x.pt")
-    _assert_one_line_error(result, "x.pt")
+    result = run("convert", fixtures_dir / "npz" / "arrays.npz", tmp_path / "x.onnx")
+    _assert_one_line_error(result, "x.onnx")

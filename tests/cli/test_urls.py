@@ -89,3 +89,39 @@ def test_errors_are_one_line_exit_2_and_never_show_secrets(run: Callable[..., Re
     for text in texts:
         for value in (secret, DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"]):
             assert value not in text
+
+
+@pytest.mark.parametrize("fmt", ["h5", "zarr"])
+def test_a_manager_directory_on_a_bucket_is_a_path_for_every_command(run: Callable[..., Result], bucket,
+                                                                     tmp_path: Path, fmt: str) -> None:
+    directory = f"{bucket.prefix}/runs/b2"
+    manager = vs.CheckpointManager(directory, format=fmt)
+    manager.save({"enc/w": np.arange(4.0)}, 100)
+    manager.save({"enc/w": np.arange(4.0) * 2}, 200)
+    latest = f"{directory}/ckpt-200.{fmt}"
+    assert manager.latest == latest
+
+    listed = run("ls", directory)
+    assert listed.exit_code == 0, listed.stderr
+    kind = {"h5": "hdf5", "zarr": "zarr"}[fmt]
+    assert listed.stdout.splitlines()[0] == f"{latest}  (varstore-{kind}, version 1.0, step 200)"
+    shown = run("show", directory, "enc/w")
+    assert shown.exit_code == 0 and "values             [0, 2, 4, 6]" in shown.stdout, shown.output
+    assert run("verify", directory).stdout.startswith(f"ok: {latest}")
+    assert run("diff", directory, latest).exit_code == 0
+    converted = run("convert", directory, tmp_path / "latest.npz")
+    assert converted.exit_code == 0, converted.stderr
+    assert converted.stdout.startswith(f"converted {latest} (varstore-{kind})")
+    with np.load(tmp_path / "latest.npz") as back:
+        assert back["enc/w"].tolist() == [0.0, 2.0, 4.0, 6.0]
+    listed = run("ls", "--checkpoints", directory)
+    assert listed.exit_code == 0, listed.stderr
+    rows = [line.split() for line in listed.stdout.splitlines()]
+    assert [row[:2] for row in rows[1:3]] == [[f"ckpt-100.{fmt}", "100"], [f"ckpt-200.{fmt}", "200"]]
+    assert rows[2][-1] == "latest" and rows[1][-1] != "latest" and rows[3][:3] == ["total:", "2", "checkpoints,"]
+    document = json.loads(run("ls", "--checkpoints", "--json", directory).stdout)
+    assert [(c["path"], c["step"], c["latest"]) for c in document["checkpoints"]] == [
+        (f"{directory}/ckpt-100.{fmt}", 100, False), (latest, 200, True)]
+    assert all(c["nbytes"] > 0 and c["created_utc"].endswith("Z") for c in document["checkpoints"])
+    empty = run("ls", f"{bucket.prefix}/runs/none")
+    assert empty.exit_code == 2 and empty.stderr.startswith("varstore: error: no checkpoint at ")

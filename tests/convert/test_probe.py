@@ -17,13 +17,13 @@ def test_the_probe_reads_a_file_through_one_handle(fixtures_dir: Path, monkeypat
     from varstore.convert import probe as probe_module
 
     opened: list[str] = []
-    real_open = open
+    real_open = probe_module.open_for_reading  # the probe's one open (never blocks on a FIFO)
 
     def counting_open(path: Any, *args: Any, **kwargs: Any) -> Any:
         opened.append(str(path))
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(probe_module, "open", counting_open, raising=False)
+    monkeypatch.setattr(probe_module, "open_for_reading", counting_open)
     path = fixtures_dir / "npz/arrays.npz"
     with Probe(path) as probe:
         assert probe.is_file and probe.size == path.stat().st_size and probe.head == path.read_bytes()[:4096]

@@ -146,7 +146,7 @@ def test_the_cli_lists_and_uses_a_registered_format(toy: FormatEntry, tmp_path: 
         page = " ".join(runner.invoke(cli, [command, "--help"]).output.split())
         assert option in page and "tf, toy, safetensors, npz, gguf, keras3-sharded, pytorch." in page, command
     convert_help = " ".join(runner.invoke(cli, ["convert", "--help"]).output.split())
-    assert "(default: from DST's suffix): h5, zarr, safetensors-sharded, toy, safetensors, npz." in convert_help
+    assert "(default: from DST's suffix): h5, zarr, orbax, dcp, safetensors-sharded, tf, toy, safetensors, npz, gguf, pt." in convert_help
 
     src = _toy_file(tmp_path / "model.bin")  # a pickle suffix, but its bytes are the toy's
     listed = runner.invoke(cli, ["ls", "--json", str(src)])
@@ -201,11 +201,14 @@ def test_builtin_names_aliases_and_order() -> None:
     assert WRITE_FORMATS == {"h5": "h5", "hdf5": "h5", "varstore-hdf5": "h5", "zarr": "zarr",
                              "varstore-zarr": "zarr", "safetensors": "safetensors", "npz": "npz",
                              "safetensors-sharded": "safetensors-sharded", "hf-sharded": "safetensors-sharded",
-                             "sharded-safetensors": "safetensors-sharded"}
+                             "sharded-safetensors": "safetensors-sharded", "gguf": "gguf", "ggml": "gguf",
+                             "pt": "pt", "pytorch": "pt", "torch": "pt", "pth": "pt",
+                             "tf": "tf", "tensorflow": "tf", "dcp": "dcp", "distcp": "dcp", "torch-dcp": "dcp",
+                             "orbax": "orbax", "jax-orbax": "orbax"}
     assert registry.read_names() == ["varstore-hdf5", "varstore-zarr", "keras3", "keras2", "keras", "hdf5",
                                      "zarr", "orbax", "dcp", "safetensors-sharded", "tf", "safetensors", "npz",
                                      "gguf", "keras3-sharded", "pytorch"]
-    assert registry.write_names() == ["h5", "zarr", "safetensors-sharded", "safetensors", "npz"]
+    assert registry.write_names() == ["h5", "zarr", "orbax", "dcp", "safetensors-sharded", "tf", "safetensors", "npz", "gguf", "pt"]
     with pytest.raises(UnsupportedFormatError, match="cannot tell the destination format"):
         registry.writer_for_path(Path("out/model.safetensors.index.json"))  # sharded output is named, not implied
     assert registry.writer_for_path(Path("a/model.weights.h5")).name == "varstore-hdf5"
@@ -217,10 +220,11 @@ def test_unknown_names_list_what_is_accepted() -> None:
     with pytest.raises(UnsupportedFormatError, match=r"unknown checkpoint format 'onnx': use one of dcp, distcp, ggml, gguf, h5, hdf5, hf-sharded, "
                                                      r"jax-orbax, keras,"):
         registry.reader_format("onnx")
-    with pytest.raises(UnsupportedFormatError, match=r"cannot convert to format 'tf': use one of h5, hdf5, hf-sharded, npz, "
+    with pytest.raises(UnsupportedFormatError, match=r"cannot convert to format 'onnx': use one of dcp, distcp, ggml, gguf, h5, "
+                                                     r"hdf5, hf-sharded, jax-orbax, npz, orbax, pt, pth, pytorch, "
                                                      r"safetensors, safetensors-sharded, sharded-safetensors, "
-                                                     r"varstore-hdf5, varstore-zarr, zarr"):
-        registry.writer_format("tf")
+                                                     r"tensorflow, tf, torch, torch-dcp, varstore-hdf5, varstore-zarr, zarr"):
+        registry.writer_format("onnx")
 
 
 def test_lazy_entries_import_nothing_until_called() -> None:

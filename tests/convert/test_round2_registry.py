@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import io
+import os
 import json
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,15 @@ def test_detecting_a_round2_file_opens_it_once(fixtures_dir: Path, fixture: str,
         opened.append(str(file))
         return real_open(file, *args, **kwargs)
 
+    real_os_open = os.open
+
+    def counting_os_open(file: Any, *args: Any, **kwargs: Any) -> Any:  # the probe's non-blocking open
+        opened.append(str(file))
+        return real_os_open(file, *args, **kwargs)
+
     monkeypatch.setattr(builtins, "open", counting_open)
     monkeypatch.setattr(io, "open", counting_open)
+    monkeypatch.setattr(os, "open", counting_os_open)
     assert detect_format(path) == FILE_FIXTURES[fixture]
     assert opened.count(str(path)) == 1
 

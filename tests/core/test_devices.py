@@ -153,7 +153,7 @@ def test_replica_device_setter_round_robin_in_creation_order(store):
 
 
 def test_replica_device_setter_greedy_places_on_the_least_loaded_device(store):
-    setter = vs.replica_device_setter(ps_devices=["cpu:0", "cpu:1", "cpu:2"], strategy="greedy")
+    setter = vs.replica_device_setter(ps_devices=["cpu:0", "cpu:1", "cpu:2"], ps_strategy="greedy")
     sizes = [100, 10, 10, 30, 5, 200]  # float32 elements
     with vs.device(setter):
         created = [Variable(np.zeros(n, np.float32), store=store) for n in sizes]
@@ -163,14 +163,14 @@ def test_replica_device_setter_greedy_places_on_the_least_loaded_device(store):
 
 
 def test_replica_device_setter_custom_strategy_and_errors(store):
-    setter = vs.replica_device_setter(["cpu:0", "/cpu:1"], strategy=lambda request: len(request.name) % 2)
+    setter = vs.replica_device_setter(ps_devices=["cpu:0", "/cpu:1"], ps_strategy=lambda request: len(request.name) % 2)
     with vs.device(setter):
         assert Variable(0.0, name="ab", store=store).device == "cpu:0"
         assert Variable(0.0, name="abc", store=store).device == "cpu:1"
     with pytest.raises(DeviceError, match="at least one"):
-        vs.replica_device_setter([])
-    with pytest.raises(DeviceError, match="strategy"):
-        vs.replica_device_setter(["cpu:0"], strategy="random")
+        vs.replica_device_setter(ps_devices=[])
+    with pytest.raises(DeviceError, match="ps_strategy"):
+        vs.replica_device_setter(ps_devices=["cpu:0"], ps_strategy="random")
 
 
 def test_without_a_loaded_cupy_nothing_is_a_device_array_and_nothing_is_staged():

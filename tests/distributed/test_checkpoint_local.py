@@ -136,8 +136,9 @@ def test_restore_errors_name_the_partitioned_variable_and_strict_lists_names(tmp
         vs.restore(path, build(2, rows=12))
     other = build(2)
     other.get_variable("extra", [2])
-    with pytest.raises(vs.RestoreError, match=r"missing .*\['extra'\]"):
-        vs.restore(path, other, strict=True)
+    with pytest.raises(vs.RestoreError, match=r"1 variable\(s\) have no value in the checkpoint: \['extra'\]") as err:
+        vs.restore(path, other)  # strict by default
+    assert err.value.missing == ["extra"] and err.value.unexpected == []
 
 
 def test_assignment_map_renames_the_global_array(tmp_path):
@@ -182,6 +183,26 @@ def test_converted_tf1_partitioned_checkpoint_restores_into_partitioned_variable
     vs.restore(converted, target)
     np.testing.assert_array_equal(embedding_of(target, "model/embedding"), FULL)
     assert step.numpy() == 7
+
+
+def test_a_tf1_partitioned_checkpoint_restores_into_partitioned_variables_without_converting(tmp_path):
+    writer = BundleWriter(tmp_path / "model.ckpt")
+    writer.add_partitioned("model/embedding", FULL, [((0, 5), (0, -1)), ((5, 5), (0, -1))])
+    writer.add("global_step", np.array(7, dtype=np.int64))
+    writer.finish()
+    target = vs.VariableStore()
+    with target.variable_scope("model"):
+        target.get_variable("embedding", [10, 3], partitioner=vs.fixed_size_partitioner(3))
+    step = target.get_variable("global_step", [], dtype=np.int64)
+    result = vs.restore(tmp_path / "model.ckpt", target)  # as tf.compat.v1.train.Saver.restore
+    assert sorted(result.restored) == ["global_step"] + [f"model/embedding/part_{i}" for i in range(3)]
+    np.testing.assert_array_equal(embedding_of(target, "model/embedding"), FULL)
+    assert step.numpy() == 7 and result.assert_consumed() is result
+    from varstore.distributed import SingleProcess
+
+    with pytest.raises(vs.UnsupportedFormatError, match=r"collective restore \(comm=\) reads varstore checkpoints "
+                                                        r"only, and '.*model\.ckpt' is a tf checkpoint"):
+        vs.restore(tmp_path / "model.ckpt", target, comm=SingleProcess())
 
 
 def test_manager_saves_partitioned_stores_as_global_arrays(tmp_path):

@@ -12,6 +12,7 @@ exceptions (the goal is 0) instead of stopping at the first.
 
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import shutil
@@ -180,6 +181,7 @@ _MANIFEST_TEMPLATE: dict[str, Any] = {}
 def _template() -> tuple[Path, dict[str, Any]]:
     if not _MANIFEST_TEMPLATE:
         directory = Path(tempfile.mkdtemp(prefix="varstore-fuzz-"))
+        atexit.register(shutil.rmtree, directory, True)  # one template per process, removed when it ends
         path = write_own(directory, "zarr")
         document = json.loads((path / "_varstore/manifest/0").read_bytes())
         _MANIFEST_TEMPLATE.update(path=path, document=document)

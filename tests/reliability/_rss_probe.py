@@ -17,6 +17,12 @@ import numpy as np
 
 
 def _peak_mb() -> float:
+    """Peak RSS of this process (VmHWM): ru_maxrss would carry the parent's peak across fork and exec, so a
+    pytest larger than the model would hide any overhead."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

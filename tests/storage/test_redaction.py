@@ -14,7 +14,7 @@ from varstore.storage.object_storage import ObjectStorage
 from varstore.storage.object_store import ObjectStoreClient, RetryPolicy
 
 SESSION_TOKEN = "FwoGZXIvYXdzEJr-varstore-session-token-7d1e"
-SECRETS = (DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"], SESSION_TOKEN, DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"])
+SECRETS = (DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"], SESSION_TOKEN)  # the access key id names a key: not a secret
 FAST = RetryPolicy(attempts=2, initial_backoff=0.01, client_retries=0, timeout=3.0)
 
 

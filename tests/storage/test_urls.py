@@ -109,6 +109,21 @@ def test_redactor_removes_secrets_and_signatures() -> None:
     assert "short" not in out
 
 
+def test_short_test_credentials_leave_bucket_and_key_names_alone() -> None:
+    resolved = resolve("s3://varstore-test/guide/latest", environ={"AWS_ACCESS_KEY_ID": "test",
+                                                                    "AWS_SECRET_ACCESS_KEY": "test"})
+    message = "no checkpoint at s3://varstore-test/guide/latest (key test, secret test; token=test)"
+    assert resolved.redactor.redact(message) == \
+        "no checkpoint at s3://varstore-test/guide/latest (key ***, secret ***; token=***)"
+    assert resolved.redactor.redact("s3://b/testing/test-1/latest.test") == "s3://b/testing/test-1/latest.test"
+
+
+def test_the_access_key_id_is_not_redacted() -> None:
+    resolved = resolve("s3://b/k", {"access_key_id": "AKIAEXAMPLEKEY", "secret_access_key": "s3cr3t-value-1"},
+                       environ={})
+    assert resolved.redactor.redact("key AKIAEXAMPLEKEY secret s3cr3t-value-1") == "key AKIAEXAMPLEKEY secret ***"
+
+
 def test_a_missing_obstore_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 

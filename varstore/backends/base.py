@@ -109,6 +109,10 @@ class BackendReader(Protocol):
     def array_attrs(self, path: str) -> dict[str, Any]:
         """Attributes of the array at `path`."""
 
+    def check_groups(self, paths: list[str]) -> None:
+        """Checks the metadata of every group above the arrays at `paths` (for `verify`; the arrays' own
+        metadata is checked when they are read); raises CorruptCheckpointError naming the damaged file."""
+
     def close(self) -> None:
         """Releases handles."""
 

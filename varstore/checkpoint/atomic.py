@@ -6,8 +6,11 @@ final path, every file and directory of it is fsynced, then it is renamed
 over the final path (files: os.replace; directories: an atomic exchange with
 renameat2(RENAME_EXCHANGE) where the kernel has it) and the parent directory
 is fsynced. A writer killed at any point leaves the old or the new checkpoint
-under the final name. Temporaries whose writer process is gone are removed by
-the next save next to them. Also hosts the fault-injection hook used by the
+under the final name. Each temporary gets an owner marker, a sidecar file
+".<temporary name>.varstore-temporary" created before the temporary and
+removed after it: a temporary whose writer process is gone is removed by the
+next save next to it only when its marker is there, so a user's
+"notes.tmp-99999-cafe" (no marker) is never touched. Also hosts the fault-injection hook used by the
 crash tests (VARSTORE_FAULT=<point>). Writes no checkpoint content itself.
 """
 
@@ -19,12 +22,14 @@ import errno
 import os
 import re
 import signal
+import stat
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from varstore.errors import CheckpointError
+from varstore.storage._local_errors import is_permission_error, permission_denied
 from varstore.storage.local import remove_path  # one definition; atomic re-exports it for the manager
 
 __all__ = [
@@ -37,12 +42,17 @@ __all__ = [
     "fsync_paths",
     "fsync_directory",
     "remove_path",
+    "retire",
 ]
 
 #: Named points where VARSTORE_FAULT=<point> makes the writer SIGKILL itself (crash tests).
 FAULT_POINTS = ("after_data", "before_checksums", "before_rename", "after_rename_before_latest")
 
 _TMP_RE = re.compile(r"^(?P<final>.+)\.tmp-(?P<pid>\d+)-[0-9a-f]+$")
+_MARKER_SUFFIX = ".varstore-temporary"
+_MARKER_RE = re.compile(r"^\.(?P<temporary>.+\.tmp-\d+-[0-9a-f]+)" + re.escape(_MARKER_SUFFIX) + "$")
+#: What a marker holds (then the writer's pid): a file of that name with other bytes is not ours.
+_MARKER_TEXT = b"varstore temporary of pid "
 
 
 def fault_point(name: str) -> None:
@@ -61,6 +71,38 @@ def is_temporary(path: Path | str) -> bool:
     return _TMP_RE.match(Path(path).name) is not None
 
 
+def _marker(temporary: Path) -> Path:
+    return temporary.with_name(f".{temporary.name}{_MARKER_SUFFIX}")
+
+
+def _mark(temporary: Path) -> None:
+    """Creates the owner marker of `temporary` (before the temporary itself exists)."""
+    fd = os.open(_marker(temporary), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        os.write(fd, _MARKER_TEXT + str(os.getpid()).encode())
+    finally:
+        os.close(fd)
+
+
+def _unmark(temporary: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_marker(temporary))
+
+
+def _is_marked(temporary: Path) -> bool:
+    """True when `temporary`'s owner marker is there: a small regular file (never followed) holding our text."""
+    try:
+        fd = os.open(_marker(temporary), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        return os.read(fd, 64).startswith(_MARKER_TEXT)
+    finally:
+        os.close(fd)
+
+
 def _pid_alive(pid: int) -> bool:
     if pid == os.getpid():
         return True
@@ -74,38 +116,59 @@ def _pid_alive(pid: int) -> bool:
 
 
 def sweep_stale(final: Path) -> list[Path]:
-    """Removes temporaries of `final` (or of any name in its directory when `final` is a directory
-    listing target) whose writer process no longer exists. Returns what was removed."""
-    removed: list[Path] = []
-    parent = final.parent
-    try:
-        names = os.listdir(parent)
-    except FileNotFoundError:
-        return removed
-    for name in names:
-        match = _TMP_RE.match(name)
-        if not match or match.group("final") != final.name:
-            continue
-        if _pid_alive(int(match.group("pid"))):
-            continue
-        remove_path(parent / name)
-        removed.append(parent / name)
-    return removed
+    """Removes the temporaries of `final` that varstore made (their owner marker is there) and whose
+    writer process no longer exists. Returns what was removed."""
+    return _sweep(final.parent, final.name)
 
 
 def sweep_directory(directory: Path) -> list[Path]:
-    """Removes every temporary in `directory` whose writer process no longer exists."""
+    """Removes every temporary in `directory` that varstore made and whose writer process no longer
+    exists; anything without an owner marker (whatever its name) is left alone."""
+    return _sweep(directory, None)
+
+
+def _sweep(directory: Path, final_name: str | None) -> list[Path]:
     removed: list[Path] = []
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
         return removed
+    present = set(names)
     for name in names:
         match = _TMP_RE.match(name)
-        if match and not _pid_alive(int(match.group("pid"))):
+        if match is not None:
+            if final_name is not None and match.group("final") != final_name:
+                continue
+            if _pid_alive(int(match.group("pid"))) or not _is_marked(directory / name):
+                continue
             remove_path(directory / name)
+            _unmark(directory / name)
             removed.append(directory / name)
+            continue
+        orphan = _MARKER_RE.match(name)  # a marker whose temporary is gone (killed between the two unlinks)
+        if orphan is None or orphan.group("temporary") in present:
+            continue
+        pid = _TMP_RE.match(orphan.group("temporary"))
+        if (pid is not None and (final_name is None or pid.group("final") == final_name)
+                and not _pid_alive(int(pid.group("pid"))) and _is_marked(directory / orphan.group("temporary"))):
+            _unmark(directory / orphan.group("temporary"))
     return removed
+
+
+def retire(path: Path) -> bool:
+    """Deletes the checkpoint `path` by renaming it to a marked temporary first, so a writer killed
+    mid-delete leaves a temporary the next sweep removes, never a partial checkpoint. False when
+    nothing was there."""
+    aside = temporary_name(path)
+    _mark(aside)
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        _unmark(aside)
+        return False
+    remove_path(aside)
+    _unmark(aside)
+    return True
 
 
 def _fsync_one(path: Path) -> None:
@@ -224,13 +287,15 @@ def _rename_into_place(tmp: Path, final: Path) -> None:
         os.replace(tmp, final)  # a symlink at `final` is replaced itself, never its target
         return
     if _exchange(tmp, final):
-        remove_path(tmp)  # the old file, tree or symlink, now at the temporary name
+        remove_path(tmp)  # the old file, tree or symlink, now at the temporary name (still marked)
         return
     # Fallback without renameat2: a short window where neither is under the final name.
     aside = temporary_name(final)
+    _mark(aside)
     os.rename(final, aside)
     os.rename(tmp, final)
     remove_path(aside)
+    _unmark(aside)
 
 
 @contextlib.contextmanager
@@ -245,20 +310,43 @@ def atomic_path(final: Path, durable: bool = True) -> Iterator[Path]:
 
     Raises:
       CheckpointError: the parent directory cannot be created or written.
+      CheckpointPermissionError: the operating system refused to create the parent directory or the
+        temporary in it ("cannot write into '<parent>': permission denied").
     """
     final = Path(final)
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
+        if is_permission_error(err):
+            raise permission_denied(final.parent, "create") from err
         raise CheckpointError(f"cannot create directory '{final.parent}' for '{final}': {err}") from err
     sweep_stale(final)
     tmp = temporary_name(final)
     try:
+        _mark(tmp)
+    except OSError as err:  # the first file a save creates in the parent directory
+        if is_permission_error(err):
+            raise permission_denied(final.parent, "write into") from err
+        raise CheckpointError(f"cannot write into directory '{final.parent}' for '{final}': {err}") from err
+    try:
         yield tmp
         fault_point("before_rename")
         _rename_into_place(tmp, final)
+        _unmark(tmp)
         if durable:
             fsync_directory(final.parent)
-    except BaseException:
+    except BaseException as err:
         remove_path(tmp)
+        _unmark(tmp)
+        if is_permission_error(err) and _names_temporary(err, tmp):  # a writer that opened the temporary itself
+            raise permission_denied(final.parent, "write into") from err
         raise
+
+
+def _names_temporary(err: BaseException, tmp: Path) -> bool:
+    """True when an OSError's filename is the temporary `tmp` or a path inside it."""
+    name = getattr(err, "filename", None)
+    if not isinstance(name, (str, bytes, os.PathLike)):
+        return False
+    text = os.fsdecode(name)
+    return text == str(tmp) or text.startswith(f"{tmp}{os.sep}")

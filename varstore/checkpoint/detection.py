@@ -21,6 +21,7 @@ from varstore.checkpoint.manifest import FORMAT_NAMES, INDEX_HEADER_BYTES, MANIF
 from varstore.errors import (CheckpointNotFoundError, CorruptCheckpointError, NotACheckpointError, ObjectChangedError,
                              VarstoreError)
 from varstore.storage import Storage, is_remote, storage_for
+from varstore.storage._local_errors import check_readable
 
 __all__ = ["detect_container", "index_header", "manifest_via_index_header", "check_manifest_bytes",
            "is_varstore_checkpoint"]
@@ -32,8 +33,10 @@ def detect_container(path: Path) -> str:
     Raises:
       CheckpointNotFoundError: nothing at `path`.
       NotACheckpointError: neither (naming what was found).
+      CheckpointPermissionError: `path` may not be read.
+      SpecialFileError: a FIFO, socket, device or symlink loop (refused after a stat, never opened).
     """
-    if not path.exists():
+    if not check_readable(path):
         raise CheckpointNotFoundError(f"no checkpoint at '{path}'")
     if path.is_dir():
         if get_backend("zarr").sniff(path):

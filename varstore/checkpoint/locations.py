@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from varstore.backends import Backend, BackendReader, RawExtent
-from varstore.checkpoint.manifest import ManifestColumns, Record, storage_layout
+from varstore.checkpoint.manifest import MANIFEST_PATH, ManifestColumns, Record, storage_layout
 from varstore.errors import CorruptCheckpointError
 from varstore.storage import Storage
 
@@ -124,6 +124,18 @@ class VariableBytes:
             files += [(str(directory / "zarr.json"), 0),
                       (str(chunk_file(directory, len(storage_shape))), int(sizes[i]))]
         return files
+
+    def check_groups(self, manifest: ManifestColumns) -> None:
+        """Checks the metadata of every group above the checkpoint's arrays (a Zarr directory: each
+        group's zarr.json parses; plain zarr opens them on the way), as `verify` does first.
+
+        Raises:
+          CorruptCheckpointError: naming the damaged file.
+        """
+        paths = [path for path in manifest.columns["path"] if path is not None]
+        if self._packed.get("path"):
+            paths.append(str(self._packed["path"]))
+        self._store().check_groups(paths + [MANIFEST_PATH])
 
     def packed_nbytes(self) -> int:
         """Bytes of the packed blob (0 when there is none)."""

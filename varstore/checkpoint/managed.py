@@ -14,9 +14,13 @@ import datetime
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from varstore.checkpoint.atomic import is_temporary
+from varstore.storage import is_remote
+from varstore.storage._local_errors import check_readable
+from varstore.storage.special_files import is_special
 
 __all__ = ["ManagedCheckpoint", "is_manager_directory", "latest_checkpoint", "list_checkpoints"]
 
@@ -29,7 +33,7 @@ class ManagedCheckpoint:
     """One checkpoint of a manager directory.
 
     Attributes:
-      path: the checkpoint file or directory.
+      path: the checkpoint file or directory (its URL, a str, on an object store).
       step: the step in its name.
       created_utc: when it was written ("2026-01-02T03:04:05.123456Z": the
         checkpoint's own record, or the file's modification time when unreadable).
@@ -37,7 +41,7 @@ class ManagedCheckpoint:
       latest: True for the one the "latest" pointer (or the highest step) names.
     """
 
-    path: Path
+    path: Path | str
     step: int
     created_utc: str
     nbytes: int
@@ -60,24 +64,40 @@ def _scan(directory: Path) -> list[tuple[int, str]]:
     except OSError:
         return []
     found = [(int(m.group("step")), name) for name in names
-             if (m := _MANAGED.match(name)) is not None and not is_temporary(name)]
+             if (m := _MANAGED.match(name)) is not None and not is_temporary(name)
+             and not is_special(directory / name)]  # a FIFO or a symlink loop is no checkpoint
     return sorted(found)
 
 
-def is_manager_directory(path: os.PathLike[str] | str) -> bool:
-    """True for a directory (not itself a Zarr checkpoint) with a "latest" pointer or "<name>-<step>.h5/.zarr" entries."""
+def is_manager_directory(path: os.PathLike[str] | str,
+                         storage_options: Mapping[str, object] | None = None) -> bool:
+    """True for a directory (not itself a Zarr checkpoint) with a "latest" pointer or "<name>-<step>.h5/.zarr" entries.
+
+    An object-store URL (s3://bucket/runs/b2) counts as it would on a local disk:
+    its "latest" pointer object or committed "<name>-<step>" checkpoints
+    directly under it (one HEAD and one LIST; `storage_options` as for save).
+
+    Raises:
+      CheckpointPermissionError: `path` is a directory that may not be read.
+    """
+    if is_remote(path):
+        return _remote_latest(path, storage_options) is not None
     path = Path(path)
-    if not path.is_dir() or (path / "zarr.json").exists():
+    if not path.is_dir() or not check_readable(path) or (path / "zarr.json").exists():
         return False
     return _pointer(path) is not None or bool(_scan(path))
 
 
-def latest_checkpoint(directory: os.PathLike[str] | str) -> Path | None:
+def latest_checkpoint(directory: os.PathLike[str] | str,
+                      storage_options: Mapping[str, object] | None = None) -> Path | str | None:
     """The newest checkpoint of a CheckpointManager directory (as tf.train.latest_checkpoint), or None.
 
     The "latest" pointer's target when it exists; else the highest step among
-    "<name>-<step>.h5" / ".zarr" entries (temporaries never count).
+    "<name>-<step>.h5" / ".zarr" entries (temporaries never count). For an
+    object-store URL the same rules give the checkpoint's URL (a str).
     """
+    if is_remote(directory):
+        return _remote_latest(directory, storage_options)
     directory = Path(directory)
     name = _pointer(directory)
     if name is not None and (directory / name).exists():
@@ -86,10 +106,26 @@ def latest_checkpoint(directory: os.PathLike[str] | str) -> Path | None:
     return directory / scanned[-1][1] if scanned else None
 
 
+def _remote_latest(url: os.PathLike[str] | str, storage_options: Mapping[str, object] | None) -> str | None:
+    """latest_checkpoint for a manager directory on an object store (see remote_manager.py), or None."""
+    from varstore.checkpoint.remote_manager import remote_directory  # the object-store client: only for URLs
+
+    remote = remote_directory(url, storage_options)
+    if remote is None:
+        return None
+    state, _ = remote.read_state(_POINTER)
+    name = state.get("latest")
+    if isinstance(name, str) and "/" not in name and _MANAGED.match(name) and remote.exists(name):
+        return remote.location(name)
+    found = sorted((int(m.group("step")), entry) for entry in remote.names()
+                   if (m := _MANAGED.match(entry)) is not None and not is_temporary(entry))
+    return remote.location(found[-1][1]) if found else None
+
+
 def _size(path: Path) -> int:
     if not path.is_dir():
         return path.stat().st_size
-    return sum((Path(root) / f).stat().st_size for root, _, files in os.walk(path) for f in files)
+    return sum((Path(root) / f).lstat().st_size for root, _, files in os.walk(path) for f in files)  # links not followed
 
 
 def _created(path: Path) -> str:
@@ -109,8 +145,16 @@ def _created(path: Path) -> str:
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def list_checkpoints(directory: os.PathLike[str] | str) -> list[ManagedCheckpoint]:
-    """Every "<name>-<step>.h5/.zarr" checkpoint in `directory`, oldest step first, the latest marked."""
+def list_checkpoints(directory: os.PathLike[str] | str,
+                     storage_options: Mapping[str, object] | None = None) -> list[ManagedCheckpoint]:
+    """Every "<name>-<step>.h5/.zarr" checkpoint in `directory`, oldest step first, the latest marked
+    (a FIFO, socket, device or symlink loop under such a name is not listed).
+
+    An object-store URL is listed as a local directory is (its checkpoints' paths are URLs; sizes from
+    one listing; creation times from each checkpoint's record, else the newest object's time).
+    """
+    if is_remote(directory):
+        return _remote_list(directory, storage_options)
     directory = Path(directory)
     latest = latest_checkpoint(directory)
     out = []
@@ -120,4 +164,41 @@ def list_checkpoints(directory: os.PathLike[str] | str) -> list[ManagedCheckpoin
             out.append(ManagedCheckpoint(path, step, _created(path), _size(path), path == latest))
         except FileNotFoundError:  # removed by retention meanwhile
             continue
+    return out
+
+
+def _remote_list(url: os.PathLike[str] | str, storage_options: Mapping[str, object] | None) -> list[ManagedCheckpoint]:
+    """list_checkpoints for a manager directory on an object store: one LIST, one manifest read per checkpoint."""
+    from varstore.checkpoint.reader import open_varstore
+    from varstore.checkpoint.remote_manager import remote_directory  # the object-store client: only for URLs
+    from varstore.errors import VarstoreError
+
+    remote = remote_directory(url, storage_options)
+    if remote is None:
+        return []
+    latest = _remote_latest(url, storage_options)
+    sizes: dict[str, int] = {}
+    times: dict[str, datetime.datetime] = {}
+    base = f"{remote.prefix}/" if remote.prefix else ""
+    for info in remote.storage.client.list(remote.prefix):
+        entry = info.name[len(base):].split("/", 1)[0]
+        sizes[entry] = sizes.get(entry, 0) + info.size
+        times[entry] = max(times.get(entry, info.last_modified), info.last_modified)
+    out = []
+    for entry in sorted(remote.names(), key=lambda n: int(m.group("step")) if (m := _MANAGED.match(n)) else -1):
+        match = _MANAGED.match(entry)
+        if match is None or is_temporary(entry) or entry not in sizes:
+            continue
+        location = remote.location(entry)
+        created = times[entry].astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        try:
+            reader = open_varstore(location, storage_options=storage_options)
+            try:
+                if isinstance(reader.created_utc, str):
+                    created = reader.created_utc
+            finally:
+                reader.close()
+        except (VarstoreError, OSError):
+            pass
+        out.append(ManagedCheckpoint(location, int(match.group("step")), created, sizes[entry], location == latest))
     return out

@@ -34,12 +34,71 @@ from varstore.checkpoint.reader import open_varstore
 from varstore.checkpoint.restore import RestoreResult, reader_still_needed, restore, targets_of
 from varstore.checkpoint.snapshot import SaveHandle, save_async
 from varstore.checkpoint.writer import save
-from varstore.errors import CheckpointError, CheckpointLockedError, CorruptCheckpointError, NotACheckpointError
+from varstore.errors import (CheckpointError, CheckpointLockedError, CorruptCheckpointError, NotACheckpointError,
+                             PathOutsideCheckpointError)
+from varstore.storage._local_errors import naming_permission_errors
+from varstore.storage.special_files import check_regular_file, is_special
 
-__all__ = ["CheckpointManager"]
+__all__ = ["CheckpointManager", "checked_state"]
 
 _POINTER = "latest"
 _LOCK = ".lock"
+#: A "latest" pointer is a few hundred bytes per managed checkpoint; more than this is not ours.
+_MAX_POINTER_BYTES = 16 << 20
+_REBUILD = "call CheckpointManager.rebuild_state() to rebuild it from the checkpoints in the directory"
+
+
+def _checked_name(value: object, field: str, where: str) -> str:
+    """A checkpoint name from the pointer: one entry of the manager's directory, never a path."""
+    if not isinstance(value, str):
+        raise CorruptCheckpointError(
+            f"the manager's \"latest\" pointer '{where}': {field} is {value!r}, expected a checkpoint name; "
+            f"{_REBUILD}")
+    if value in ("", ".", "..") or "/" in value or "\\" in value or "\0" in value:
+        raise PathOutsideCheckpointError(
+            f"the manager's \"latest\" pointer '{where}': {field} names {value!r}, which is not an entry of "
+            f"the manager's directory; refusing to read, write or delete it. Remove the pointer or {_REBUILD}")
+    return value
+
+
+def checked_state(state: object, where: str) -> dict[str, Any]:
+    """The "latest" pointer's JSON state after checking every name in it stays inside the directory.
+
+    Args:
+      state: the decoded JSON.
+      where: the pointer file (for messages).
+
+    Raises:
+      PathOutsideCheckpointError: "latest", a "checkpoints" entry's name or a "preserved" name is a
+        path ("../victim/ckpt-1.h5", absolute, with a separator) instead of an entry of the directory.
+      CorruptCheckpointError: the state is not an object, or a field has the wrong type.
+    """
+    if not isinstance(state, dict):
+        raise CorruptCheckpointError(
+            f"the manager's \"latest\" pointer '{where}' holds {type(state).__name__}, expected a JSON object; "
+            f"{_REBUILD}")
+    if "latest" in state:
+        _checked_name(state["latest"], "\"latest\"", where)
+    entries = state.get("checkpoints", [])
+    preserved = state.get("preserved", [])
+    if not isinstance(entries, list) or not isinstance(preserved, list):
+        raise CorruptCheckpointError(
+            f"the manager's \"latest\" pointer '{where}': \"checkpoints\" and \"preserved\" must be lists; "
+            f"{_REBUILD}")
+    for i, entry in enumerate(entries):
+        if (not isinstance(entry, dict) or type(entry.get("step", 0)) is not int
+                or not isinstance(entry.get("time", 0.0), (int, float))):
+            raise CorruptCheckpointError(
+                f"the manager's \"latest\" pointer '{where}': checkpoints[{i}] is {entry!r}, expected "
+                f"{{\"name\": str, \"step\": int, \"time\": float}}; {_REBUILD}")
+        _checked_name(entry.get("name"), f"checkpoints[{i}].name", where)
+    for i, name in enumerate(preserved):
+        _checked_name(name, f"preserved[{i}]", where)
+    for field, kinds in (("latest_step", (int,)), ("last_preserved_time", (int, float))):
+        if field in state and (not isinstance(state[field], kinds) or isinstance(state[field], bool)):
+            raise CorruptCheckpointError(
+                f"the manager's \"latest\" pointer '{where}': {field} is {state[field]!r}; {_REBUILD}")
+    return state
 
 
 class CheckpointManager:
@@ -89,32 +148,71 @@ class CheckpointManager:
 
     def _scan(self) -> list[tuple[int, Path | str]]:
         try:
-            names = self._remote.names() if self._remote is not None else os.listdir(self.directory)
+            with naming_permission_errors(self.directory):
+                names = self._remote.names() if self._remote is not None else os.listdir(self.directory)
         except FileNotFoundError:
             return []
         found = []
         for name in names:
             match = self._pattern.match(name)
-            if match:
-                found.append((int(match.group(1)), self._where(name)))
+            if match and (self._remote is not None or not is_special(self.directory / name)):
+                found.append((int(match.group(1)), self._where(name)))  # a FIFO or symlink loop is none
         return sorted(found, key=lambda item: item[0])
 
     @property
     def checkpoints(self) -> list[Path | str]:
-        """Every checkpoint of this manager's name and format in the directory, oldest step first."""
+        """Every checkpoint of this manager's name and format in the directory, oldest step first
+        (a FIFO, socket, device or symlink loop under such a name is not one)."""
         return [path for _, path in self._scan()]
 
     def _state(self) -> dict[str, Any]:
+        """The "latest" pointer's state, checked (see checked_state); {} when there is none.
+
+        Raises:
+          PathOutsideCheckpointError, CorruptCheckpointError: as checked_state.
+        """
+        where = str(self._where(_POINTER))
         if self._remote is not None:
-            return self._remote.read_state(_POINTER)[0]
+            return checked_state(self._remote.read_state(_POINTER)[0], where)
         try:
-            with open(self.directory / _POINTER, encoding="utf-8") as handle:
-                state = json.load(handle)
-            if isinstance(state, dict):
-                return state
-        except (OSError, ValueError):
-            pass
-        return {}
+            check_regular_file(self.directory / _POINTER, "the manager's \"latest\" pointer")
+            with open(self.directory / _POINTER, "rb") as handle:
+                data = handle.read(_MAX_POINTER_BYTES + 1)
+        except FileNotFoundError:
+            return {}
+        if len(data) > _MAX_POINTER_BYTES:
+            raise CorruptCheckpointError(
+                f"the manager's \"latest\" pointer '{where}' holds more than {_MAX_POINTER_BYTES} bytes; "
+                f"{_REBUILD}")
+        try:
+            state = json.loads(data)
+        except ValueError as err:
+            raise CorruptCheckpointError(
+                f"the manager's \"latest\" pointer '{where}' is not valid JSON ({err}); {_REBUILD}") from err
+        return checked_state(state, where)
+
+    def rebuild_state(self) -> Path | str | None:
+        """Rewrites a damaged or hostile "latest" pointer from the directory listing and returns the new latest.
+
+        Every "<checkpoint_name>-<step>" entry that is a varstore checkpoint becomes
+        managed (retention applies to them from the next save); the highest step
+        becomes "latest". Nothing is deleted. Takes the lock like save.
+
+        Raises:
+          CheckpointLockedError: another process held the lock longer than lock_timeout_s.
+        """
+        if self._remote is not None:
+            raise CheckpointError(f"rebuild_state works on local directories; '{self.directory}' is a URL")
+        with self._lock():
+            now = self._clock()
+            managed = [{"name": Path(path).name, "step": step, "time": now} for step, path in self._scan()
+                       if is_varstore_checkpoint(path)]
+            state: dict[str, Any] = {"format_version": "1.0", "checkpoints": managed, "preserved": [],
+                                     "last_preserved_time": now}
+            if managed:
+                state.update(latest=managed[-1]["name"], latest_step=managed[-1]["step"])
+            self._write_state(state)
+        return self._where(str(managed[-1]["name"])) if managed else None
 
     @property
     def latest(self) -> Path | str | None:
@@ -132,8 +230,9 @@ class CheckpointManager:
         if self._remote is not None:  # no lock on an object store: conditional writes instead
             yield
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.directory / _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        with naming_permission_errors(self.directory, "write into"):
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.directory / _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             deadline = None if self.lock_timeout_s is None else time.monotonic() + self.lock_timeout_s
             while True:
@@ -173,6 +272,9 @@ class CheckpointManager:
 
         Raises:
           CheckpointLockedError: another process held the lock longer than lock_timeout_s.
+          PathOutsideCheckpointError: the "latest" pointer names a path outside the directory (nothing
+            is written or deleted; see rebuild_state).
+          CorruptCheckpointError: the "latest" pointer is malformed (nothing is written; see rebuild_state).
           As varstore.checkpoint.save.
         """
         step = int(step)
@@ -188,6 +290,7 @@ class CheckpointManager:
 
             try:
                 self._sweep()
+                self._state()  # a damaged or hostile pointer fails the save before anything is written
 
                 def after(path: Path) -> None:
                     self._after_save(path, step)
@@ -203,6 +306,7 @@ class CheckpointManager:
             return handle
         with self._lock():
             self._sweep()
+            self._state()  # a damaged or hostile pointer fails the save before anything is written
             save(final, target, step=step, metadata=metadata, format=self.format,
                  storage_options=self._storage_options, **save_options)
             self._after_save(final, step)
@@ -222,7 +326,7 @@ class CheckpointManager:
         doomed: list[str] = []
 
         def change(state: dict[str, Any]) -> dict[str, Any]:
-            new, dropped = self._next_state(state, name, step, now)
+            new, dropped = self._next_state(checked_state(state, str(self._where(_POINTER))), name, step, now)
             doomed[:] = dropped
             return new
 
@@ -236,13 +340,7 @@ class CheckpointManager:
         for name in doomed:
             if not is_varstore_checkpoint(self.directory / name):
                 continue  # something else took the name since this manager wrote it: never delete that
-            # Rename before deleting: a writer killed mid-delete leaves a temporary, never a partial checkpoint.
-            aside = atomic.temporary_name(self.directory / name)
-            try:
-                os.rename(self.directory / name, aside)
-            except FileNotFoundError:
-                continue
-            atomic.remove_path(aside)
+            atomic.retire(self.directory / name)  # a marked temporary first: a kill mid-delete leaves one
         if doomed:
             atomic.fsync_directory(self.directory)
 
@@ -294,15 +392,21 @@ class CheckpointManager:
         candidates += [path for _, path in reversed(self._scan()) if path not in candidates]
         return candidates
 
-    def restore_latest(self, target: Any, **restore_options: Any) -> RestoreResult | None:
+    def restore_latest(self, target: Any, *, assignment_map: Mapping[str, str] | None = None, strict: bool = True,
+                       lazy: bool = False, verify: bool = True) -> RestoreResult | None:
         """Restores the newest checkpoint that opens cleanly, skipping damaged or incomplete ones.
 
         Args:
-          target: as varstore.checkpoint.restore.
-          **restore_options: assignment_map, strict, lazy, verify.
+          target: as varstore.restore.
+          assignment_map, strict, lazy, verify: as varstore.restore; strict by
+            default (a target variable the checkpoint lacks raises RestoreError).
 
         Returns:
           The RestoreResult, or None when the directory has no usable checkpoint.
+
+        Raises:
+          RestoreError: strict and a target variable has no value in the chosen checkpoint.
+          ShapeMismatchError, DtypeMismatchError, ChecksumError: as varstore.restore.
         """
         for path in self.restore_candidates():
             try:
@@ -310,13 +414,13 @@ class CheckpointManager:
             except (NotACheckpointError, CorruptCheckpointError, CheckpointError):
                 continue
             try:
-                result = restore(reader, target, **restore_options)
+                result = restore(reader, target, assignment_map=assignment_map, strict=strict, lazy=lazy,
+                                 verify=verify)
             except BaseException:
                 reader.close()
                 raise
             # Lazy and deferred variables keep reading from it; else close it now. An eager restore's
             # targets are not looked at (reader_still_needed), so they are not gathered for it.
-            lazy = bool(restore_options.get("lazy", False))
             if not isinstance(target, Iterator) and not reader_still_needed(
                     result, targets_of(target)[0] if lazy else {}, lazy):
                 reader.close()

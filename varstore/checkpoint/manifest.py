@@ -22,11 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from varstore._limits import load_json
 from varstore._naming import validate_name as _validate_name
 from varstore import dtypes as _dtypes
 from varstore.checkpoint._batch import paused_gc
+from varstore.checkpoint.byte_ranges import check_disjoint
 from varstore.checkpoint.index_header import INDEX_HEADER_BYTES, decode_index_header, encode_index_header
-from varstore.errors import CorruptCheckpointError, InvalidNameError, UnsupportedDtypeError
+from varstore.errors import CorruptCheckpointError, InvalidNameError, UnsafeCheckpointError, UnsupportedDtypeError
 
 __all__ = [
     "c_strides",
@@ -352,6 +354,9 @@ class ManifestColumns:
         if (paths.count(None) + offsets.count(None) != len(paths)
                 or any(map(operator.is_, paths, offsets))):
             raise ValueError("each variable needs exactly one of path and offset")
+        check_disjoint(self.names, offsets, c["nbytes"], "the packed blob")
+        if self._file_offsets is not None:
+            check_disjoint(self.names, self._file_offsets, c["nbytes"], "the file")
         if c["collections"] and max(c["collections"]) >= len(self._sets):
             raise ValueError("a collections index is out of range")
         if c["device"] and max(c["device"]) >= len(self._devices):
@@ -393,7 +398,7 @@ def decode_manifest_columns(data: bytes, where: str) -> tuple[dict[str, Any], Ma
 def _decode_columns(data: bytes, where: str) -> tuple[dict[str, Any], ManifestColumns]:
     """decode_manifest_columns without the pause."""
     try:
-        document = json.loads(data)
+        document = load_json(data, f"the manifest of '{where}'")
         version = str(document["format_version"])
         if version.split(".")[0] != FORMAT_VERSION.split(".")[0]:
             raise CorruptCheckpointError(
@@ -415,7 +420,7 @@ def _decode_columns(data: bytes, where: str) -> tuple[dict[str, Any], ManifestCo
                 or packed.get("path") is None
                 and any(o is not None and n for o, n in zip(columns["offset"], columns["nbytes"]))):
             raise ValueError(f"the packed header {packed!r} is not {{'path': {PACKED_PATH!r} or null, 'nbytes': int}}")
-    except CorruptCheckpointError:
+    except (CorruptCheckpointError, UnsafeCheckpointError):
         raise
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
         raise CorruptCheckpointError(f"the manifest of '{where}' is damaged: {err}") from err

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
+from varstore._limits import check_value_size
 from varstore.backends import BackendReader, RawExtent, get_backend
 from varstore.checkpoint.checksum import crc32c_of
 from varstore.checkpoint.info_columns import InfoColumns
@@ -53,6 +54,7 @@ from varstore.errors import (
     VarstoreError,
 )
 from varstore.storage import ReadAhead, Storage, is_remote, storage_for
+from varstore.storage.path_pin import NO_PIN, PathPin, pinned
 
 if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import
     import numpy.typing as npt
@@ -120,28 +122,22 @@ class VarstoreReader(CheckpointReader):
         self.backend_source: Callable[[], BinaryIO] | None = backend_source
         self.session: ReadSession | None = None
         self._closed = False
-        self._direct = False  # offsets in the manifest are trusted (the index header matched)
-        try:
-            data = None
+        self._pin = PathPin(path) if storage is None else NO_PIN  # a local one: storage/path_pin.py
+        with self._pin.opening(self.close):  # the reader is closed on any error
             if not self._backend.is_directory:
-                data = manifest_via_index_header(self.storage, self._key)
-                self._direct = data is not None
+                self.storage.keep_open(self._key)  # every read of this file through one descriptor
+            data = None if self._backend.is_directory else manifest_via_index_header(self.storage, self._key)
+            self._direct = data is not None  # offsets in the manifest are trusted (the index header matched)
             if data is None:
                 root = self._store.root_attrs()
                 if root.get("varstore_format") != self.format:
                     self._refuse_format(root.get("varstore_format"))
                 data = self._store.read_bytes(MANIFEST_PATH)
-                check_manifest_bytes(data, root.get("varstore_manifest_crc32c"),
-                                     None if self._backend.is_directory else index_header(self.storage, self._key),
-                                     str(path))
+                header_at = None if self._backend.is_directory else index_header(self.storage, self._key)
+                check_manifest_bytes(data, root.get("varstore_manifest_crc32c"), header_at, str(path))
             header, columns = decode_manifest_columns(data, str(path))
             if self._direct and header.get("format") != self.format:
                 raise NotACheckpointError(f"'{path}' has an index header but is not a varstore HDF5 file")
-            if not self._backend.is_directory:
-                self.storage.keep_open(self._key)  # one file read many times
-        except BaseException:
-            self.close()
-            raise
         self.step = header.get("step")
         self.metadata = dict(header.get("metadata") or {})
         self.format_version = header.get("format_version")
@@ -170,7 +166,7 @@ class VarstoreReader(CheckpointReader):
             if self._closed:
                 raise CheckpointError(f"checkpoint '{self.path}' is closed")
             source = None if self.backend_source is None else self.backend_source()
-            self._backend_reader = self._backend.open_reader(self.path, source)
+            self._backend_reader = self._pin.vouch(self._backend.open_reader(self.path, source))  # opened by name
         return self._backend_reader
 
     def _refuse_format(self, found: Any) -> None:
@@ -229,7 +225,6 @@ class VarstoreReader(CheckpointReader):
     def infos(self) -> list[VariableInfo]:
         return self._infos.infos()
 
-
     def __getitem__(self, name: str) -> npt.NDArray[Any]:
         """`read(name)`; in a loop in key order over packed variables, one copy out of the checked blob."""
         index = self._columns.index.get(name)
@@ -273,12 +268,14 @@ class VarstoreReader(CheckpointReader):
         """The ValueSource of one variable (reads happen when the core asks)."""
         return CheckpointValue(self, self.record(name), verify)
 
-    def verify(self) -> None:
+    def verify(self, progress: Callable[[int, int, str], None] | None = None) -> None:
         """Reads every variable and checks its crc32c; raises ChecksumError naming the first bad one
-        (checkpoint/verify.py: one reused buffer, the storage reading ahead)."""
+        (checkpoint/verify.py: one reused buffer, the storage reading ahead); `progress` as CheckpointReader's."""
         from varstore.checkpoint.verify import verify_all
 
-        verify_all(self)
+        if self.staged is None:  # a local Zarr directory: every group's zarr.json parses (a staged copy has none)
+            self._bytes.check_groups(self._columns)
+        verify_all(self, progress)
 
     def start_read_ahead(self, names: list[str], window: int) -> ReadAhead | None:
         """Starts the storage's read-ahead over the bytes of `names` (to be read in this order), or None:
@@ -301,6 +298,7 @@ class VarstoreReader(CheckpointReader):
         storage = getattr(self, "storage", None)
         if storage is not None:
             storage.close()
+        getattr(self, "_pin", NO_PIN).close()
         if not getattr(self, "_closed", True):
             self._closed = True
             if self._backend_reader is not None:
@@ -331,6 +329,7 @@ class VarstoreReader(CheckpointReader):
         """(file, bytes) to read ahead for the named variables of a Zarr directory (VariableBytes.hint_files)."""
         return self._bytes.hint_files(self._columns, names)
 
+    @pinned
     def packed_blob(self, limit: int = 256 << 20) -> bytearray | None:
         """The whole packed blob read in one go (bulk restores and verify), or None when there is
         none or it is larger than `limit` bytes.
@@ -343,12 +342,15 @@ class VarstoreReader(CheckpointReader):
         return self._bytes.packed_blob(limit)
 
     def check_stored(self, record: Record) -> None:
-        """Refuses a variable whose manifest claims more bytes than its storage holds, before allocating.
+        """Refuses a variable whose manifest claims more bytes than its storage holds, or than the read
+        limit (`max_bytes`, varstore/_limits.py), before allocating.
 
         Raises:
           CorruptCheckpointError: naming the variable, the file and both sizes (see locations.py).
+          ValueTooLargeError: naming the variable, its bytes and the limit.
         """
         self._bytes.check_stored(record)
+        check_value_size(record.name, self.location, record.nbytes, self.max_bytes, stored=record.nbytes)
 
     def record_extent(self, record: Record) -> RawExtent | None:
         """Where an own-array variable's bytes lie (file, offset, bytes), or None when only the
@@ -357,6 +359,7 @@ class VarstoreReader(CheckpointReader):
             raise CheckpointError(f"checkpoint '{self.path}' is closed; cannot read '{record.name}'")
         return None if record.path is None or not record.nbytes else self._bytes.record_extent(record)
 
+    @pinned
     def read_stored_region(self, record: Record, index: tuple[slice, ...], out: npt.NDArray[Any]) -> None:
         """Fills `out` (stored dtype, the region's stored shape) with region `index` through the backend."""
         assert record.path is not None
@@ -375,12 +378,14 @@ class VarstoreReader(CheckpointReader):
             f"variable '{record.name}' in '{self.path}' is corrupt: its bytes have crc32c {found:08x}, "
             f"the checkpoint recorded {record.checksum:08x}; restore from another checkpoint")
 
+    @pinned
     def fill(self, record: Record, out: npt.NDArray[Any], verify: bool) -> None:
         """Fills `out` (C-contiguous, the record's logical dtype and shape) and checks the checksum.
 
         Raises:
           CheckpointError: the reader is closed.
           CorruptCheckpointError, ChecksumError: damaged or truncated bytes, naming the variable and file.
+          CheckpointReplacedError: a save replaced the checkpoint meanwhile (see storage/path_pin.py).
         """
         if self._closed:
             raise CheckpointError(f"checkpoint '{self.path}' is closed; cannot read '{record.name}'")

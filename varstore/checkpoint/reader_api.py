@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import fnmatch
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,9 @@ class CheckpointReader(abc.ABC):
       metadata: user metadata (JSON-compatible dict), {} where none.
       format_version: the format's version string, or None.
       skipped: objects present in the file that are not variables, with reasons.
+      notes: remarks on how values are read (e.g. tensors a GGUF --dequantize left raw); convert reports them.
+      max_bytes: the read limit in bytes a value may declare (None: VARSTORE_MAX_BYTES, else the
+        default of varstore/_limits.py); set by open_checkpoint(..., max_bytes=).
     """
 
     format: str = "unknown"
@@ -65,6 +68,8 @@ class CheckpointReader(abc.ABC):
         self.metadata: dict[str, Any] = {}
         self.format_version: str | None = None
         self.skipped: list[SkippedEntry] = []
+        self.notes: tuple[str, ...] = ()
+        self.max_bytes: int | None = None
 
     # -- subclasses implement these three
     @abc.abstractmethod
@@ -88,17 +93,31 @@ class CheckpointReader(abc.ABC):
           UnknownVariableError (a KeyError): unknown name.
           CorruptCheckpointError / ChecksumError: damaged bytes (checksums are
             checked where the format records them).
+          ValueTooLargeError: without `out`, the value declares more bytes than the read limit
+            (`max_bytes`; see docs/reliability.md); nothing was allocated.
         """
 
     # -- shared behaviour
-    def verify(self) -> None:
+    def verify(self, progress: Callable[[int, int, str], None] | None = None) -> None:
         """Reads every variable and checks every checksum the format records.
+
+        Args:
+          progress: called as progress(done_bytes, total_bytes, name) after each variable is checked, and
+            once with (0, total_bytes, "") before the first (the CLI draws its bar from it).
 
         Raises:
           ChecksumError / CorruptCheckpointError naming the first bad variable and the file.
         """
-        for name in self.keys():
+        names = self.keys()
+        sizes = [self.info(name).nbytes for name in names] if progress is not None else []
+        total, done = sum(sizes), 0
+        if progress is not None:
+            progress(0, total, "")
+        for k, name in enumerate(names):
             self.read(name)
+            if progress is not None:
+                done += sizes[k]
+                progress(done, total, name)
 
     def infos(self) -> list[VariableInfo]:
         """`info(name)` for every key, in order."""

@@ -1,5 +1,11 @@
 """restore: put a checkpoint's values into a store, Variables or arrays, checking everything first.
 
+Strict by default, as tf.compat.v1.train.Saver.restore: a target variable
+the checkpoint has no value for raises RestoreError (with did-you-mean
+hints); checkpoint values no target takes are reported as `unexpected`
+(a store keeps them for variables created later) and fail only
+`RestoreResult.assert_consumed()` (restore_result.py). strict=False
+restores what both have.
 Name mapping follows tf.compat.v1.train.init_from_checkpoint's
 assignment_map: {"old_scope/": "new_scope/"} maps every checkpoint name
 under "old_scope/" to the same suffix under "new_scope/" ("" or "/" is the
@@ -16,57 +22,36 @@ values (docs/errors.md; run reader.verify() first for all-or-nothing).
 lazy=True, and variables created later in the store (deferred restore),
 keep a ValueSource so their initializers never run and reading waits for
 first use (a part of a partitioned variable created later gets the region of
-its whole variable's stored array: `PendingResolver`). The reading itself is read_engine's one call; this module decides
-names, targets and what is valid, and never reads bytes.
+its whole variable's stored array: `PendingResolver`). A reader of another
+format (an open CheckpointReader: TF bundle, safetensors, PyTorch, ...) is
+matched by the same rules and read through foreign_read.py. The reading itself
+is read_engine's one call; this module decides names, targets and what is
+valid, never reads bytes and never opens a foreign format (the public
+varstore.restore does, through the registry).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from varstore.checkpoint._batch import paused_gc
 from varstore.checkpoint.read_engine import read_into_targets
+from varstore.checkpoint.foreign_read import ReaderResolver, ReaderSource, fill_from_reader
 from varstore.checkpoint.reader import CheckpointValue, VarstoreReader, open_varstore
+from varstore.checkpoint.reader_api import CheckpointReader
 from varstore.checkpoint.regions import RegionSource
+from varstore.checkpoint.restore_result import Consumption, RestoreResult, strict_restore_error
 from varstore.errors import DtypeMismatchError, RestoreError, RestoreTargetError, ShapeMismatchError
 from varstore.ownership import bound_rank
 from varstore.value_sources import Resolver, SliceInfo, ValueSource
 
-__all__ = ["restore", "RestoreResult", "PendingResolver", "map_names", "covered_targets", "targets_of", "strict_restore_error",
-           "reader_still_needed"]
+__all__ = ["restore", "restore_and_release", "RestoreResult", "PendingResolver", "map_names", "covered_targets",
+           "targets_of", "strict_restore_error", "reader_still_needed"]
 
-
-@dataclasses.dataclass(frozen=True)
-class RestoreResult:
-    """What a restore did.
-
-    Attributes:
-      restored: target names that received (or, lazily, will receive) a checkpoint value now.
-      missing: target names the checkpoint (as mapped) has no value for.
-      unexpected: checkpoint names (as stored) with no target variable at restore time.
-      deferred: target names waiting for variables created later in the store.
-    """
-
-    restored: list[str]
-    missing: list[str]
-    unexpected: list[str]
-    deferred: list[str] = dataclasses.field(default_factory=list)
-
-
-
-def strict_restore_error(path: object, missing: list[str], unexpected: list[str]) -> RestoreError:
-    """The RestoreError of a strict restore (as load_state_dict(strict=True)): names what has no value and
-    what has no variable, and the two ways out. Shared by the one-process and the collective restore."""
-    return RestoreError(
-        f"restoring '{path}' strictly failed: missing from the checkpoint "
-        f"(variables without a value): {missing}; unexpected in the checkpoint "
-        f"(values without a variable): {unexpected}; pass strict=False to restore the "
-        f"intersection or an assignment_map to rename", missing=missing, unexpected=unexpected)
 
 def _root(prefix: str) -> str:
     return "" if prefix in ("", "/") else prefix
@@ -183,8 +168,12 @@ class PendingResolver:
         taken.add(key)
         return RegionSource(self.reader, ckpt, key[0], key[1], self.verify)
 
+    def unconsumed(self) -> list[str]:
+        """The stored names no variable (nor any part of one) has taken yet."""
+        return [ckpt for target, ckpt in self.waiting.items() if not self._taken.get(target)]
 
-def _check_array(name: str, array: Any, source: CheckpointValue) -> None:
+
+def _check_array(name: str, array: Any, source: ValueSource) -> None:
     if not isinstance(array, np.ndarray) or not array.flags.writeable:
         module = type(array).__module__.split(".")[0]
         hint = {"torch": "; for torch tensors use varstore.torch.restore",
@@ -204,14 +193,16 @@ def _check_array(name: str, array: Any, source: CheckpointValue) -> None:
             f"the target has {array.dtype}, and a 'same_kind' cast is not possible")
 
 
-def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
-            assignment_map: Mapping[str, str] | None = None, strict: bool = False, lazy: bool = False,
+def restore(path: os.PathLike[str] | str | CheckpointReader, target: Any, *,
+            assignment_map: Mapping[str, str] | None = None, strict: bool = True, lazy: bool = False,
             verify: bool = True, format: str | None = None,
             storage_options: Mapping[str, object] | None = None) -> RestoreResult:
-    """Restores variables from a varstore checkpoint, never running their initializers.
+    """Restores variables from a checkpoint, never running their initializers; strict by default.
 
     Args:
-      path: the checkpoint, an object-store URL ("s3://bucket/runs/a7/model.zarr"), or an open VarstoreReader.
+      path: a varstore checkpoint, an object-store URL ("s3://bucket/runs/a7/model.zarr"), or an
+        open CheckpointReader of any format (varstore.open_checkpoint; the caller closes it).
+        Paths in other formats are opened by the public varstore.restore, which calls this.
       target: a VariableStore (its variables now, and, for names left over,
         variables created in it later: deferred restore, the parts of a
         partitioned variable included, each taking its region of the stored
@@ -219,20 +210,26 @@ def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
         or a mapping of names to Variables or writeable NumPy arrays (filled in place).
       assignment_map: {checkpoint scope or name: target scope or name}, TF
         init_from_checkpoint rules; only the names it covers are restored.
-      strict: raise RestoreError listing every missing and unexpected name
-        (nothing is restored or deferred then).
+      strict: True (default, as tf.compat.v1.train.Saver.restore): a target
+        the checkpoint has no value for raises RestoreError. Checkpoint values
+        without a target never raise here (`unexpected`; see
+        RestoreResult.assert_consumed). False: restore what both have; the rest keep
+        their values or, when first read, their initializers.
       lazy: leave values on disk until each variable's first use (as before
         issue 9). False (default): every value is read and checked now, and every
         restored Variable is initialized when restore returns.
-      verify: check each variable's crc32c as it is read.
+      verify: check each variable's crc32c as it is read (other formats check
+        what they record, always).
       format: "h5"/"zarr", or None to detect.
       storage_options: for URLs: endpoint, region, credentials (see open_varstore).
 
     Returns:
-      RestoreResult with restored, missing, unexpected and deferred names.
+      RestoreResult with restored, missing, unexpected and deferred names, and
+      assert_consumed() / expect_partial().
 
     Raises:
-      RestoreError: strict and names differ (lists them all).
+      RestoreError: strict and some target has no value (lists them all, with
+        did-you-mean hints; nothing is restored or deferred then).
       ShapeMismatchError, DtypeMismatchError: naming the variable, the file and
         both shapes or dtypes; raised before anything is written.
       ChecksumError: a variable's bytes are damaged (names it and the file);
@@ -240,8 +237,32 @@ def restore(path: os.PathLike[str] | str | VarstoreReader, target: Any, *,
         are then left as they were; see docs/errors.md for allocated ones.
       CheckpointNotFoundError, NotACheckpointError, CorruptCheckpointError: see open_varstore.
     """
+    if isinstance(path, CheckpointReader):  # the caller's reader: the caller closes it
+        with paused_gc():
+            targets, store = targets_of(target)
+            return _restore_from(path, targets, store, assignment_map, strict, lazy, verify)
+    return restore_and_release(open_varstore(path, format, storage_options=storage_options), target,
+                               assignment_map=assignment_map, strict=strict, lazy=lazy, verify=verify)
+
+
+def restore_and_release(reader: CheckpointReader, target: Any, *, assignment_map: Mapping[str, str] | None = None,
+                        strict: bool = True, lazy: bool = False, verify: bool = True) -> RestoreResult:
+    """`restore` from a reader this call owns: closed on failure, and after success unless lazy or
+    deferred variables still read from it (they hold it; the last one gone, the garbage collector closes it).
+
+    Left to the collector, a reader's h5py file could be closed in whichever thread collects it, at
+    any time, holding h5py's lock there; so an eager restore closes it here.
+    """
     with paused_gc():
-        return _restore(path, target, assignment_map, strict, lazy, verify, format, storage_options)
+        try:
+            targets, store = targets_of(target)
+            result = _restore_from(reader, targets, store, assignment_map, strict, lazy, verify)
+        except BaseException:
+            reader.close()
+            raise
+    if not reader_still_needed(result, targets, lazy):
+        reader.close()
+    return result
 
 
 def reader_still_needed(result: RestoreResult, targets: Mapping[str, Any], lazy: bool = True) -> bool:
@@ -257,30 +278,10 @@ def reader_still_needed(result: RestoreResult, targets: Mapping[str, Any], lazy:
     return any(getattr(obj, "is_restore_pending", False) for obj in targets.values())
 
 
-def _restore(path: os.PathLike[str] | str | VarstoreReader, target: Any,
-             assignment_map: Mapping[str, str] | None, strict: bool, lazy: bool, verify: bool,
-             format: str | None, storage_options: Mapping[str, object] | None = None) -> RestoreResult:
-    if isinstance(path, VarstoreReader):  # the caller's reader: the caller closes it
-        return _restore_from(path, *targets_of(target), assignment_map, strict, lazy, verify)
-    reader = open_varstore(path, format, storage_options=storage_options)
-    try:
-        targets, store = targets_of(target)
-        result = _restore_from(reader, targets, store, assignment_map, strict, lazy, verify)
-    except BaseException:
-        reader.close()
-        raise
-    # Closed now unless lazy or deferred variables read from it later (they hold it; the last one
-    # gone, the garbage collector closes it). Left to the collector, a reader's h5py file could be
-    # closed in whichever thread collects it, at any time, holding h5py's lock there.
-    if not reader_still_needed(result, targets, lazy):
-        reader.close()
-    return result
-
-
-def _restore_from(reader: VarstoreReader, targets: dict[str, Any], store: Any,
-                  assignment_map: Mapping[str, str] | None, strict: bool, lazy: bool, verify: bool) -> RestoreResult:
-    names = reader.keys()
-    items: list[tuple[str, str, Any]]
+def _match(names: list[str], targets: dict[str, Any], assignment_map: Mapping[str, str] | None
+           ) -> tuple[list[tuple[str, str, Any]], list[str], list[str], dict[str, str] | None]:
+    """(checkpoint name, target name, target) items, missing target names, unexpected checkpoint names,
+    and the name map (None without an assignment_map: names as stored)."""
     if assignment_map is None:  # names as stored: set passes instead of a mapping (50,000 names: ~25 ms less)
         found = targets.keys() & set(names)
         if len(found) == len(names):
@@ -290,30 +291,93 @@ def _restore_from(reader: VarstoreReader, targets: dict[str, Any], store: Any,
             items = [(name, name, targets[name]) for name in names if name in found]
             unexpected = [name for name in names if name not in found]
         missing = [] if len(found) == len(targets) else [name for name in targets if name not in found]
-        mapped = None
-    else:
-        mapped = map_names(names, assignment_map)
-        pairs = [(ckpt, mapped[ckpt]) for ckpt in names if ckpt in mapped and mapped[ckpt] in targets]
-        unexpected = [ckpt for ckpt in names if ckpt in mapped and mapped[ckpt] not in targets]
-        covered = set(mapped[ckpt] for ckpt, _ in pairs)
-        missing = [name for name in covered_targets(list(targets), assignment_map) if name not in covered]
-        items = [(ckpt, name, targets[name]) for ckpt, name in pairs]
-    if strict and (missing or unexpected):
-        raise strict_restore_error(reader.path, missing, unexpected)
+        return items, missing, unexpected, None
+    mapped = map_names(names, assignment_map)
+    pairs = [(ckpt, mapped[ckpt]) for ckpt in names if ckpt in mapped and mapped[ckpt] in targets]
+    unexpected = [ckpt for ckpt in names if ckpt in mapped and mapped[ckpt] not in targets]
+    covered = set(mapped[ckpt] for ckpt, _ in pairs)
+    missing = [name for name in covered_targets(list(targets), assignment_map) if name not in covered]
+    return [(ckpt, name, targets[name]) for ckpt, name in pairs], missing, unexpected, mapped
+
+
+def _restore_from(reader: CheckpointReader, targets: dict[str, Any], store: Any,
+                  assignment_map: Mapping[str, str] | None, strict: bool, lazy: bool, verify: bool) -> RestoreResult:
+    names = reader.keys()
+    items, missing, unexpected, mapped = _match(names, targets, assignment_map)
+    location = getattr(reader, "location", None) or str(reader.path)
+
+    def stored() -> list[str]:
+        return list(names) if mapped is None else [mapped[n] for n in names if n in mapped]
+
+    if strict and missing and isinstance(reader, VarstoreReader):  # other formats: parts are matched first
+        raise strict_restore_error(location, missing, unexpected, stored())
     from varstore.variables import check_restorable
 
-    def validate(name: str, obj: Any, source: CheckpointValue) -> None:
+    def validate(name: str, obj: Any, source: CheckpointValue | ReaderSource) -> None:
         if hasattr(obj, "restore_from"):
             if obj.shape != source.shape or obj.dtype != source.dtype:
                 check_restorable(obj, source)
         else:
             _check_array(name, obj, source)
 
-    read_into_targets(reader, items, verify=verify, lazy=lazy, validate=validate)
+    if isinstance(reader, VarstoreReader):
+        read_into_targets(reader, items, verify=verify, lazy=lazy, validate=validate)
+    else:
+        regions = _parts_of_stored(items, missing, unexpected, targets, mapped, strict, location, stored)
+        fill_from_reader(reader, items, lazy=lazy, validate=validate, regions=regions)
     deferred: list[str] = []
+    resolver: PendingResolver | ReaderResolver | None = None
     if store is not None and unexpected and hasattr(store, "add_pending_restore"):
         waiting = {ckpt if mapped is None else mapped[ckpt]: ckpt for ckpt in unexpected}
         deferred = list(waiting)
-        resolver: Resolver = PendingResolver(reader, waiting, verify)  # mypy checks the core's protocol here
-        store.add_pending_restore(resolver)
-    return RestoreResult([name for _, name, _ in items], missing, unexpected, deferred)
+        resolver = PendingResolver(reader, waiting, verify) if isinstance(reader, VarstoreReader) else \
+            ReaderResolver(reader, waiting)
+        store.add_pending_restore(resolver)  # mypy checks the core's protocol here
+    consumption = _consumption(location, store, stored, assignment_map, resolver, missing, unexpected)
+    return RestoreResult([name for _, name, _ in items], missing, unexpected, deferred, consumption)
+
+
+def _parts_of_stored(items: list[tuple[str, str, Any]], missing: list[str], unexpected: list[str],
+                     targets: dict[str, Any], mapped: dict[str, str] | None, strict: bool, location: str,
+                     stored: Callable[[], list[str]]) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+    """For another format's reader: parts of partitioned variables (missing under their own names) take
+    their region of the stored whole array, as TF's Saver restores a partitioned variable; updates
+    items, missing and unexpected in place and returns {part name: (offset, shape)}. Then applies strict."""
+    regions: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    if missing:
+        source_of = {(name if mapped is None else mapped[name]): name for name in unexpected
+                     if mapped is None or name in mapped}
+        taken: set[str] = set()
+        for name in list(missing):
+            info = getattr(targets[name], "save_slice_info", None)
+            if info is None or info.full_name not in source_of:
+                continue
+            items.append((source_of[info.full_name], name, targets[name]))
+            regions[name] = (tuple(info.var_offset), tuple(info.var_shape))
+            taken.add(source_of[info.full_name])
+            missing.remove(name)
+        unexpected[:] = [name for name in unexpected if name not in taken]
+    if strict and missing:
+        raise strict_restore_error(location, missing, unexpected, stored())
+    return regions
+
+
+def _consumption(location: str, store: Any, stored: Callable[[], list[str]],
+                 assignment_map: Mapping[str, str] | None, resolver: PendingResolver | ReaderResolver | None,
+                 missing: list[str], unexpected: list[str]) -> Consumption:
+    """How a restore stands when assert_consumed asks: for a store, its variables then and the resolver's
+    leftovers; for other targets, what restore found."""
+
+    def unmatched() -> list[str]:
+        if store is None:
+            return list(missing)
+        stored_set = set(stored())  # computed when asked: a restore of 50,000 names pays nothing for it
+        current = targets_of(store)[0]
+        covered = covered_targets(list(current), assignment_map)
+        return [name for name in covered if name not in stored_set
+                and getattr(getattr(current[name], "save_slice_info", None), "full_name", None) not in stored_set]
+
+    def unconsumed() -> list[str]:
+        return resolver.unconsumed() if resolver is not None else list(unexpected)
+
+    return Consumption(location, unmatched, unconsumed, stored)

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
+from varstore._limits import max_bytes as _max_bytes
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry
 from varstore.convert import registry as _registry
@@ -120,7 +121,10 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
         .h5 (ranged GETs) and .zarr checkpoints, and .safetensors (ranged GETs).
       **options: passed to the reader: `strip_attributes=True` (TF2 names
         without "/.ATTRIBUTES/VARIABLE_VALUE"), `skip_object_arrays=True` (npz),
-        `dequantize=True` (gguf: Q8_0/Q4_0/Q4_1 as float32).
+        `dequantize=True` (gguf: Q8_0/Q4_0/Q4_1 as float32), and for every reader
+        `max_bytes=` (int, bytes): the most a value read without `out` may declare
+        (default: VARSTORE_MAX_BYTES, else the available memory, and for values whose
+        stored size is known at most that plus 64 MiB; docs/reliability.md).
 
     Returns:
       A CheckpointReader; `reader.format` names what was opened.
@@ -136,6 +140,17 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
         object store: a format other than varstore's and safetensors, naming the URL).
       ObjectStoreError: the object store failed after retries (naming the URL).
     """
+    limit = options.pop("max_bytes", None)
+    if limit is not None:
+        _max_bytes(limit)  # a bad limit is refused before the file is opened
+    reader = _open_any(path, format, storage_options, options)
+    reader.max_bytes = limit
+    return reader
+
+
+def _open_any(path: os.PathLike[str] | str, format: str | None,
+              storage_options: Mapping[str, object] | None, options: dict[str, Any]) -> CheckpointReader:
+    """open_checkpoint without the read limit: the URL path, detection, or the named format's reader."""
     if is_remote(path):
         return _open_remote(path, format, storage_options, options)
     if format is None:
@@ -227,7 +242,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
             to_format: str | None = None, filter: str | None = None,
             rename: Iterable[tuple[str, str] | str] = (), dtype: Any = None,
             progress: ProgressCallback | None = None, separator: str | None = None, force: bool = False,
-            max_shard_size: int | str | None = None,
+            max_shard_size: int | str | None = None, write_options: Mapping[str, Any] | None = None,
             storage_options: Mapping[str, object] | None = None, **options: Any) -> ConvertReport:
     """Copies the variables of one checkpoint into a new one, streaming: one variable in memory at a time
     (for varstore .h5/.zarr destinations, plus at most the write engine's 8 queued writes).
@@ -239,10 +254,11 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
 
     Args:
       src: any path open_checkpoint accepts.
-      dst: destination; .h5/.hdf5 and .zarr become varstore checkpoints,
-        .safetensors and .npz the foreign formats.
+      dst: destination; .h5/.hdf5 and .zarr become varstore checkpoints; .ckpt/.index (TF), .pt/.pth,
+        .gguf, .distcp (DCP), .safetensors and .npz the foreign formats (the registry's write_suffixes).
       from_format: skip source detection (see open_checkpoint's `format`).
-      to_format: "h5", "zarr", "safetensors", "safetensors-sharded" or "npz";
+      to_format: a writing format's name ("h5", "zarr", "tf", "pt", "gguf", "dcp", "orbax", "safetensors",
+        "safetensors-sharded", "npz");
         None picks by dst suffix.
       filter: shell glob on source names ("encoder/*"); None keeps all.
       rename: prefix rules (OLD, NEW) or "OLD=NEW" strings; the first rule
@@ -260,6 +276,8 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       max_shard_size: for a sharded safetensors destination (implied when
         given without to_format): bytes per shard, int or "500MB"/"5GB"/"2GiB"
         (default 5GB); `dst` is then the directory to create.
+      write_options: options of the destination format's writer, by name (the registry's
+        `write_options`): `gguf_type` ("f32", "f16", "bf16", "q8_0") for GGUF; a writer refuses others.
       storage_options: for object-store URLs on either side (endpoint, region, credentials).
       **options: passed to open_checkpoint (strip_attributes, skip_object_arrays, dequantize).
 
@@ -282,7 +300,9 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
     src_label = url_from_path(src) or Path(src)
     dst_label = url_from_path(dst) or Path(dst)
     src, dst = Path(src), Path(dst)
-    write_options: dict[str, Any] = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
+    write_options = dict(write_options or {})
+    if max_shard_size is not None:
+        write_options["max_shard_size"] = max_shard_size
     dest = _destination_format(dst, to_format, write_options)
     pairs = rename_pairs(rename)
     _check_destination(src, dst, force, storage_options)
@@ -336,7 +356,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
         return ConvertReport(
             source=src_label, destination=dst_label, source_format=reader.format, destination_format=dest.names_for_writing()[0],
             variables=len(entries), bytes=done[0], skipped=tuple(reader.skipped),
-            renamed={name: new for name, new, *_ in plan if new != name}, notes=tuple(notes))
+            renamed={name: new for name, new, *_ in plan if new != name}, notes=(*reader.notes, *notes))
 
 
 def _write_and_upload(dest: FormatEntry, dst: Path, entries: list[SaveEntry], request: WriteRequest,

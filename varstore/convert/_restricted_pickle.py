@@ -7,8 +7,9 @@ and container builtins, the DCP metadata dataclasses) to inert stand-ins
 defined here, and raises UnsafeFormatError naming any other global, so no
 reduce outside the list is ever called and nothing is imported. Before the
 unpickler runs, the opcode stream is walked with `pickletools.genops` so
-every length is checked against the bytes actually there (no allocation is
-sized by a number the file claims). Persistent ids (torch storages) become
+every length is checked against the bytes actually there and every memo
+index against the entries stored before it (no allocation is sized by a
+number the file claims). Persistent ids (torch storages) become
 `StorageRef` records; the caller reads their bytes. This module opens no
 files and never imports torch.
 """
@@ -22,7 +23,7 @@ import pickletools
 from collections.abc import Callable
 from typing import Any, cast
 
-from varstore.errors import CorruptCheckpointError, UnsafeFormatError, VarstoreError
+from varstore.errors import CorruptCheckpointError, UnsafeCheckpointError, UnsafeFormatError, VarstoreError
 
 __all__ = ["StorageRef", "TensorRef", "Record", "DType", "unpickle", "scan_pickle", "STATE_DICT_ADVICE"]
 
@@ -47,6 +48,8 @@ _TORCH_DTYPES = {
     "complex64": "complex64", "cfloat": "complex64", "complex128": "complex128", "cdouble": "complex128",
     "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
 }
+_MEMO_PUTS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
+_MEMO_GETS = frozenset({"GET", "BINGET", "LONG_BINGET"})
 _MAX_BYTEARRAY = 1 << 20  # a bytearray a state dict may hold (bytes of the pickle itself bound it too)
 _DANGEROUS_MODULES = ("os", "posix", "nt", "subprocess", "builtins", "__builtin__", "sys", "shutil", "socket",
                       "importlib", "runpy", "pty", "code", "ctypes", "webbrowser", "pickle", "_pickle", "marshal",
@@ -283,6 +286,8 @@ def _allowed() -> dict[str, Any]:
     }
     for name, dtype in _STORAGE_DTYPES.items():
         table[f"torch.{name}"] = _StorageType(name, dtype)
+    # torch 2.x pickles the storage of a uint16/32/64 or float8 tensor by its defining module.
+    table["torch.storage.UntypedStorage"] = _StorageType("UntypedStorage", "uint8")
     for name, dtype in _TORCH_DTYPES.items():
         table[f"torch.{name}"] = DType(dtype)
     table.update(_RECORDS)
@@ -314,16 +319,39 @@ def scan_pickle(handle: Any, limit: int, label: str) -> int:
     """Walks one pickle's opcodes from the handle's position; returns its length in bytes.
 
     Every length the pickle claims is checked against the `limit` bytes
-    actually available; unknown opcodes and a missing STOP are errors.
+    actually available; unknown opcodes and a missing STOP are errors. A
+    memo index (PUT, BINPUT, LONG_BINPUT) may be at most the number of memo
+    entries stored before it: CPython's C unpickler grows its memo table to
+    twice the index it is given, so `LONG_BINPUT 150000000` alone (6 bytes)
+    would allocate 2.3 GiB. Picklers number memo entries in order, so no
+    real pickle is refused.
 
     Raises:
-      CorruptCheckpointError naming `label`.
+      UnsafeCheckpointError: a memo index beyond the entries stored so far.
+      CorruptCheckpointError naming `label`: malformed or truncated bytes, or
+        a GET of a memo entry never stored.
     """
     start = handle.tell()
+    stored = 0  # memo entries stored so far (PUT, BINPUT, LONG_BINPUT, MEMOIZE)
     try:
-        for opcode, _arg, _pos in pickletools.genops(cast(Any, _ClampedReader(handle, limit))):
-            if opcode.name == "STOP":
+        for opcode, arg, _pos in pickletools.genops(cast(Any, _ClampedReader(handle, limit))):
+            name = opcode.name
+            if name in _MEMO_PUTS:
+                if not isinstance(arg, int) or arg < 0 or arg > stored:
+                    raise UnsafeCheckpointError(
+                        f"{label}: its pickle stores memo entry {arg!r:.40} after only {stored} entries; a pickler "
+                        f"numbers them in order, and a far index would make the unpickler allocate a memo that "
+                        f"large; refused")
+                stored += 1
+            elif name == "MEMOIZE":
+                stored += 1
+            elif name in _MEMO_GETS and (not isinstance(arg, int) or not 0 <= arg < stored):
+                raise CorruptCheckpointError(f"{label}: its pickle reads memo entry {arg!r:.40}, which was never "
+                                             f"stored ({stored} entries so far)")
+            elif name == "STOP":
                 return int(handle.tell() - start)
+    except VarstoreError:
+        raise
     except Exception as err:  # genops raises ValueError / struct.error / UnicodeDecodeError on hostile bytes
         raise CorruptCheckpointError(f"{label} is not a well-formed pickle: {err}") from err
     raise CorruptCheckpointError(f"{label}: the pickle ends without its STOP opcode (truncated)")

@@ -128,14 +128,20 @@ def sniff_zarr(probe: Probe) -> Path | None:
 
 
 def sniff_tf(probe: Probe) -> Path | None:
-    """A TF tensor bundle: its prefix (need not exist), .index, a .data shard, or a directory with a
-    `checkpoint` state file (its latest). Returns the bundle prefix.
+    """A TF tensor bundle: its prefix (need not exist), .index, a .data shard, a directory with a
+    `checkpoint` state file (its latest), or a SavedModel directory (saved_model.pb +
+    variables/variables.index) or its variables/ folder (its variables bundle). Returns the bundle prefix.
 
     Raises:
       CheckpointNotFoundError / CorruptCheckpointError: a state file names a missing bundle / none.
     """
     from varstore.convert.tf_checkpoint import resolve_prefix
 
+    if probe.is_dir:  # a TF SavedModel directory, or its variables/ folder: the variables bundle in it
+        if (probe.path / "saved_model.pb").is_file() and (probe.path / "variables" / "variables.index").is_file():
+            return probe.path / "variables" / "variables"
+        if (probe.path / "variables.index").is_file():
+            return probe.path / "variables"
     if probe.is_file and not (probe.tail[-8:] == _TABLE_MAGIC or probe.suffix == ".index"
                               or ".data-" in probe.name):
         return None
@@ -145,7 +151,7 @@ def sniff_tf(probe: Probe) -> Path | None:
 
 def sniff_safetensors(probe: Probe) -> Path | None:
     """A safetensors file: an 8-byte little-endian header length, then a JSON object."""
-    if probe.is_file and probe.size >= 9:
+    if probe.is_file and probe.size >= 9 and len(probe.head) >= 9:  # a short read is no safetensors file
         (length,) = struct.unpack("<Q", probe.head[:8])
         if 2 <= length <= probe.size - 8 and probe.head[8:9] == b"{":
             return probe.path

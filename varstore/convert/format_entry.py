@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from varstore.checkpoint.reader_api import CheckpointReader
     from varstore.convert.probe import Probe
 
-__all__ = ["FormatEntry", "WriteRequest", "SniffFunction", "OpenFunction", "WriteFunction"]
+__all__ = ["FormatEntry", "WriteRequest", "SniffFunction", "OpenFunction", "WriteFunction", "parse_write_options"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +43,29 @@ class WriteRequest:
     overwrite: bool = False
     storage_options: Mapping[str, object] | None = None
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def parse_write_options(items: Sequence[str]) -> dict[str, Any]:
+    """Writer options given as "KEY=VALUE" text (the command line's --option): VALUE is read as JSON when it
+    parses ("3" -> 3, '{"emb": 3}' -> a dict), else kept as the string ("q8_0").
+
+    Raises:
+      ConversionError: an item without "=" or with an empty KEY.
+    """
+    import json
+
+    from varstore.errors import ConversionError
+
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key:
+            raise ConversionError(f"writer option {item!r} needs the form KEY=VALUE (e.g. gguf_type=q8_0)")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
 
 
 class SniffFunction(Protocol):

@@ -3,7 +3,10 @@
 Every plain numeric (or fixed-length string) dataset is a variable, named by
 its path without the leading "/"; everything else (compound, variable-length
 and reference datasets, soft, dangling and external links) is listed in
-`skipped` with the reason. The walkers in varstore.backends do the h5py/zarr
+`skipped` with the reason (also datasets of a type NumPy lacks, or needing an HDF5 filter
+that is not installed, and further hard links to one dataset). Declared
+sizes are checked against the read limit before a value is allocated
+(varstore/_limits.py). The walkers in varstore.backends do the h5py/zarr
 work; this module only maps their entries to variables. Also hosts
 WalkerReader, the base the Keras readers share.
 """
@@ -18,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
+from varstore._limits import check_value_size
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.errors import UnknownVariableError
 
@@ -42,6 +46,8 @@ class _Walker(Protocol):
 
     def read(self, path: str, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]: ...
 
+    def stored(self, path: str) -> tuple[int | None, bool]: ...
+
     def close(self) -> None: ...
 
 
@@ -65,7 +71,9 @@ class WalkerReader(CheckpointReader):
     def _path(self, name: str) -> str:
         path = self._names.get(name)
         if path is None:
-            raise UnknownVariableError(f"no variable '{name}' in {self.format} file '{self.path}'")
+            reason = next((s.reason for s in self.skipped if s.name == name), None)
+            why = "" if reason is None else f" ('{name}' is skipped: {reason})"
+            raise UnknownVariableError(f"no variable '{name}' in {self.format} file '{self.path}'{why}")
         return path
 
     def info(self, name: str) -> VariableInfo:
@@ -83,9 +91,22 @@ class WalkerReader(CheckpointReader):
                             trainable=trainable, attributes=attributes)
 
     def read(self, name: str, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
-        """Reads one variable through the walker (see HDF5Walker.read / ZarrWalker.read)."""
+        """Reads one variable through the walker (see HDF5Walker.read / ZarrWalker.read).
+
+        Without `out`, the declared size is checked first against the read
+        limit (`max_bytes`), which by default also bounds it by what the file
+        stores for the value (an HDF5 dataset whose chunks were never written
+        stores 0 bytes): see varstore/_limits.py.
+
+        Raises:
+          ValueTooLargeError: naming the variable, its declared and stored bytes and the limit.
+        """
         path = self._path(name)
         entry = self._walker.entry(path)
+        if out is None:
+            declared = int(np.prod(entry.shape, dtype=object)) * np.dtype(entry.dtype).itemsize
+            stored, filtered = self._walker.stored(path)
+            check_value_size(name, self.location, declared, self.max_bytes, stored=stored, filtered=filtered)
         result = checked_out(name, entry.shape, entry.dtype, out)
         return self._walker.read(path, result)
 

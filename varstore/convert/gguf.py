@@ -8,10 +8,12 @@ left before it is used. Float and integer tensors (F32, F16, BF16, F64, I8..I64)
 are read bit-exactly with llama.cpp's names and the row-major shape (ne
 reversed). Quantized tensors are carried as their raw blocks (uint8, shape
 [rows..., bytes per row]) with `attributes["ggml_type"]` recorded, so nothing
-is lost; `dequantize=True` turns Q8_0, Q4_0 and Q4_1 into float32 as ggml
-does (d * q), other quantized types stay raw. The key-values become
-`metadata["gguf"]`. The `gguf` package is not used: its reader maps the
-whole file and its errors on damaged input are untyped. Writes nothing.
+is lost; `dequantize=True` turns every type the gguf package's reference
+code dequantizes into float32 (_gguf_quants.py; Q8_0, Q4_0 and Q4_1 also
+without it, as ggml does: d * q), and names the tensors it leaves raw in
+`notes`. The key-values become `metadata["gguf"]`. The `gguf` package's
+reader is not used: it maps the whole file and its errors on damaged input
+are untyped. Writes nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo, checked_out
+from varstore.convert import _gguf_quants
 from varstore.errors import ConversionError, CorruptCheckpointError, NotACheckpointError, UnknownVariableError
 
 if TYPE_CHECKING:
@@ -57,6 +60,8 @@ _DEQUANTIZABLE = {"Q8_0", "Q4_0", "Q4_1"}
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _MAX_DIMS = 8
 _MAX_DEPTH = 4
+_BLOCK = 1 << 20  # bytes read at a time for an array of strings
+_MAX_SPAN = 1 << 59  # product of a shape's non-zero extents NumPy can still make (elements)
 
 
 class _Cursor:
@@ -86,6 +91,40 @@ class _Cursor:
         except UnicodeDecodeError as err:
             raise CorruptCheckpointError(f"{self.label}: {what} is not UTF-8") from err
 
+    def strings(self, count: int, what: str) -> list[str]:
+        """`count` length-prefixed UTF-8 strings (an array's items), read in blocks of at least 1 MiB.
+
+        One buffered pass, no per-item file reads: a tokenizer's 10**6-entry
+        vocabulary reads in about half a second. Every length is checked
+        against the bytes left, as `take` does.
+        """
+        items: list[str] = []
+        buf, at = b"", 0
+        length_of = struct.Struct("<Q").unpack_from
+        while len(items) < count:
+            if len(buf) - at < 8:
+                buf, at = buf[at:] + self._block(8 - (len(buf) - at), f"the length of {what}"), 0
+            (length,) = length_of(buf, at)
+            need = 8 + length
+            if len(buf) - at < need:
+                buf, at = buf[at:] + self._block(need - (len(buf) - at), what), 0
+            try:
+                items.append(buf[at + 8:at + need].decode("utf-8"))
+            except UnicodeDecodeError as err:
+                raise CorruptCheckpointError(f"{self.label}: {what} is not UTF-8") from err
+            at += need
+        unread = len(buf) - at
+        if unread:
+            self.handle.seek(-unread, 1)
+            self.pos -= unread
+        return items
+
+    def _block(self, least: int, what: str) -> bytes:
+        """At least `least` more bytes (up to 1 MiB more when the file has them), via `take`."""
+        if least > self.size - self.pos:
+            return self.take(least, what)  # raises, naming `what`
+        return self.take(max(least, min(_BLOCK, self.size - self.pos)), what)
+
     def value(self, kind: int, what: str, depth: int = 0) -> Any:
         if kind in _SCALARS:
             return self.unpack(_SCALARS[kind], what)
@@ -101,7 +140,9 @@ class _Cursor:
             if item_kind in _SCALARS:
                 fmt = _SCALARS[item_kind]
                 data = self.take(count * struct.calcsize(fmt), what)
-                return [v.item() for v in np.frombuffer(data, dtype=np.dtype(fmt))]
+                return list(np.frombuffer(data, dtype=np.dtype(fmt)).tolist())
+            if item_kind == 8:
+                return self.strings(count, what)
             return [self.value(item_kind, what, depth + 1) for _ in range(count)]
         raise CorruptCheckpointError(f"{self.label}: {what} has unknown value type {kind}")
 
@@ -129,7 +170,8 @@ class GGUFReader(CheckpointReader):
 
         Args:
           path: the .gguf file.
-          dequantize: read Q8_0/Q4_0/Q4_1 tensors as float32 instead of raw blocks.
+          dequantize: read quantized tensors as float32 instead of raw blocks: every type gguf's
+            reference code dequantizes (Q8_0/Q4_0/Q4_1 also without gguf); `notes` names the rest.
 
         Raises:
           NotACheckpointError: no GGUF magic.
@@ -138,6 +180,7 @@ class GGUFReader(CheckpointReader):
         """
         super().__init__(Path(path))
         self.dequantize = bool(dequantize)
+        self._left_raw: list[str] = []  # tensors dequantize=True could not turn into float32
         label = f"GGUF file '{self.path}'"
         self._label = label
         try:
@@ -155,10 +198,12 @@ class GGUFReader(CheckpointReader):
                     raise CorruptCheckpointError(f"{label}: {tensor_count} tensors and {kv_count} key-values "
                                                  f"cannot fit in {size} bytes")
                 kvs: dict[str, Any] = {}
+                kinds: dict[str, int] = {}
                 for i in range(kv_count):
                     key = cursor.string(f"key-value #{i}'s key")
                     kind = cursor.unpack("<I", f"the type of key '{key}'")
                     kvs[key] = cursor.value(kind, f"the value of key '{key}'")
+                    kinds[key] = kind
                 alignment = kvs.get("general.alignment", 32)
                 if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
                     raise CorruptCheckpointError(f"{label}: general.alignment {alignment!r} is not a power of 2")
@@ -167,7 +212,11 @@ class GGUFReader(CheckpointReader):
         except OSError as err:
             raise CorruptCheckpointError(f"cannot read {label}: {err}") from err
         self.format_version = str(version)
-        self.metadata = {"gguf": kvs}
+        self.metadata = {"gguf": kvs, "gguf_types": kinds}
+        if self._left_raw:
+            self.notes = (f"--dequantize left {len(self._left_raw)} tensor(s) as raw blocks (uint8; no "
+                          f"dequantizer for their type here or in the installed gguf package): "
+                          f"{', '.join(self._left_raw)}",)
         self._data_start = data_start
         self._tensors: dict[str, _Tensor] = {}
         spans = []
@@ -201,6 +250,12 @@ class GGUFReader(CheckpointReader):
         ggml, block, block_bytes, dtype_name = spec
         if any(d > cursor.size for d in ne) or int(np.prod(ne, dtype=object)) > cursor.size * 256:
             raise CorruptCheckpointError(f"{self._label}: tensor '{name}' dims {list(ne)} cannot fit in the file")
+        if int(np.prod([max(d, 1) for d in ne], dtype=object)) > _MAX_SPAN:
+            raise CorruptCheckpointError(f"{self._label}: tensor '{name}' dims {list(ne)} are larger than any "
+                                         f"array can be")
+        if block > 1 and not ne:
+            raise CorruptCheckpointError(f"{self._label}: tensor '{name}' is 0-d but of quantized type {ggml}, "
+                                         f"whose values come in rows of blocks of {block}")
         shape = tuple(reversed(ne))
         elements = int(np.prod(ne, dtype=object))
         if ne and ne[0] % block:
@@ -210,10 +265,12 @@ class GGUFReader(CheckpointReader):
         raw_shape = shape[:-1] + ((shape[-1] // block * block_bytes,) if shape else ())
         if dtype_name is not None:
             dtype = _dtypes.as_dtype(dtype_name)
-        elif self.dequantize and ggml in _DEQUANTIZABLE:
+        elif self.dequantize and (ggml in _DEQUANTIZABLE or _gguf_quants.supports(ggml, block_bytes)):
             dtype = np.dtype(np.float32)
         else:
             dtype = np.dtype(np.uint8)
+            if self.dequantize:  # asked for float32, but no code here or in gguf dequantizes this type
+                self._left_raw.append(f"{name} ({ggml})")
         return name, _Tensor(ggml, ne, shape, dtype, offset, nbytes, raw_shape)
 
     def keys(self) -> list[str]:
@@ -259,10 +316,13 @@ class GGUFReader(CheckpointReader):
         """
         tensor = self._lookup(name)
         result = checked_out(name, self._shape(tensor), tensor.dtype, out)
-        if tensor.dtype == np.float32 and tensor.ggml in _DEQUANTIZABLE:
+        if tensor.dtype == np.float32 and GGML_TYPES_BY_NAME[tensor.ggml][3] is None:  # dequantize=True
             raw = np.empty(tensor.nbytes, dtype=np.uint8)
             self._raw(name, tensor, raw)
-            result[...] = _dequantize(tensor.ggml, raw).reshape(tensor.shape)
+            block_bytes = GGML_TYPES_BY_NAME[tensor.ggml][2]
+            values = (_gguf_quants.dequantize(tensor.ggml, raw) if _gguf_quants.supports(tensor.ggml, block_bytes)
+                      else _dequantize(tensor.ggml, raw))  # gguf's reference code first, ours without it
+            result[...] = values.reshape(tensor.shape)
         else:
             self._raw(name, tensor, result.reshape(-1).view(np.uint8))
         return result
@@ -298,7 +358,7 @@ def sniff(probe: Probe) -> Path | None:
 
 
 def open_reader(path: os.PathLike[str] | str, *, probe: Probe | None = None, **options: Any) -> GGUFReader:
-    """Opens a GGUF file; option `dequantize=True` reads Q8_0/Q4_0/Q4_1 as float32."""
+    """Opens a GGUF file; option `dequantize=True` reads quantized tensors as float32 (see GGUFReader)."""
     unknown = set(options) - {"dequantize"}
     if unknown:
         raise ConversionError(f"the gguf reader takes only dequantize=, got {', '.join(sorted(unknown))}")

@@ -8,7 +8,8 @@ layer's weights in a `weight_names` attribute; the weight names
 ("dense/kernel:0") are the variable names. HDF5 access goes through
 varstore.backends.hdf5.walker; this module never imports h5py. A `.keras`
 zip is read in place when its weights member is stored uncompressed, else
-extracted to a temporary file that close() removes.
+extracted (bounded by its declared size and the free space) to a temporary
+file that close(), or any failure to open it, removes.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from varstore.backends.hdf5.walker import HDF5Walker
+from varstore.convert._zip_members import ZIP_ERRORS, check_method, read_member, stored_data_start
 from varstore.convert.generic import WalkerReader
 from varstore.checkpoint.reader_api import SkippedEntry
-from varstore.errors import CorruptCheckpointError, NotACheckpointError
+from varstore.errors import (CorruptCheckpointError, NotACheckpointError, UnsafeCheckpointError, ValueTooLargeError,
+                             VarstoreError)
 
 if TYPE_CHECKING:
     from varstore.convert.probe import Probe
@@ -36,6 +39,10 @@ __all__ = ["Keras3Reader", "Keras2Reader", "keras_layout", "open_keras", "KERAS_
 
 #: The weights member of a `.keras` archive.
 KERAS_WEIGHTS_MEMBER = "model.weights.h5"
+_MAX_METADATA = 4 << 20  # bytes of a .keras archive's metadata.json (Keras writes a few hundred)
+_MAX_DEFLATE_RATIO = 1032  # deflate cannot expand data more than about 1032:1
+_FREE_MARGIN = 64 << 20  # bytes left free in the temporary directory after extracting
+_CHUNK = 1 << 20  # bytes per read while extracting
 _VARS_RE = re.compile(r"(^|/)vars/\d+$")
 #: Top-level groups of Keras 3 weights files (Keras 3.0 named the layer list "_layer_checkpoint_dependencies").
 _KERAS3_TOP = {"layers", "vars", "_layer_checkpoint_dependencies"}
@@ -110,8 +117,59 @@ class _Window:
         self._file.close()
 
 
+def _extract_weights(archive: zipfile.ZipFile, info: zipfile.ZipInfo, label: str) -> Path:
+    """Inflates a deflated weights member into a new temporary file, bounded by its declared size.
+
+    The declared size must be one deflate can produce from the stored bytes
+    (at most _MAX_DEFLATE_RATIO times them) and must fit in the temporary
+    directory's free space; the copy stops one byte past it. The temporary
+    file is removed on any error, KeyboardInterrupt included.
+
+    Raises:
+      UnsafeCheckpointError: a declared size deflate cannot reach, or more bytes than declared.
+      ValueTooLargeError: the declared size does not fit in the temporary directory.
+    """
+    declared = info.file_size
+    if declared > info.compress_size * _MAX_DEFLATE_RATIO + (1 << 20):
+        raise UnsafeCheckpointError(f"{label}: zip member '{info.filename}' declares {declared} bytes from "
+                                    f"{info.compress_size} compressed, more than deflate can produce")
+    folder = tempfile.gettempdir()
+    free = shutil.disk_usage(folder).free
+    if declared + _FREE_MARGIN > free:
+        raise ValueTooLargeError(
+            f"{label}: zip member '{info.filename}' inflates to {declared} bytes, and the temporary directory "
+            f"'{folder}' has {free} bytes free; set TMPDIR to a larger disk, or unzip the archive and open "
+            f"{KERAS_WEIGHTS_MEMBER} itself")
+    handle, temp_name = tempfile.mkstemp(suffix=".weights.h5", prefix="varstore-keras-")
+    temp = Path(temp_name)
+    try:
+        written = 0
+        with os.fdopen(handle, "wb") as out, archive.open(info) as member:
+            while written <= declared:
+                chunk = member.read(min(_CHUNK, declared + 1 - written))
+                if not chunk:
+                    break
+                out.write(chunk)
+                written += len(chunk)
+        if written != declared:
+            raise UnsafeCheckpointError(f"{label}: zip member '{info.filename}' inflates to "
+                                        f"{'more than' if written > declared else 'only'} {min(written, declared)} "
+                                        f"bytes, its directory entry declares {declared}")
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return temp
+
+
 def _open_archive_member(path: Path) -> tuple[IO[bytes] | _Window | Path, Path | None, dict[str, Any]]:
-    """(source for HDF5Walker, temporary file to remove or None, metadata.json) of a `.keras` zip."""
+    """(source for HDF5Walker, temporary file to remove or None, metadata.json) of a `.keras` zip.
+
+    Raises:
+      NotACheckpointError: no weights member.
+      UnsafeCheckpointError, ValueTooLargeError: as _extract_weights and read_member.
+      CorruptCheckpointError: a damaged zip.
+    """
+    label = f"Keras archive '{path}'"
     try:
         with zipfile.ZipFile(path) as archive:
             try:
@@ -120,34 +178,24 @@ def _open_archive_member(path: Path) -> tuple[IO[bytes] | _Window | Path, Path |
                 raise NotACheckpointError(
                     f"'{path}' is a zip file without '{KERAS_WEIGHTS_MEMBER}': not a Keras 3 "
                     f".keras archive") from None
+            check_method(info, label)
             metadata: dict[str, Any] = {}
-            if "metadata.json" in archive.namelist():
+            meta_info = next((i for i in archive.infolist() if i.filename == "metadata.json"), None)
+            if meta_info is not None:
                 try:
-                    loaded = json.loads(archive.read("metadata.json").decode("utf-8"))
+                    loaded = json.loads(read_member(archive, meta_info, _MAX_METADATA, label).decode("utf-8"))
                     metadata = loaded if isinstance(loaded, dict) else {}
                 except (ValueError, UnicodeDecodeError):
                     metadata = {}
             if info.compress_type == zipfile.ZIP_STORED:
                 with open(path, "rb") as raw:
-                    raw.seek(info.header_offset)
-                    header = raw.read(30)
-                if len(header) != 30 or header[:4] != b"PK\x03\x04":
-                    raise CorruptCheckpointError(f"'{path}': damaged zip entry for '{KERAS_WEIGHTS_MEMBER}'")
-                start = info.header_offset + 30 + int.from_bytes(header[26:28], "little") + int.from_bytes(
-                    header[28:30], "little")
-                if start + info.file_size > path.stat().st_size:
-                    raise CorruptCheckpointError(f"'{path}': '{KERAS_WEIGHTS_MEMBER}' is truncated")
+                    start = stored_data_start(raw, info, 0, os.fstat(raw.fileno()).st_size, label)
                 return _Window(path, start, info.file_size), None, metadata
-            handle, temp_name = tempfile.mkstemp(suffix=".weights.h5", prefix="varstore-keras-")
-            temp = Path(temp_name)
-            try:
-                with os.fdopen(handle, "wb") as out, archive.open(info) as member:
-                    shutil.copyfileobj(member, out, 1 << 20)
-            except BaseException:
-                temp.unlink(missing_ok=True)
-                raise
+            temp = _extract_weights(archive, info, label)
             return temp, temp, metadata
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError) as err:
+    except VarstoreError:
+        raise
+    except ZIP_ERRORS as err:
         raise CorruptCheckpointError(f"cannot read Keras archive '{path}': {err}") from err
 
 
@@ -248,23 +296,21 @@ def open_keras(path: os.PathLike[str] | str) -> WalkerReader:
     path = Path(path)
     if zipfile.is_zipfile(path):
         source, temp, metadata = _open_archive_member(path)
-        try:
-            walker = HDF5Walker(source, label=f"{path}!{KERAS_WEIGHTS_MEMBER}")
-        except BaseException:
-            if isinstance(source, _Window):
-                source.close()
-            if temp is not None:
-                temp.unlink(missing_ok=True)
-            raise
-        reader = Keras3Reader(path, walker, metadata)
+        window = source if isinstance(source, _Window) else None
 
-        def cleanup(window: Any = source if isinstance(source, _Window) else None, temp: Path | None = temp) -> None:
+        def cleanup(window: _Window | None = window, temp: Path | None = temp) -> None:
             if window is not None:
                 window.close()
             if temp is not None:
                 temp.unlink(missing_ok=True)
 
-        reader._finalizer = weakref.finalize(reader, cleanup)
+        try:  # the temporary copy goes on any failure (a weights file in no Keras layout included)
+            walker = HDF5Walker(source, label=f"{path}!{KERAS_WEIGHTS_MEMBER}")
+            reader = Keras3Reader(path, walker, metadata)
+            reader._finalizer = weakref.finalize(reader, cleanup)
+        except BaseException:
+            cleanup()
+            raise
         return reader
     walker = HDF5Walker(path)
     reader = _reader_for_layout(path, walker)

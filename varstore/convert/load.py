@@ -32,7 +32,8 @@ def load(path: os.PathLike[str] | str, names: list[str] | None = None, filter: s
       filter: shell glob on names ("encoder/*"), as CheckpointReader.filter;
         applied after `names`.
       format: skip detection (see open_checkpoint).
-      **options: passed to open_checkpoint (strip_attributes, skip_object_arrays).
+      **options: passed to open_checkpoint (strip_attributes, skip_object_arrays, and
+        `max_bytes`: the most bytes one variable may declare; see docs/reliability.md).
 
     Returns:
       {name: array} with each variable's stored shape and logical dtype
@@ -49,6 +50,8 @@ def load(path: os.PathLike[str] | str, names: list[str] | None = None, filter: s
     Raises:
       UnknownVariableError: a name in `names` that the checkpoint lacks.
       ChecksumError: a variable's bytes do not match its recorded checksum.
+      ValueTooLargeError: a variable declares more bytes than the read limit (nothing allocated for it).
+      UnsafeCheckpointError: a varstore manifest whose variables' byte ranges overlap.
       Everything open_checkpoint raises.
     """
     from varstore.convert import open_checkpoint

@@ -23,6 +23,7 @@ import numpy.typing as npt
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
+from varstore.convert._zip_members import check_method
 from varstore.errors import ConversionError, CorruptCheckpointError, UnknownVariableError, UnsafeFormatError
 
 if TYPE_CHECKING:
@@ -63,6 +64,8 @@ class NpzReader(CheckpointReader):
         Raises:
           UnsafeFormatError: a member holds an object array (pickled Python
             objects) and skip_object_arrays is False.
+          UnsafeCheckpointError: a `.npy` member compressed with a method other
+            than stored or deflated (np.savez writes only those).
           CorruptCheckpointError: not a readable zip, or a member's header is damaged.
         """
         super().__init__(Path(path))
@@ -94,6 +97,7 @@ class NpzReader(CheckpointReader):
             self.skipped.append(SkippedEntry(member, "not a .npy member"))
             return
         name = member[: -len(".npy")]
+        check_method(info, f"npz file '{self.path}'")  # before a byte is decompressed: zipfile inflates bzip2 whole
         try:
             with self._zip.open(info) as f:
                 shape, fortran, dtype = _read_header(f)
@@ -107,7 +111,8 @@ class NpzReader(CheckpointReader):
             nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
             span = int(np.prod([max(int(d), 1) for d in shape], dtype=object))  # numpy refuses > 2**63, even empty
             limit = info.compress_size * (_MAX_DEFLATE_RATIO if info.compress_type else 1) + 1024
-            if header_end + nbytes != info.file_size or info.file_size > limit or span > 1 << 59:
+            if (header_end + nbytes != info.file_size or info.file_size > limit or span > 1 << 59
+                    or len(shape) > 64):
                 raise CorruptCheckpointError(
                     f"npz file '{self.path}': member '{member}' has a header saying shape {tuple(shape)} of "
                     f"{dtype} ({nbytes} bytes after a {header_end}-byte header), but the zip directory says "

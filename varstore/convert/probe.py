@@ -16,7 +16,9 @@ import zipfile
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from varstore.errors import CorruptCheckpointError
+from varstore.errors import CheckpointPermissionError, CorruptCheckpointError
+from varstore.storage._local_errors import check_readable, naming_permission_errors
+from varstore.storage.special_files import check_regular_file, open_for_reading
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -50,8 +52,13 @@ class Probe:
     def __init__(self, path: os.PathLike[str] | str) -> None:
         """Stats `path` and, for a file, opens it and reads its head (one read).
 
-        Raises nothing for a missing or unreadable path: exists/size say so.
+        Raises nothing for a missing path (exists says so).
+
+        Raises:
+          CheckpointPermissionError: the file or directory may not be read ("cannot read '<path>': permission denied").
+          SpecialFileError: a FIFO, socket, device or symlink loop (refused after a stat, never opened).
         """
+        check_regular_file(path, "file to import")
         self.path = Path(path)
         self.name = self.path.name.lower()
         self.suffix = self.path.suffix.lower()
@@ -67,11 +74,17 @@ class Probe:
         self._is_hdf5: bool | None = None
         self._walker: HDF5Walker | None = None
         self._walker_error: CorruptCheckpointError | None = None
+        if self.is_dir:  # a file is checked by the one open below (permission and special files alike)
+            check_readable(self.path)
         if self.is_file:
             try:
-                self._handle = open(self.path, "rb")  # noqa: SIM115 (closed in close())
-                self.size = os.fstat(self._handle.fileno()).st_size
-                self.head = self._handle.read(HEAD_BYTES)
+                with naming_permission_errors(self.path):
+                    self._handle = os.fdopen(open_for_reading(self.path), "rb")  # closed in close()
+                    self.size = os.fstat(self._handle.fileno()).st_size
+                    self.head = self._handle.read(HEAD_BYTES)
+            except CheckpointPermissionError:
+                self.close()
+                raise
             except OSError:
                 self.close()
                 self.size = self.path.stat().st_size if self.path.exists() else 0

@@ -14,8 +14,8 @@ leaves (epoch, lr, optimizer param_groups) become JSON metadata under
 from __future__ import annotations
 
 import io
-import math
 import os
+import re
 import struct
 import zipfile
 from pathlib import Path
@@ -26,8 +26,11 @@ import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo, checked_out
+from varstore.convert._pickle_tree import flatten
 from varstore.convert._restricted_pickle import StorageRef, TensorRef, scan_pickle, unpickle
-from varstore.errors import CorruptCheckpointError, NotACheckpointError, UnknownVariableError, UnsupportedFormatError
+from varstore.convert._zip_members import ZIP_ERRORS, check_method, read_member, stored_data_start
+from varstore.errors import (CorruptCheckpointError, NotACheckpointError, UnknownVariableError,
+                             UnsafeCheckpointError, UnsupportedFormatError)
 
 if TYPE_CHECKING:
     from varstore.convert.probe import Probe
@@ -45,6 +48,13 @@ _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 LEGACY_HEAD = b"\x80\x02\x8a\x0a" + _LEGACY_MAGIC.to_bytes(10, "little")
 _MAX_PICKLE = 1 << 30  # a data.pkl beyond this is not a state dict's metadata
 _MAX_EXPANSION = 64  # a stride-0 (expanded) view may be at most this many times its storage
+#: All views of one storage together may hold at most this many times its bytes (plus _VIEW_SLACK): tied
+#: weights view a storage twice, q/k/v slices once; thousands of whole-storage views are an attack.
+_MAX_VIEWS_RATIO = 64
+_VIEW_SLACK = 1 << 20  # bytes
+_MAX_SPAN = 1 << 59  # product of a shape's non-zero extents NumPy can still make (elements)
+_MAX_DIMS = 64  # NumPy's limit on dimensions
+_MAX_BYTEORDER = 16  # bytes of the "byteorder" record ("little" / "big")
 
 
 class _Window(io.RawIOBase):
@@ -78,52 +88,6 @@ class _Window(io.RawIOBase):
         return int(got)
 
 
-def _json_leaf(value: Any) -> Any:
-    """A JSON-compatible copy of a non-tensor leaf (tuples become lists, odd values their repr)."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else repr(value)
-    if isinstance(value, (list, tuple)):
-        return [_json_leaf(v) for v in value]
-    if isinstance(value, (set, frozenset)):
-        return sorted((_json_leaf(v) for v in value), key=repr)
-    if isinstance(value, dict):
-        return {str(k): _json_leaf(v) for k, v in value.items()}
-    if isinstance(value, (bytes, bytearray)):
-        return value.decode("latin1")
-    return repr(value)
-
-
-def _holds_tensor(value: Any) -> bool:
-    if isinstance(value, (TensorRef, dict)):
-        return True
-    return isinstance(value, (list, tuple)) and any(_holds_tensor(v) for v in value)
-
-
-def flatten(obj: Any) -> tuple[dict[str, TensorRef], dict[str, Any]]:
-    """Splits an unpickled object into {dotted name: TensorRef} and {dotted name: JSON leaf}.
-
-    The rule torch users see: dicts are walked (keys via str()); lists and
-    tuples only when they hold a tensor or dict (by index); anything else is
-    a leaf. A lone tensor is named "tensor".
-    """
-    tensors: dict[str, TensorRef] = {}
-    leaves: dict[str, Any] = {}
-    stack: list[tuple[str, Any]] = [("", obj)]
-    while stack:
-        prefix, value = stack.pop()
-        if isinstance(value, TensorRef):
-            tensors[prefix or "tensor"] = value
-        elif isinstance(value, dict) or (isinstance(value, (list, tuple)) and _holds_tensor(value)):
-            items = list(value.items()) if isinstance(value, dict) else list(enumerate(value))
-            for key, item in reversed(items):
-                stack.append((f"{prefix}.{key}" if prefix else str(key), item))
-        else:
-            leaves[prefix or "value"] = _json_leaf(value)
-    return tensors, leaves
-
-
 class TorchBlob:
     """One torch.save payload (a zip, or a legacy file) inside `path` at [base, base + size).
 
@@ -133,6 +97,10 @@ class TorchBlob:
 
     Raises (from the constructor):
       UnsafeFormatError: a global outside the allow-list / a whole nn.Module.
+      UnsafeCheckpointError: a zip member compressed with a method torch never
+        writes, a memo index beyond the entries stored, a container that
+        contains itself, more names than the pickle's size allows, or views
+        adding up to more than 64 times their storage.
       CorruptCheckpointError: a malformed zip or pickle, or a storage record
         shorter than its storage (naming the record).
       NotACheckpointError: neither a torch zip nor a legacy torch file.
@@ -155,32 +123,29 @@ class TorchBlob:
             head = self._handle.read(4)
             if head[:4] == b"PK\x03\x04":
                 self.kind = "zip"
-                obj = self._load_zip()
+                obj, pickle_bytes = self._load_zip()
             elif head[:2] == b"\x80\x02":
                 self.kind = "legacy"
-                obj = self._load_legacy()
+                obj, pickle_bytes = self._load_legacy()
             else:
                 raise NotACheckpointError(
                     f"{self.label} (suffix {path.suffix!r}) is neither a torch.save zip (with <archive>/data.pkl) "
                     f"nor a legacy torch.save file, nor any other format varstore reads")
-            try:
-                self.tensors, self.leaves = flatten(obj)
-            except RecursionError as err:
-                raise CorruptCheckpointError(f"{self.label}: its containers nest too deeply") from err
+            self.tensors, self.leaves = flatten(obj, self.label, pickle_bytes)
+            viewed: dict[str, int] = {}
             for name, tensor in self.tensors.items():
-                self._check_view(name, tensor)
+                self._check_view(name, tensor, viewed)
         except BaseException:
             self.close()
             raise
 
     # -- zip format
-    def _load_zip(self) -> Any:
+    def _load_zip(self) -> tuple[Any, int]:
         window = _Window(self._handle, self._base, self._size)
         try:
             archive = zipfile.ZipFile(window)  # noqa: SIM115 (read once here)
             infos = {info.filename: info for info in archive.infolist()}
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError,
-                RuntimeError, struct.error) as err:
+        except ZIP_ERRORS as err:
             raise CorruptCheckpointError(f"{self.label} is not a readable zip archive: {err}") from err
         pickles = [n for n in infos if n == "data.pkl" or (n.endswith("/data.pkl") and n.count("/") == 1)]
         if len(pickles) != 1:
@@ -188,16 +153,11 @@ class TorchBlob:
                                       f"{len(pickles)}")
         prefix = pickles[0][: -len("data.pkl")]
         order = infos.get(prefix + "byteorder")
-        pickle_info = infos[pickles[0]]
-        if pickle_info.file_size > min(_MAX_PICKLE, self._size):
-            raise CorruptCheckpointError(f"{self.label}: {pickles[0]} claims {pickle_info.file_size} bytes")
-        try:
-            if order is not None:
-                self.byteorder = archive.read(order).decode("ascii", "replace").strip()
-            data = archive.read(pickle_info)
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, RuntimeError,
-                struct.error, zipfile.LargeZipFile) as err:
-            raise CorruptCheckpointError(f"{self.label}: cannot read {pickles[0]}: {err}") from err
+        if order is not None:
+            raw_order = read_member(archive, order, _MAX_BYTEORDER, self.label)
+            self.byteorder = raw_order.decode("ascii", "replace").strip()
+        # torch stores data.pkl uncompressed, so it cannot be larger than the archive holding it
+        data = read_member(archive, infos[pickles[0]], min(_MAX_PICKLE, self._size), self.label)
         if self.byteorder not in ("little", "big"):
             raise CorruptCheckpointError(f"{self.label}: byteorder record says {self.byteorder!r:.20}")
         storages: dict[str, StorageRef] = {}
@@ -207,6 +167,7 @@ class TorchBlob:
             info = infos.get(member)
             if info is None:
                 raise CorruptCheckpointError(f"{self.label}: storage record '{member}' is missing")
+            check_method(info, self.label)
             need = ref.numel * _dtypes.as_dtype(ref.dtype).itemsize
             if info.file_size < need:
                 raise CorruptCheckpointError(
@@ -215,20 +176,9 @@ class TorchBlob:
             if info.compress_type != zipfile.ZIP_STORED:
                 raise CorruptCheckpointError(f"{self.label}: storage record '{member}' is compressed; torch "
                                              f"stores records uncompressed")
-            self._storage_at[key] = (self._base + self._member_start(info, member), need)
-        return obj
-
-    def _member_start(self, info: zipfile.ZipInfo, member: str) -> int:
-        self._handle.seek(self._base + info.header_offset)
-        local = self._handle.read(30)
-        if len(local) < 30 or local[:4] != b"PK\x03\x04":
-            raise CorruptCheckpointError(f"{self.label}: the local header of '{member}' is damaged")
-        name_len, extra_len = struct.unpack("<HH", local[26:30])
-        start = info.header_offset + 30 + name_len + extra_len
-        if start + info.file_size > self._size:
-            raise CorruptCheckpointError(f"{self.label}: storage record '{member}' runs past the end of the file "
-                                         f"(truncated)")
-        return start
+            start = stored_data_start(self._handle, info, self._base, self._size, self.label)
+            self._storage_at[key] = (self._base + start, need)
+        return obj, len(data)
 
     # -- legacy format
     def _next_pickle(self, what: str, storages: dict[str, StorageRef]) -> Any:
@@ -237,9 +187,10 @@ class TorchBlob:
         length = scan_pickle(self._handle, left, f"{self.label} ({what})")
         self._handle.seek(start)
         data = self._handle.read(length)
+        self._last_pickle_bytes = len(data)
         return unpickle(data, f"{self.label} ({what})", storages)
 
-    def _load_legacy(self) -> Any:
+    def _load_legacy(self) -> tuple[Any, int]:
         self._handle.seek(self._base)
         storages: dict[str, StorageRef] = {}
         magic = self._next_pickle("magic number", storages)
@@ -250,6 +201,7 @@ class TorchBlob:
         if isinstance(sys_info, dict) and sys_info.get("little_endian") is False:
             self.byteorder = "big"
         obj = self._next_pickle("data", storages)
+        pickle_bytes = self._last_pickle_bytes
         keys = self._next_pickle("storage keys", storages)
         if not isinstance(keys, list) or not all(isinstance(k, (str, int)) for k in keys):
             raise CorruptCheckpointError(f"{self.label}: the storage key list is malformed")
@@ -275,12 +227,21 @@ class TorchBlob:
         missing = sorted(set(storages) - set(self._storage_at))
         if missing:
             raise CorruptCheckpointError(f"{self.label}: storages {', '.join(missing)} have no data record")
-        return obj
+        return obj, pickle_bytes
 
-    def _check_view(self, name: str, tensor: TensorRef) -> None:
-        """A view must lie inside its storage, and may not expand it without bound (stride-0 bombs)."""
+    def _check_view(self, name: str, tensor: TensorRef, viewed: dict[str, int]) -> None:
+        """A view must lie inside its storage, and may not expand it without bound (stride-0 bombs).
+
+        `viewed` sums, per storage key, the bytes of the views checked so far:
+        all views of one storage together may hold at most _MAX_VIEWS_RATIO
+        times its bytes (plus _VIEW_SLACK), or UnsafeCheckpointError.
+        """
         dtype = _dtypes.as_dtype(tensor.dtype)
         nbytes = int(np.prod(tensor.shape, dtype=object)) * dtype.itemsize
+        span_elements = int(np.prod([max(d, 1) for d in tensor.shape], dtype=object))
+        if span_elements > _MAX_SPAN or len(tensor.shape) > _MAX_DIMS:
+            raise CorruptCheckpointError(f"tensor '{name}' in {self.label}: shape {tensor.shape} is larger than "
+                                         f"any array can be")
         if nbytes == 0:
             return
         _, stored = self._storage_at[tensor.storage.key]
@@ -293,6 +254,13 @@ class TorchBlob:
             raise CorruptCheckpointError(
                 f"tensor '{name}' in {self.label}: a {nbytes}-byte view of a {stored}-byte storage (an expanded "
                 f"view beyond {_MAX_EXPANSION}x); save it with .contiguous()")
+        total = viewed.get(tensor.storage.key, 0) + nbytes
+        viewed[tensor.storage.key] = total
+        if total > _MAX_VIEWS_RATIO * stored + _VIEW_SLACK:
+            raise UnsafeCheckpointError(
+                f"tensor '{name}' in {self.label}: the tensors viewing storage '{tensor.storage.key}' "
+                f"({stored} bytes) add up to {total} bytes, more than {_MAX_VIEWS_RATIO} times the storage; "
+                f"a state dict's views alias a storage a few times at most")
 
     # -- values
     def read_tensor(self, name: str, tensor: TensorRef, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
@@ -369,6 +337,7 @@ class TorchReader(CheckpointReader):
         return VariableInfo(name=name, shape=tensor.shape, dtype=_dtypes.dtype_name(dtype),
                             nbytes=int(np.prod(tensor.shape, dtype=object)) * dtype.itemsize,
                             trainable=True if tensor.requires_grad else None,
+                            device=_device_name(tensor.storage.location),
                             attributes={"storage": tensor.storage.key, "storage_offset": tensor.offset,
                                         "stride": list(tensor.stride)})
 
@@ -415,17 +384,38 @@ def sniff(probe: Probe) -> Path | None:
     Raises:
       UnsafeFormatError: a pickle that is no torch.save file, or a zip of pickles (varstore.convert.detect.sniff_pickle).
       NotACheckpointError: a zip archive that is neither Keras, npz nor PyTorch.
+      UnsupportedFormatError: a TorchScript archive (a program, not a state dict).
     """
     if not probe.is_file:
         return None
     if is_legacy_torch(probe.head):
         return probe.path
     names = probe.zip_names
+    if names is not None and _is_torchscript(names):
+        raise UnsupportedFormatError(
+            f"'{probe.path}' is a TorchScript program, not a state dict (torch.jit.save wrote it: code/ and "
+            f"constants.pkl); varstore reads tensors, never programs. Save the weights with "
+            f"torch.save(torch.jit.load(path).state_dict(), 'model.pt') and read that")
     if names is not None and is_torch_zip_names(names):
         return probe.path
     from varstore.convert.detect import sniff_pickle
 
     return sniff_pickle(probe)
+
+
+_DEVICE_NAME = re.compile(r"[a-z][a-z0-9_]{0,15}(?::[0-9]{1,5})?")
+
+
+def _device_name(location: str) -> str | None:
+    """The device a storage was saved from ("cuda:0", "cpu", "mps") as its persistent id names it; None for
+    anything that does not look like a torch device name (the text comes from the file)."""
+    return location if _DEVICE_NAME.fullmatch(location) else None
+
+
+def _is_torchscript(names: list[str]) -> bool:
+    """True for a torch.jit.save archive: "<archive>/constants.pkl" beside "<archive>/code/..." members."""
+    roots = {n.split("/", 1)[0] for n in names if n.count("/") == 1 and n.endswith("/constants.pkl")}
+    return any(n.split("/", 1)[0] in roots and n.split("/", 2)[1:2] == ["code"] for n in names if n.count("/") >= 2)
 
 
 def open_reader(path: os.PathLike[str] | str, *, probe: Probe | None = None, **options: Any) -> TorchReader:

@@ -42,6 +42,7 @@ reports what is wrong with the file. Nothing here does I/O beyond the Probe.
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -166,6 +167,31 @@ def _gguf() -> ModuleType:
     return gguf
 
 
+def _gguf_writer() -> ModuleType:
+    from varstore.convert import gguf_writer
+    return gguf_writer
+
+
+def _orbax_writer() -> ModuleType:
+    from varstore.convert import orbax_writer
+    return orbax_writer
+
+
+def _dcp_writer() -> ModuleType:
+    from varstore.convert import dcp_writer
+    return dcp_writer
+
+
+def _tf_writer() -> ModuleType:
+    from varstore.convert import tf_writer
+    return tf_writer
+
+
+def _pytorch_writer() -> ModuleType:
+    from varstore.convert import pytorch_writer
+    return pytorch_writer
+
+
 _BUILTIN: tuple[FormatEntry, ...] = (
     FormatEntry("varstore-hdf5", "varstore HDF5 checkpoint (.h5)", aliases=("varstore",),
                 sniff=lazy(_detect, "sniff_varstore_hdf5"), open=lazy(_varstore_format, "open_reader"),
@@ -187,7 +213,9 @@ _BUILTIN: tuple[FormatEntry, ...] = (
     FormatEntry("zarr", "any Zarr v2/v3 group: arrays are variables",
                 sniff=lazy(_detect, "sniff_zarr"), open=lazy(_generic, "open_zarr"), order=40),
     FormatEntry("tf", "TensorFlow checkpoint (bundle prefix, .index, or directory)", aliases=("tensorflow",),
-                sniff=lazy(_detect, "sniff_tf"), open=lazy(_tf_checkpoint, "open_reader"), order=50),
+                sniff=lazy(_detect, "sniff_tf"), open=lazy(_tf_checkpoint, "open_reader"),
+                write=lazy(_tf_writer, "write_checkpoint"), write_suffixes=(".ckpt", ".index"),
+                write_options=("partitions",), order=50),
     FormatEntry("safetensors", "safetensors file", suffixes=(".safetensors",),
                 sniff=lazy(_detect, "sniff_safetensors"), open=lazy(_safetensors, "open_reader"),
                 write=lazy(_safetensors, "write_checkpoint"), order=60),
@@ -195,10 +223,12 @@ _BUILTIN: tuple[FormatEntry, ...] = (
                 sniff=lazy(_detect, "sniff_npz"), open=lazy(_npz, "open_reader"),
                 write=lazy(_npz, "write_checkpoint"), order=61),
     FormatEntry("orbax", "Orbax checkpoint directory (OCDBT via tensorstore, or per-array Zarr)",
-                aliases=("jax-orbax",), sniff=lazy(_orbax, "sniff"), open=lazy(_orbax, "open_reader"), order=42),
+                aliases=("jax-orbax",), sniff=lazy(_orbax, "sniff"), open=lazy(_orbax, "open_reader"),
+                write=lazy(_orbax_writer, "write_checkpoint"), write_suffixes=(), order=42),
     FormatEntry("dcp", "PyTorch Distributed Checkpoint directory (.metadata + .distcp files)",
                 aliases=("torch-dcp", "distcp"), suffixes=(".distcp",), sniff=lazy(_dcp, "sniff"),
-                open=lazy(_dcp, "open_reader"), order=44),
+                open=lazy(_dcp, "open_reader"), write=lazy(_dcp_writer, "write_checkpoint"),
+                write_suffixes=(".distcp",), order=44),
     FormatEntry("safetensors-sharded", "HuggingFace sharded safetensors (index.json + shards; index, directory "
                 "or any shard)", aliases=("hf-sharded", "sharded-safetensors"), suffixes=(".safetensors.index.json",),
                 sniff=lazy(_sharded_safetensors, "sniff"), open=lazy(_sharded_safetensors, "open_reader"),
@@ -206,13 +236,15 @@ _BUILTIN: tuple[FormatEntry, ...] = (
                 write_options=("max_shard_size",), order=46),
     FormatEntry("gguf", "GGUF file (llama.cpp); quantized tensors as raw blocks, or float32 with dequantize",
                 aliases=("ggml",), suffixes=(".gguf",), sniff=lazy(_gguf, "sniff"), open=lazy(_gguf, "open_reader"),
-                order=65),
+                write=lazy(_gguf_writer, "write_checkpoint"), write_options=("gguf_type",), order=65),
     FormatEntry("keras3-sharded", "Keras 3 sharded weights (.weights.json index + .weights.h5 shards)",
                 aliases=("keras-sharded",), suffixes=(".weights.json",), sniff=lazy(_keras_sharded, "sniff"),
                 open=lazy(_keras_sharded, "open_reader"), order=66),
     FormatEntry("pytorch", "PyTorch torch.save file (.pt/.pth/.bin, zip or legacy), through a restricted unpickler",
                 aliases=("torch", "pt", "pth"), suffixes=(".pt", ".pth", ".bin", ".ckpt"),
-                sniff=lazy(_pytorch, "sniff"), open=lazy(_pytorch, "open_reader"), order=69),
+                sniff=lazy(_pytorch, "sniff"), open=lazy(_pytorch, "open_reader"),
+                write=lazy(_pytorch_writer, "write_checkpoint"), write_names=("pt", "pytorch", "torch", "pth"),
+                write_suffixes=(".pt", ".pth"), order=69),
     FormatEntry("pickle", "other Python pickles (.pkl/.pickle): refused, never unpickled",
                 suffixes=(".pkl", ".pickle"), open=lazy(_detect, "refuse_pickle"), order=90, refuses=True),
 )
@@ -348,7 +380,10 @@ def detect(probe: Probe) -> tuple[FormatEntry, Path]:
     entries = formats()
     for entry in entries:
         if entry.reads and entry.sniff is not None:
-            target = entry.sniff(probe)
+            try:
+                target = entry.sniff(probe)
+            except (struct.error, EOFError, IndexError):  # a sniff that read past a short file: not this format
+                target = None
             if target is not None:
                 return entry, Path(target)
     if not probe.exists:

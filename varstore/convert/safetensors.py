@@ -26,7 +26,8 @@ import numpy.typing as npt
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
-from varstore.errors import ConversionError, CorruptCheckpointError, UnknownVariableError, UnsupportedDtypeError
+from varstore.errors import (ConversionError, CorruptCheckpointError, UnknownVariableError, UnsafeCheckpointError,
+                             UnsupportedDtypeError)
 
 if TYPE_CHECKING:
     from varstore.convert.probe import Probe
@@ -43,6 +44,8 @@ SAFETENSORS_DTYPES = {
 }
 _CODES = {name: code for code, name in SAFETENSORS_DTYPES.items()}
 _MAX_HEADER = 100_000_000  # safetensors' own limit on the header size (bytes)
+_MAX_DIMS = 64  # NumPy's limit on dimensions
+_MAX_SPAN = 1 << 59  # product of a shape's non-zero extents NumPy can still make (elements)
 
 
 class _Tensor:
@@ -50,6 +53,30 @@ class _Tensor:
 
     def __init__(self, code: str, dtype: np.dtype, shape: tuple[int, ...], begin: int, end: int) -> None:
         self.code, self.dtype, self.shape, self.begin, self.end = code, dtype, shape, begin, end
+
+
+def _refuse_overlaps(spans: list[tuple[int, int, str]], label: str) -> None:
+    """Refuses two tensors whose byte ranges [begin, end) intersect, partly or wholly.
+
+    The safetensors reference (`Metadata::validate` in safetensors/src/tensor.rs)
+    is stricter: sorted by offset, the ranges must follow each other with no
+    gap, starting at 0 and ending at the data's end. varstore accepts gaps
+    (they read nothing) but never aliasing: two names over one byte would make
+    a write through one visible through the other, and let a small file
+    declare many large tensors. Empty tensors intersect nothing.
+
+    Raises:
+      UnsafeCheckpointError: naming both tensors and their offsets.
+    """
+    reach, holder = 0, ("", 0, 0)
+    for begin, end, name in sorted(s for s in spans if s[1] > s[0]):
+        if begin < reach:
+            raise UnsafeCheckpointError(
+                f"{label}: tensors '{holder[0]}' (data_offsets [{holder[1]}, {holder[2]}]) and '{name}' "
+                f"([{begin}, {end}]) overlap; safetensors tensors never share bytes (the reference reader refuses "
+                f"this file too)")
+        if end > reach:
+            reach, holder = end, (name, begin, end)
 
 
 class SafetensorsReader(CheckpointReader):
@@ -77,6 +104,7 @@ class SafetensorsReader(CheckpointReader):
         Raises:
           CorruptCheckpointError: truncated file, bad header JSON, offsets
             outside the data section, or byte counts that contradict shapes.
+          UnsafeCheckpointError: two tensors' data_offsets overlap.
         """
         super().__init__(Path(path))
         label = f"safetensors file '{self.location}'"
@@ -110,11 +138,13 @@ class SafetensorsReader(CheckpointReader):
             raise CorruptCheckpointError(f"{label}: __metadata__ is not a JSON object")
         self.metadata = dict(metadata)
         self._tensors: dict[str, _Tensor] = {}
+        spans: list[tuple[int, int, str]] = []
         for name, spec in header.items():
-            self._add(name, spec, data_size, label)
+            spans.append(self._add(name, spec, data_size, label))
+        _refuse_overlaps(spans, label)
         self._file: Any = None
 
-    def _add(self, name: str, spec: Any, data_size: int, label: str) -> None:
+    def _add(self, name: str, spec: Any, data_size: int, label: str) -> tuple[int, int, str]:
         what = f"{label}: tensor '{name}'"
         if not isinstance(spec, dict):
             raise CorruptCheckpointError(f"{what}: entry is not a JSON object")
@@ -132,13 +162,16 @@ class SafetensorsReader(CheckpointReader):
         logical = SAFETENSORS_DTYPES.get(code)
         if logical is None:
             self.skipped.append(SkippedEntry(name, f"safetensors dtype {code} is not supported by varstore"))
-            return
+            return begin, end, name
         dtype = _dtypes.as_dtype(logical)
         expected = int(np.prod(shape, dtype=object)) * dtype.itemsize
         if end - begin != expected:
             raise CorruptCheckpointError(
                 f"{what}: {end - begin} bytes stored, shape {tuple(shape)} of {logical} needs {expected}")
+        if len(shape) > _MAX_DIMS or int(np.prod([max(d, 1) for d in shape], dtype=object)) > _MAX_SPAN:
+            raise CorruptCheckpointError(f"{what}: shape {tuple(shape)} is larger than any array can be")
         self._tensors[name] = _Tensor(code, dtype, tuple(shape), begin, end)
+        return begin, end, name
 
     def keys(self) -> list[str]:
         return list(self._tensors)

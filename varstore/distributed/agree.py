@@ -44,7 +44,7 @@ def agree(comm: Communicator, step: Callable[[], T]) -> T:
     Raises:
       The failing rank's VarstoreError class (CheckpointError for any other
       exception), message prefixed with "rank R of N: " unless every rank failed alike; on the failing rank
-      itself the original error is chained as the cause.
+      itself the original error is chained as the cause and its fields (RestoreError.missing, ...) are kept.
     """
     outcome: list[str] | None = None
     result: T | None = None
@@ -59,5 +59,7 @@ def agree(comm: Communicator, step: Callable[[], T]) -> T:
     try:
         raise_first(outcomes, comm.size)
     except VarstoreError as err:
+        if type(err) is type(failure):  # this rank's own error: keep its fields (RestoreError.missing, ...)
+            vars(err).update({key: value for key, value in vars(failure).items() if key != "message"})
         raise err from failure
     return result  # type: ignore[return-value]

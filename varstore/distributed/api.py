@@ -1,7 +1,9 @@
 """The public save, restore and CheckpointManager with `comm=`: one process or every rank of a job.
 
-Without `comm` and without partitioned variables these are exactly
-varstore.checkpoint's save / restore / CheckpointManager. With `comm` (an
+Without `comm` and without partitioned variables these are
+varstore.checkpoint's save / restore / CheckpointManager, and restore also
+reads every other registered format (`open_for_restore`: varstore's own
+containers directly, the rest through varstore.convert's registry). With `comm` (an
 mpi4py communicator or a varstore.distributed.Communicator), or a store
 holding partitioned variables, they run the collective save (save.py: each
 partitioned variable as ONE global array) and restore (restore.py: each
@@ -18,7 +20,9 @@ from typing import Any, cast
 
 from varstore.checkpoint import atomic
 from varstore.checkpoint import manager as _manager
-from varstore.checkpoint.restore import RestoreResult
+from varstore.checkpoint.reader import VarstoreReader
+from varstore.checkpoint.reader_api import CheckpointReader
+from varstore.checkpoint.restore import RestoreResult, restore_and_release
 from varstore.checkpoint.restore import restore as _restore_one
 from varstore.checkpoint.snapshot import SaveHandle
 from varstore.checkpoint.writer import save as _save_one
@@ -26,8 +30,9 @@ from varstore.distributed.agree import agree
 from varstore.distributed.communicator import Communicator, as_communicator
 from varstore.distributed.restore import restore_collective
 from varstore.distributed.save import save_collective
+from varstore.errors import CheckpointNotFoundError, NotACheckpointError, UnsupportedFormatError
 
-__all__ = ["save", "restore", "CheckpointManager"]
+__all__ = ["save", "restore", "open_for_restore", "CheckpointManager"]
 
 
 def _partitioned(target: Any) -> bool:
@@ -71,25 +76,140 @@ def save(path: os.PathLike[str] | str, target: Any, *, comm: Any = None, check_r
     return save_collective(path, target, comm, check_replicas=check_replicas, **options)
 
 
-def restore(path: Any, target: Any, *, comm: Any = None, **options: Any) -> RestoreResult:
-    """Restores variables from a varstore checkpoint; collectively with `comm`, any number of ranks.
+def _own_format(format: str | None) -> bool:
+    """True when `format` names varstore's own container ("h5", "zarr" and their aliases), or is None."""
+    if format is None:
+        return True
+    from varstore.backends import get_backend
+
+    try:
+        get_backend(format)
+    except UnsupportedFormatError:
+        return False
+    return True
+
+
+def open_for_restore(path: os.PathLike[str] | str, format: str | None = None,
+                     storage_options: Mapping[str, object] | None = None) -> CheckpointReader:
+    """Opens what `restore` reads: a varstore checkpoint, else any format the registry reads.
+
+    A varstore HDF5 file or Zarr v3 directory opens directly (the converter
+    registry is not imported); anything else that is not one (a TF prefix,
+    its `.index`, a directory with a TF `checkpoint` file, .safetensors, a
+    PyTorch .pt, .npz, Keras, ...) goes to varstore.convert.open_checkpoint,
+    as tf.compat.v1.train.Saver.restore reads a TF checkpoint into the graph.
 
     Args:
-      path, target, **options: as varstore.checkpoint.restore (assignment_map,
-        strict, lazy, verify, format).
+      format: None (detect), "h5"/"zarr" (varstore's own only), or any
+        registry name ("tf", "safetensors", "pytorch", ...).
+
+    Raises:
+      CheckpointNotFoundError, NotACheckpointError: no format claims `path` (the registry's message).
+      CorruptCheckpointError, ChecksumError, UnsafeFormatError, UnsupportedFormatError: as open_checkpoint.
+    """
+    from varstore.checkpoint.reader import open_varstore
+
+    if _own_format(format):
+        try:
+            return open_varstore(path, format, storage_options=storage_options)
+        except (NotACheckpointError, CheckpointNotFoundError):
+            if format is not None:
+                raise
+    from varstore.convert import open_checkpoint
+
+    return open_checkpoint(path, format, storage_options=storage_options)
+
+
+def restore(path: os.PathLike[str] | str | CheckpointReader, target: Any, *, comm: Any = None,
+            assignment_map: Mapping[str, str] | None = None, strict: bool = True, lazy: bool = False,
+            verify: bool = True, format: str | None = None,
+            storage_options: Mapping[str, object] | None = None) -> RestoreResult:
+    """Restores variables from a checkpoint of any format varstore reads; strict by default; collectively with `comm`.
+
+    Missing and unexpected names, as tf.compat.v1.train.Saver.restore: a
+    target variable the checkpoint has no value for is *missing* and raises
+    RestoreError (listing them all, with did-you-mean hints: close names, the
+    same last component, '.' for '/'); `strict=False` restores what both have.
+    A checkpoint value no target takes is *unexpected*: reported in the
+    result, never an error here (a VariableStore keeps it for variables
+    created later), an error only in `result.assert_consumed()` (TF2's
+    checkpoint status; `expect_partial()` says a partial restore is meant).
+    Deferred restores: a variable created after restore returns takes its
+    value and never runs its initializer; one whose name the checkpoint
+    lacks gets its initializer, and assert_consumed() then names it missing.
+
+    Args:
+      path: a varstore checkpoint (HDF5 file, Zarr v3 directory, object-store
+        URL), a checkpoint of any registered format (a TF prefix, its .index,
+        a directory with a TF `checkpoint` file, .safetensors, PyTorch .pt/.bin,
+        .npz, Keras, ...), or an open CheckpointReader (varstore.open_checkpoint;
+        the caller closes it).
+      target: a VariableStore (its variables now and, for values left over,
+        variables created in it later), a list of Variables, or a mapping of
+        names to Variables or writeable NumPy arrays (filled in place).
       comm: None, or a communicator (see save). Collective: each rank reads
         only the regions of the variables it holds, whatever number of ranks
         and partitioning wrote the checkpoint. Without `comm`, a store with
-        partitioned variables reads each part's region of the global array.
+        partitioned variables reads each part's region of the global array
+        (from other formats too: a TF bundle's partitioned variable is one
+        stored array). With `comm`, varstore checkpoints only.
+      assignment_map: {checkpoint scope or name: target scope or name}, as
+        tf.compat.v1.train.init_from_checkpoint; only the names it covers are
+        restored (and only those count as missing).
+      strict: True (default): missing names raise RestoreError before
+        anything changes. False: partial restores are fine.
+      lazy: leave values in the checkpoint until each variable's first use
+        (the reader stays open). False: every value is read and checked now.
+      verify: check varstore's crc32c of each value as it is read (other
+        formats check what they record, always).
+      format: None (detect), "h5"/"zarr", or any registry name ("tf", "safetensors", ...).
+      storage_options: for object-store URLs: endpoint, region, credentials.
+
+    Returns:
+      RestoreResult: restored, missing, unexpected, deferred names; assert_consumed(), expect_partial().
 
     Raises:
-      As varstore.checkpoint.restore; with `comm` the same error on every rank.
+      RestoreError: strict and some target has no value (`.missing`, `.unexpected`).
+      ShapeMismatchError, DtypeMismatchError: naming the variable, the file and both
+        shapes or dtypes; raised before anything is written (a failed restore changes nothing).
+      CheckpointNotFoundError, NotACheckpointError, CorruptCheckpointError, ChecksumError,
+      UnsafeFormatError: as varstore.open_checkpoint. With `comm` the same error on every rank.
     """
-    if comm is None and not _partitioned(target):
-        return _restore_one(path, target, **options)
-    if not isinstance(path, (str, os.PathLike)):
+    if comm is None:
+        reader = path if isinstance(path, CheckpointReader) else open_for_restore(path, format, storage_options)
+        if not _partitioned(target) or not isinstance(reader, VarstoreReader):  # parts of other formats: regions
+            release = _restore_one if reader is path else restore_and_release
+            return release(reader, target, assignment_map=assignment_map, strict=strict, lazy=lazy, verify=verify)
+        if reader is not path:
+            reader.close()  # a partitioned store reads varstore's global arrays through the collective path
+    elif isinstance(path, CheckpointReader) and not isinstance(path, VarstoreReader):
+        raise UnsupportedFormatError(
+            f"a collective restore (comm=) reads varstore checkpoints only, not {path.format} "
+            f"('{path.location}'); convert it first: varstore convert {path.location} model.h5")
+    if storage_options is not None:
+        raise TypeError("a collective restore (comm=, or partitioned variables) does not take storage_options")
+    if isinstance(path, CheckpointReader):
         path = path.path
-    return restore_collective(path, target, comm, **options)
+    try:
+        return restore_collective(path, target, comm, assignment_map=assignment_map, strict=strict, lazy=lazy,
+                                  verify=verify, format=format)
+    except (NotACheckpointError, CheckpointNotFoundError) as err:  # every rank alike (agree)
+        _raise_if_foreign(path, err)
+        raise
+
+
+def _raise_if_foreign(path: os.PathLike[str] | str, err: Exception) -> None:
+    """Raises UnsupportedFormatError when `path`, not a varstore checkpoint, is one the registry reads."""
+    from varstore.convert import detect_format
+    from varstore.errors import VarstoreError
+
+    try:
+        found = detect_format(path)
+    except VarstoreError:
+        return
+    raise UnsupportedFormatError(
+        f"a collective restore (comm=) reads varstore checkpoints only, and '{path}' is a {found} checkpoint; "
+        f"convert it first (varstore convert '{path}' model.h5) or restore it without comm") from err
 
 
 class CheckpointManager(_manager.CheckpointManager):
@@ -137,16 +257,20 @@ class CheckpointManager(_manager.CheckpointManager):
                     pass
         return final
 
-    def restore_latest(self, target: Any, **options: Any) -> RestoreResult | None:
-        """As varstore.checkpoint.CheckpointManager.restore_latest; with `comm` rank 0 picks the checkpoint."""
+    def restore_latest(self, target: Any, *, assignment_map: Mapping[str, str] | None = None, strict: bool = True,
+                       lazy: bool = False, verify: bool = True) -> RestoreResult | None:
+        """As varstore.checkpoint.CheckpointManager.restore_latest (strict by default, as varstore.restore);
+        with `comm` rank 0 picks the checkpoint."""
         comm = self.comm
         if comm is None and not _partitioned(target):
-            return super().restore_latest(target, **options)
+            return super().restore_latest(target, assignment_map=assignment_map, strict=strict, lazy=lazy,
+                                          verify=verify)
         comm = comm or as_communicator(None)
         chosen = comm.bcast(self._first_usable() if comm.rank == 0 else None)
         if chosen is None:
             return None
-        return restore_collective(cast(str, chosen), target, comm, format=self.format, **options)
+        return restore_collective(cast(str, chosen), target, comm, format=self.format, assignment_map=assignment_map,
+                                  strict=strict, lazy=lazy, verify=verify)
 
     def _first_usable(self) -> str | None:
         from varstore.checkpoint.reader import open_varstore

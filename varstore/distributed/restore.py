@@ -23,7 +23,8 @@ import numpy as np
 from varstore.checkpoint._batch import paused_gc
 from varstore.checkpoint.reader import VarstoreReader, open_varstore
 from varstore.checkpoint.regions import RegionSource
-from varstore.checkpoint.restore import PendingResolver, RestoreResult, covered_targets, map_names, strict_restore_error
+from varstore.checkpoint.restore import PendingResolver, covered_targets, map_names
+from varstore.checkpoint.restore_result import Consumption, RestoreResult, strict_restore_error
 from varstore.distributed.agree import agree
 from varstore.distributed.checks import check_structure
 from varstore.distributed.communicator import as_communicator
@@ -55,8 +56,8 @@ def _planned(reader: VarstoreReader, store: Any, rank: int, assignment_map: Mapp
     unexpected_targets = sorted(plan.unexpected)
     unexpected = [source_of[t] for t in unexpected_targets]
     missing = list(plan.missing)
-    if strict and (missing or unexpected):
-        raise strict_restore_error(reader.path, missing, unexpected)
+    if strict and missing:  # unexpected values only fail assert_consumed (as the one-process restore)
+        raise strict_restore_error(reader.path, missing, unexpected, sorted(saved))
     variables = {v.name: v for v in store.variables()}
     pairs = []
     for item in plan.reads:
@@ -91,7 +92,7 @@ def _apply(pairs: list[tuple[Any, Any]], lazy: bool) -> None:
 
 
 def restore_collective(path: os.PathLike[str] | str, store: Any, comm: Any = None, *,
-                       assignment_map: Mapping[str, str] | None = None, strict: bool = False,
+                       assignment_map: Mapping[str, str] | None = None, strict: bool = True,
                        lazy: bool = False, verify: bool = True, format: str | None = None) -> RestoreResult:
     """Restores a store collectively: every rank of `comm` calls it and reads only what it holds.
 
@@ -119,9 +120,18 @@ def restore_collective(path: os.PathLike[str] | str, store: Any, comm: Any = Non
             reader.close()
             raise
     deferred: list[str] = []
+    resolver = None
     if waiting and hasattr(store, "add_pending_restore"):
         deferred = sorted(waiting)
-        store.add_pending_restore(PendingResolver(reader, waiting, verify))
+        resolver = PendingResolver(reader, waiting, verify)
+        store.add_pending_restore(resolver)
     elif not lazy:
         reader.close()
-    return dataclasses.replace(result, deferred=deferred)
+    return dataclasses.replace(result, deferred=deferred,
+                               consumption=_consumption(str(reader.path), result, resolver))
+
+
+def _consumption(location: str, result: RestoreResult, resolver: PendingResolver | None) -> Consumption:
+    """assert_consumed of a collective restore: the names as planned; values still waiting count as unconsumed."""
+    return Consumption(location, lambda: list(result.missing),
+                       lambda: resolver.unconsumed() if resolver is not None else list(result.unexpected))

@@ -56,9 +56,13 @@ _ENVIRONMENT: dict[str, tuple[tuple[str, str], ...]] = {
 }
 # Azurite's default address; object_store reads AZURITE_BLOB_STORAGE_URL itself when use_emulator is set
 _AZURITE_DEFAULT_URL = "http://127.0.0.1:10000"
-# obstore config keys whose values are secrets
-_SECRET_KEYS = frozenset({"access_key_id", "secret_access_key", "session_token", "service_account_key", "account_key",
+# obstore config keys whose values are secrets. Not access_key_id: it names the key (AWS prints it in
+# request logs and consoles), and test credentials such as `test` would blank out bucket and key names.
+_SECRET_KEYS = frozenset({"secret_access_key", "session_token", "service_account_key", "account_key",
                           "sas_key", "token", "client_secret"})
+# characters that continue a word, a name or a path segment: a secret is replaced only where none
+# touches it, so a secret `test` leaves `s3://varstore-test/guide/latest` alone
+_TOKEN_CHARACTERS = r"A-Za-z0-9_./+-"
 # credentials that travel in URLs or headers even when we never saw their value
 _SIGNATURE_PATTERNS = (
     re.compile(r"(?i)(X-Amz-(?:Signature|Credential|Security-Token)=)[^&\s\"'<>]+"),
@@ -128,11 +132,19 @@ class Redactor:
     def __init__(self, secrets: tuple[str, ...] = ()) -> None:
         # longest first, so a secret that contains another is removed whole
         self._secrets = tuple(sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True))
+        self._pattern = re.compile(
+            rf"(?<![{_TOKEN_CHARACTERS}])(?:{'|'.join(map(re.escape, self._secrets))})(?![{_TOKEN_CHARACTERS}])"
+        ) if self._secrets else None
 
     def redact(self, text: str) -> str:
-        """`text` with every known secret replaced by '***' and signatures/Authorization headers cut."""
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
+        """`text` with every known secret replaced by '***' and signatures/Authorization headers cut.
+
+        A secret is replaced where it stands as a whole value (no letter, digit,
+        '_', '.', '/', '+' or '-' right before or after it), so a short test
+        secret inside a bucket, key or word is left alone.
+        """
+        if self._pattern is not None:
+            text = self._pattern.sub("***", text)
         for pattern in _SIGNATURE_PATTERNS:
             text = pattern.sub(r"\1***", text)
         return text

@@ -5,6 +5,7 @@ from it, large ones in 8 MiB pieces each handed to the disk at once
 (sync_file_range write-back) into blocks reserved with posix_fallocate.
 Read-ahead announces planned extents to the kernel (POSIX_FADV_WILLNEED)
 from a helper thread. Descriptors of single-file containers are cached.
+Reads never open a FIFO, socket or device (special_files.py refuses them).
 Never renames, never fsyncs, never creates temporaries (the commit is the
 checkpoint layer's: varstore/checkpoint/atomic.py); knows nothing about
 formats, manifests or checksums.
@@ -21,7 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from varstore.errors import CorruptCheckpointError
+from varstore.storage._local_errors import permission_denied
 from varstore.storage.protocol import Buffer
+from varstore.storage.special_files import check_regular_file, open_for_reading
 
 __all__ = ["LocalStorage", "LocalWriter", "LocalReadAhead", "LocalFilesReadAhead", "bytes_of", "pread_into", "pwrite_all", "start_writeback",
            "remove_path"]
@@ -199,8 +202,8 @@ class LocalFilesReadAhead:
                 self._taken += 1
             path, nbytes = files[j]
             try:
-                fd = os.open(path, os.O_RDONLY)
-            except OSError:
+                fd = open_for_reading(path)
+            except OSError:  # also SpecialFileError: the reader reports it
                 fd = -1
             if fd >= 0:
                 try:
@@ -225,7 +228,7 @@ class LocalFilesReadAhead:
                     return
                 self._issued += nbytes
             try:
-                fd = os.open(path, os.O_RDONLY)
+                fd = open_for_reading(path)
             except OSError:
                 continue
             try:
@@ -361,6 +364,16 @@ class LocalStorage:
     def _os_path(self, key: str) -> str:
         return os.path.join(self._root, key)  # an absolute key stays as it is
 
+    def _open(self, key: str, flags: int) -> int:
+        """os.open of `key` (new files 0o644; reads through open_for_reading, which never blocks on a FIFO);
+        a refused access becomes CheckpointPermissionError naming it."""
+        try:
+            if flags == os.O_RDONLY:
+                return open_for_reading(self._os_path(key))
+            return os.open(self._os_path(key), flags, 0o644)
+        except PermissionError as err:
+            raise permission_denied(self._os_path(key), "write" if flags & os.O_WRONLY else "read") from err
+
     def __repr__(self) -> str:
         return f"<LocalStorage {self.url}>"
 
@@ -369,7 +382,10 @@ class LocalStorage:
         return os.path.exists(self.path(key))
 
     def size(self, key: str) -> int:
-        return os.stat(self._os_path(key)).st_size
+        info = check_regular_file(self._os_path(key))  # a FIFO's 0 bytes would read as "truncated"
+        if info is None:
+            raise FileNotFoundError(2, "No such file or directory", self._os_path(key))
+        return info.st_size
 
     def list(self, prefix: str) -> list[str]:
         base = self.path(prefix) if prefix else self.root
@@ -391,7 +407,7 @@ class LocalStorage:
         with self._lock:
             if key in self._read_fds:
                 return
-            fd = os.open(self.path(key), os.O_RDONLY)
+            fd = self._open(key, os.O_RDONLY)
             self._read_fds[key] = fd
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
@@ -404,7 +420,7 @@ class LocalStorage:
         if fd is not None:
             pread_into(fd, buffer, offset, key)
             return buffer
-        fd = os.open(self._os_path(key), os.O_RDONLY)
+        fd = self._open(key, os.O_RDONLY)
         try:
             pread_into(fd, buffer, offset, key)
         finally:
@@ -412,7 +428,7 @@ class LocalStorage:
         return buffer
 
     def read_all(self, key: str) -> bytes:
-        with open(self.path(key), "rb") as handle:
+        with os.fdopen(self._open(key, os.O_RDONLY), "rb") as handle:
             return handle.read()
 
     def read_ahead(self, key: str, extents: Sequence[tuple[int, int]], window_bytes: int) -> LocalReadAhead | None:
@@ -438,9 +454,9 @@ class LocalStorage:
             with self._lock:
                 fd = self._write_fds.get(key)
                 if fd is None:
-                    fd = self._write_fds[key] = os.open(self.path(key), os.O_WRONLY | os.O_CREAT, 0o644)
+                    fd = self._write_fds[key] = self._open(key, os.O_WRONLY | os.O_CREAT)
             return LocalWriter(self, key, fd, True)
-        return LocalWriter(self, key, os.open(self._os_path(key), os.O_WRONLY | os.O_CREAT, 0o644), False)
+        return LocalWriter(self, key, self._open(key, os.O_WRONLY | os.O_CREAT), False)
 
     def delete(self, key: str) -> None:
         remove_path(self.path(key))

@@ -19,12 +19,15 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from varstore.backends.base import RawExtent
+from varstore._limits import check_manifest_size
+from varstore.storage._local_errors import is_permission_error, permission_denied
 from varstore.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
     MissingDependencyError,
     NotACheckpointError,
 )
+from varstore.storage.special_files import check_regular_file
 
 class _LazyH5py:
     """Stands for the h5py module until first used, then is replaced by it (a global of this module).
@@ -135,6 +138,8 @@ class Hdf5Writer:
             self._file = h5py.File(self.path, "w-", libver=LIBVER, track_order=False,
                                    userblock_size=header_bytes or None)
         except (OSError, ValueError) as err:
+            if is_permission_error(err):  # h5py keeps the errno (13), not the class
+                raise permission_denied(self.path.parent, "write into") from err
             raise CorruptCheckpointError(f"cannot create HDF5 file '{self.path}': {err}") from err
         self._dcpl = _dataset_dcpl()
         self._groups: dict[str, Any] = {"": self._file}  # groups made so far, by path
@@ -237,6 +242,9 @@ class Hdf5Reader:
             raise CorruptCheckpointError(
                 f"cannot read the attributes of '{path}' in '{self.path}': {err}") from err
 
+    def check_groups(self, paths: list[str]) -> None:
+        """Nothing to check: HDF5 checks its groups when it opens the datasets below them."""
+
     def raw_extent(self, path: str, dtype: np.dtype, shape: tuple[int, ...]) -> RawExtent | None:
         dataset = self._dataset(path)
         try:
@@ -275,8 +283,19 @@ class Hdf5Reader:
             raise CorruptCheckpointError(f"cannot locate '{path}' in '{self.path}': {err}") from err
 
     def read_bytes(self, path: str) -> bytes:
-        """The bytes of a 1-D uint8 dataset (the manifest)."""
+        """The bytes of a 1-D uint8 dataset (the manifest), its declared size checked against its stored
+        size first (varstore._limits.check_manifest_size: a compressed dataset may not expand 1000x).
+
+        Raises:
+          CorruptCheckpointError: missing, unreadable, or declaring more than its stored bytes can back.
+        """
         dataset = self._dataset(path)
+        try:
+            declared = int(np.prod(dataset.shape, dtype=object)) * dataset.dtype.itemsize
+            stored = int(dataset.id.get_storage_size())
+        except (OSError, ValueError, RuntimeError, TypeError) as err:
+            raise CorruptCheckpointError(f"cannot locate '{path}' in '{self.path}': {err}") from err
+        check_manifest_size(f"dataset '{path}' of '{self.path}'", declared, stored)
         try:
             return dataset[()].tobytes()
         except (OSError, ValueError, RuntimeError, TypeError) as err:
@@ -309,13 +328,20 @@ class Hdf5Backend:
     is_directory = False
 
     def sniff(self, path: Path) -> bool:
-        """True when the file starts with the HDF5 signature (or has it at a userblock offset)."""
+        """True when the file starts with the HDF5 signature (or has it at a userblock offset).
+
+        Raises:
+          CheckpointPermissionError: the file may not be read.
+        """
         try:
+            check_regular_file(path)  # a FIFO is never opened (SpecialFileError is an OSError: not HDF5)
             with open(path, "rb") as handle:
                 for offset in (0, 512, 1024, 2048):
                     handle.seek(offset)
                     if handle.read(8) == HDF5_MAGIC:
                         return True
+        except PermissionError as err:
+            raise permission_denied(path) from err
         except OSError:
             return False
         return False
@@ -326,6 +352,13 @@ class Hdf5Backend:
         return Hdf5Writer(path, header_bytes)
 
     def open_reader(self, path: Path, source: BinaryIO | None = None) -> Hdf5Reader:
+        """Opens `path` (or `source`) read-only.
+
+        Raises:
+          SpecialFileError: a FIFO, socket, device or symlink loop at `path` (checked before opening).
+        """
+        if source is None:
+            check_regular_file(path)
         return Hdf5Reader(path, source)
 
 

@@ -17,9 +17,17 @@ from typing import IO, Any
 
 import h5py
 import numpy as np
+from h5py import h5t, h5z
 import numpy.typing as npt
 
 from varstore.errors import CorruptCheckpointError, UnknownVariableError, UnsupportedFormatError
+
+#: Registered HDF5 filter ids (https://github.com/HDFGroup/hdf5_plugins) -> names, for messages.
+_FILTER_NAMES = {307: "bzip2", 32001: "blosc", 32004: "lz4", 32008: "bitshuffle", 32013: "zfp",
+                 32015: "zstd", 32017: "sz", 32026: "blosc2"}
+_TYPE_CLASSES = {h5t.INTEGER: "integer", h5t.FLOAT: "float", h5t.TIME: "time", h5t.STRING: "string",
+                 h5t.BITFIELD: "bitfield", h5t.OPAQUE: "opaque", h5t.COMPOUND: "compound",
+                 h5t.REFERENCE: "reference", h5t.ENUM: "enum", h5t.VLEN: "variable-length", h5t.ARRAY: "array"}
 
 __all__ = ["DatasetEntry", "GroupEntry", "SkippedObject", "HDF5Walker", "json_attrs"]
 
@@ -35,6 +43,8 @@ class DatasetEntry:
       attrs: the dataset's attributes, JSON-compatible (see json_attrs).
       chunks: chunk shape, or None for contiguous storage.
       compression: filter name ("gzip", "lzf", ...) or None.
+      stored_nbytes: bytes the file stores for it (H5Dget_storage_size: 0 when no chunk was written).
+      filtered: whether those bytes pass through filters (compression) on read.
     """
 
     path: str
@@ -43,6 +53,8 @@ class DatasetEntry:
     attrs: dict[str, Any]
     chunks: tuple[int, ...] | None = None
     compression: str | None = None
+    stored_nbytes: int | None = None
+    filtered: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +135,34 @@ def _skip_reason(ds: h5py.Dataset) -> str | None:
     return None
 
 
+def _type_text(ds: h5py.Dataset) -> str:
+    """The HDF5 type of a dataset in words ("128-bit float", "64-bit time"), for a type NumPy lacks."""
+    try:
+        tid = ds.id.get_type()
+        return f"{tid.get_size() * 8}-bit {_TYPE_CLASSES.get(tid.get_class(), 'HDF5 type')}"
+    except (OSError, ValueError, TypeError):
+        return "unknown HDF5 type"
+
+
+def _filters(ds: h5py.Dataset) -> tuple[bool, str | None]:
+    """(whether the dataset is filtered, why it cannot be read: a filter this HDF5 lacks, or None)."""
+    try:
+        dcpl = ds.id.get_create_plist()
+        count = dcpl.get_nfilters()
+        missing = []
+        for i in range(count):
+            code, _, _, name = dcpl.get_filter(i)
+            if not h5z.filter_avail(code):
+                label = _FILTER_NAMES.get(code) or name.decode("utf-8", "replace") or "unregistered"
+                missing.append(f"{code} ({label})")
+    except (OSError, ValueError, RuntimeError) as err:
+        return True, f"its filter pipeline cannot be read: {err}"
+    if missing:
+        return True, (f"needs HDF5 filter {', '.join(missing)}, not installed (install its plugin, e.g. "
+                      f"hdf5plugin, and set HDF5_PLUGIN_PATH)")
+    return count > 0, None
+
+
 def _native(dt: np.dtype) -> np.dtype:
     return dt.newbyteorder("=") if dt.byteorder not in ("=", "|") else dt
 
@@ -154,6 +194,7 @@ class HDF5Walker:
         self.skipped: list[SkippedObject] = []
         self._by_path: dict[str, DatasetEntry] = {}
         self._reasons: dict[str, str] = {}
+        self._first_paths: dict[int, str] = {}  # hash of a dataset's id -> its first path
         try:
             self.root_attrs = json_attrs(self._file.attrs)
             self._walk(self._file, "", set())
@@ -166,7 +207,9 @@ class HDF5Walker:
         self._reasons[path] = reason
 
     def _walk(self, group: h5py.Group, prefix: str, seen: set[Any]) -> None:
+        """Lists `group`'s members; `seen` holds the groups walked (datasets: self._first_paths)."""
         seen.add(group.id)
+        first_paths: dict[int, str] = self._first_paths
         self.groups.append(GroupEntry(prefix, json_attrs(group.attrs) if prefix else self.root_attrs))
         for name in group:
             path = f"{prefix}/{name}" if prefix else name
@@ -193,15 +236,28 @@ class HDF5Walker:
                     continue
                 self._walk(obj, path, seen)
             elif isinstance(obj, h5py.Dataset):
-                reason = _skip_reason(obj)
+                first = first_paths.setdefault(hash(obj.id), path)  # a hash: holds no open handle
+                if first != path and group.file[first].id == obj.id:  # read once, not once per name
+                    self._skip(path, f"another hard link to dataset '{first}' (read once, under that name)")
+                    continue
+                try:
+                    reason = _skip_reason(obj)
+                except (TypeError, ValueError) as err:  # h5py has no NumPy dtype for it (quad float, time)
+                    reason = f"{_type_text(obj)} type, which NumPy has no dtype for ({err})"
+                filtered, missing_filter = _filters(obj)
+                reason = reason or missing_filter
                 if reason is not None:
                     self._skip(path, reason)
                     continue
+                try:
+                    stored = int(obj.id.get_storage_size())
+                except (OSError, ValueError):
+                    stored = None
                 entry = DatasetEntry(
                     path=path, shape=tuple(int(d) for d in obj.shape), dtype=_native(obj.dtype),
                     attrs=json_attrs(obj.attrs),
                     chunks=tuple(obj.chunks) if obj.chunks else None,
-                    compression=obj.compression)
+                    compression=obj.compression, stored_nbytes=stored, filtered=filtered)
                 self.datasets.append(entry)
                 self._by_path[path] = entry
             elif isinstance(obj, h5py.Datatype):
@@ -225,6 +281,15 @@ class HDF5Walker:
         return entry
 
     entry = dataset  # the name generic readers use for both walkers
+
+    def stored(self, path: str) -> tuple[int | None, bool]:
+        """(bytes the file stores for the dataset, 0 when no chunk was written; whether they are filtered).
+
+        Raises:
+          UnsupportedFormatError / UnknownVariableError: as `dataset`.
+        """
+        entry = self.dataset(path)
+        return entry.stored_nbytes, entry.filtered
 
     def group_attrs(self, path: str) -> dict[str, Any] | None:
         """Attributes of the group at `path` ("" for the root), or None when there is none."""

@@ -28,13 +28,17 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from varstore.backends.base import RawExtent
+from varstore._limits import check_manifest_size, load_json
+from varstore.storage._local_errors import is_permission_error, permission_denied
 from varstore.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
     MissingDependencyError,
     NotACheckpointError,
+    SpecialFileError,
     UnsupportedDtypeError,
 )
+from varstore.storage.special_files import check_regular_file, open_for_reading
 
 if TYPE_CHECKING:  # annotations only: a read imports neither the thread pool (nor logging) nor numpy.typing
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -158,6 +162,8 @@ class Zarr3Writer:
         try:
             self.path.mkdir(parents=False, exist_ok=False)
         except OSError as err:
+            if is_permission_error(err):
+                raise permission_denied(self.path.parent, "write into") from err
             raise CorruptCheckpointError(f"cannot create Zarr directory '{self.path}': {err}") from err
         self._groups: set[str] = {""}
         self._written: list[Path] = [self.path]
@@ -338,10 +344,14 @@ class Zarr3Reader:
     def _document(self, path: str) -> dict[str, Any]:
         file = self._inside(path, self.path / path / "zarr.json")
         try:
-            with open(file, "rb") as handle:
-                document = json.loads(handle.read())
+            with os.fdopen(open_for_reading(file, "Zarr metadata"), "rb") as handle:  # never blocks on a FIFO
+                document = load_json(handle.read(), f"'{file}'")
         except FileNotFoundError as err:
             raise CorruptCheckpointError(f"'{path}' is missing from '{self.path}' (no {file})") from err
+        except PermissionError as err:
+            raise permission_denied(file) from err
+        except (CorruptCheckpointError, SpecialFileError):
+            raise
         except (OSError, ValueError) as err:
             raise CorruptCheckpointError(f"cannot read '{file}' (truncated or damaged?): {err}") from err
         if not isinstance(document, dict) or document.get("zarr_format") != 3:
@@ -353,6 +363,30 @@ class Zarr3Reader:
 
     def array_attrs(self, path: str) -> dict[str, Any]:
         return dict(self._document(path).get("attributes") or {})
+
+    def check_groups(self, paths: list[str]) -> None:
+        """Parses the zarr.json of every group above the arrays at `paths` (each once): plain zarr opens
+        them on the way to an array, so a truncated intermediate group breaks the checkpoint for it.
+
+        Raises:
+          CorruptCheckpointError: a group's zarr.json is missing, not JSON, or not a Zarr v3 group (naming the file).
+        """
+        checked: set[str] = {""}
+        for path in paths:
+            parts = path.split("/")[:-1]
+            for depth in range(1, len(parts) + 1):
+                group = "/".join(parts[:depth])
+                if group in checked:
+                    continue
+                checked.add(group)
+                try:
+                    document = self._document(group)
+                except NotACheckpointError as err:
+                    raise CorruptCheckpointError(f"group '{group}' of '{self.path}' is damaged: {err}") from err
+                if document.get("node_type") != "group":
+                    raise CorruptCheckpointError(
+                        f"'{self.path / group / 'zarr.json'}' says node_type {document.get('node_type')!r}, "
+                        f"expected 'group' (arrays lie below it); restore from another checkpoint")
 
     def raw_extent(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
                    document: dict[str, Any] | None = None) -> RawExtent | None:
@@ -423,17 +457,37 @@ class Zarr3Reader:
         return {path: extent for path, extent, ok in results if ok}
 
     def read_bytes(self, path: str) -> bytes:
-        """The bytes of a 1-D uint8 single-chunk array (the manifest)."""
+        """The bytes of a 1-D uint8 single-chunk array (the manifest).
+
+        An array stored any other way (compressed, several chunks) is read
+        through zarr only after its declared size is checked against the
+        bytes of its files (varstore._limits.check_manifest_size).
+
+        Raises:
+          CorruptCheckpointError: missing, unreadable, or declaring more than its stored bytes can back.
+        """
         document = self._document(path)
         shape = tuple(document.get("shape", ()))
+        if not all(type(n) is int and n >= 0 for n in shape):
+            raise CorruptCheckpointError(f"array '{path}' of '{self.path}' has a bad shape {list(shape)}")
         extent = self.raw_extent(path, np.dtype("u1"), shape, document) if len(shape) == 1 else None
         if extent is None:
+            stored = 0
+            for directory, _, files in os.walk(self._inside(path, self.path / path)):
+                for name in files:
+                    if name != "zarr.json":
+                        stored += os.lstat(os.path.join(directory, name)).st_size
+            check_manifest_size(f"array '{path}' of '{self.path}'", math.prod(shape), stored)
             out = np.empty(shape, dtype=np.uint8)
             self.read_array(path, out)
             return out.tobytes()
         try:
-            with open(extent.file, "rb") as handle:
+            with os.fdopen(open_for_reading(extent.file, f"chunk of '{path}'"), "rb") as handle:
                 data = handle.read()
+        except SpecialFileError:
+            raise
+        except PermissionError as err:
+            raise permission_denied(extent.file) from err
         except OSError as err:
             raise CorruptCheckpointError(f"cannot read '{extent.file}': {err}") from err
         if len(data) != extent.nbytes:
@@ -452,6 +506,7 @@ class Zarr3Reader:
         for directory, subdirectories, files in os.walk(self.path / path):  # zarr opens any chunk file
             for name in subdirectories + files:
                 self._inside(path, Path(directory) / name)
+                check_regular_file(Path(directory) / name, f"chunk of '{path}'")  # never a FIFO
         try:
             array = zarr.open_array(str(self.path / path), mode="r")
             out[...] = array[...] if index is None else array[index]
@@ -480,7 +535,7 @@ class Zarr3Backend:
         try:
             document = json.loads(root)
             nodes = document["attributes"][NODES_ATTRIBUTE]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return {}
         if not isinstance(nodes, dict):
             return {}
@@ -488,11 +543,18 @@ class Zarr3Backend:
                 if isinstance(path, str) and isinstance(node, dict) and path and ".." not in path.split("/")}
 
     def sniff(self, path: Path) -> bool:
-        """True when `path` is a directory holding a zarr.json that says zarr_format 3."""
+        """True when `path` is a directory holding a zarr.json that says zarr_format 3.
+
+        Raises:
+          CheckpointPermissionError: the zarr.json may not be read.
+        """
         try:
+            check_regular_file(Path(path) / "zarr.json")  # a FIFO is never opened (an OSError: not Zarr)
             with open(Path(path) / "zarr.json", "rb") as handle:
                 return json.loads(handle.read()).get("zarr_format") == 3
-        except (OSError, ValueError, AttributeError):
+        except PermissionError as err:
+            raise permission_denied(Path(path) / "zarr.json") from err
+        except (OSError, ValueError, AttributeError, RecursionError):
             return False
 
     def open_writer(self, path: Path, header_bytes: int = 0, storage: Storage | None = None) -> Zarr3Writer:

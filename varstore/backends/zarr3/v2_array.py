@@ -1,7 +1,7 @@
 """Reads one Zarr v2 array directory (`.zarray` + chunk files) chunk by chunk, including dtypes zarr refuses.
 
 Orbax's per-array layout writes v2 arrays whose `.zarray` dtype is the
-non-standard string "bfloat16"; zarr-python cannot open those, so the
+non-standard strings "bfloat16", "float8_e4m3fn", "float8_e5m2"; zarr-python cannot open those, so the
 metadata is parsed here and each chunk is decoded with the codec zarr itself
 uses (numcodecs), into a buffer of the chunk's exact size (a chunk that
 decodes to more is an error, not an allocation). Missing chunks read as the
@@ -48,9 +48,13 @@ class V2Array:
         return self.dtype.newbyteorder("=") if self.dtype.byteorder not in ("=", "|") else self.dtype
 
 
+#: dtypes Orbax (tensorstore) writes into .zarray by name, which NumPy's type strings lack.
+_BY_NAME = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+
+
 def _dtype(text: Any, label: str) -> np.dtype:
-    if text == "bfloat16":
-        return _dtypes.as_dtype("bfloat16")
+    if text in _BY_NAME:
+        return _dtypes.as_dtype(text)
     if not isinstance(text, str):
         raise UnsupportedFormatError(f"{label}: dtype {text!r:.60} is not a plain array dtype")
     try:
@@ -75,7 +79,7 @@ def open_v2_array(directory: Path) -> V2Array:
         if meta_path.stat().st_size > _MAX_META:
             raise CorruptCheckpointError(f"{label}: .zarray is larger than {_MAX_META} bytes")
         meta = json.loads(meta_path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:  # RecursionError: nested too deep
         raise CorruptCheckpointError(f"cannot read {label}/.zarray: {err}") from err
     if not isinstance(meta, dict) or meta.get("zarr_format") != 2:
         raise CorruptCheckpointError(f"{label}: .zarray is not Zarr v2 array metadata")

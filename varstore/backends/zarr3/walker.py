@@ -20,6 +20,7 @@ import numpy.typing as npt
 import zarr
 
 from varstore.errors import CorruptCheckpointError, UnknownVariableError, UnsupportedFormatError
+from varstore.storage.special_files import check_tree
 
 __all__ = ["ArrayEntry", "SkippedObject", "ZarrWalker"]
 
@@ -36,6 +37,7 @@ class ArrayEntry:
       attrs: the array's attributes (JSON values as stored).
       chunks: chunk shape (inner chunks when sharded).
       shards: shard shape for sharded Zarr v3 arrays, else None.
+      filtered: whether its stored bytes pass through compressors or filters on read.
     """
 
     path: str
@@ -44,6 +46,23 @@ class ArrayEntry:
     attrs: dict[str, Any]
     chunks: tuple[int, ...] | None = None
     shards: tuple[int, ...] | None = None
+    filtered: bool = True
+
+
+_METADATA_FILES = {"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"}
+
+
+def _stored_nbytes(directory: Path) -> int | None:
+    """Bytes of the chunk files under an array's directory (symlinks not followed), or None when unreadable."""
+    total = 0
+    try:
+        for folder, _, files in os.walk(directory):
+            for name in files:
+                if name not in _METADATA_FILES:
+                    total += os.lstat(os.path.join(folder, name)).st_size
+    except OSError:
+        return None
+    return total
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +124,7 @@ class ZarrWalker:
 
         Raises:
           CorruptCheckpointError: zarr cannot open or walk it.
+          SpecialFileError: a FIFO, socket, device or symlink loop in the directory (checked first).
         """
         self.label = str(path)
         self.arrays: list[ArrayEntry] = []
@@ -112,7 +132,9 @@ class ZarrWalker:
         self.skipped: list[SkippedObject] = []
         self._nodes: dict[str, Any] = {}
         self._reasons: dict[str, str] = {}
+        check_tree(path, "Zarr directory")  # zarr opens chunk files itself: none may be a FIFO or a loop
         self._escapes = _links_leading_out(Path(path))
+        self._root = Path(path)
         try:
             root: Any = zarr.open(store=str(Path(path)), mode="r")
             self.zarr_format = int(root.metadata.zarr_format)
@@ -157,9 +179,13 @@ class ZarrWalker:
         if dtype.byteorder not in ("=", "|"):
             dtype = dtype.newbyteorder("=")
         shards = getattr(array, "shards", None)
+        try:
+            filtered = bool(array.compressors) or bool(array.filters)
+        except _ERRORS:
+            filtered = True
         entry = ArrayEntry(path=path, shape=tuple(int(d) for d in array.shape), dtype=dtype,
                            attrs=dict(array.attrs), chunks=tuple(array.chunks),
-                           shards=tuple(shards) if shards else None)
+                           shards=tuple(shards) if shards else None, filtered=filtered)
         self.arrays.append(entry)
         self._nodes[path] = (entry, array)
 
@@ -178,6 +204,16 @@ class ZarrWalker:
         return node[0]
 
     entry = array  # the name generic readers use for both walkers
+
+    def stored(self, path: str) -> tuple[int | None, bool]:
+        """(bytes of the chunk files under the array's directory, symlinks not followed; 0 when no chunk was
+        written; None when unknown), whether they are compressed or filtered), walked when asked.
+
+        Raises:
+          UnsupportedFormatError / UnknownVariableError: as `array`.
+        """
+        entry = self.array(path)
+        return (_stored_nbytes(self._root / path) if path else None), entry.filtered
 
     def read(self, path: str, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
         """Reads one whole array (unwritten chunks read as the fill value), into `out` when given.

@@ -1,0 +1,165 @@
+"""The limits on what a file's claims may cost: the read limit (max_bytes), what stored bytes can back, JSON depth.
+
+Every declared size read from a file (a variable's shape and dtype, a
+manifest's length) is compared here with the read limit and with what the
+file really stores before anything is allocated; the one place that knows
+the defaults, the environment variable VARSTORE_MAX_BYTES and the messages.
+Reads /proc/meminfo and os.sysconf only; never opens a checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from varstore.errors import CorruptCheckpointError, ValueTooLargeError, VarstoreError
+
+__all__ = ["ENV_MAX_BYTES", "UNBACKED_BYTES", "MAX_FILTER_EXPANSION", "MANIFEST_FLOOR_BYTES",
+           "MANIFEST_EXPANSION", "available_memory", "max_bytes", "read_limit", "check_value_size",
+           "backed_bytes", "manifest_limit", "check_manifest_size", "load_json"]
+
+#: Environment variable holding the read limit in bytes (an int; overrides the default).
+ENV_MAX_BYTES = "VARSTORE_MAX_BYTES"
+#: Without a limit given (argument or environment), a value may declare this many bytes beyond what its
+#: stored bytes can decode to (unwritten HDF5 chunks read as fill values) (bytes).
+UNBACKED_BYTES = 64 << 20
+#: The most bytes one stored byte of a filtered (compressed) array can decode to: deflate's 1032:1, rounded up.
+MAX_FILTER_EXPANSION = 1100
+#: A manifest may always declare this many bytes (bytes) ...
+MANIFEST_FLOOR_BYTES = 16 << 20
+#: ... and, stored compressed, this many times its stored bytes (a JSON manifest compresses ~10:1).
+MANIFEST_EXPANSION = 64
+#: Used when the available memory cannot be found (bytes).
+_FALLBACK_BYTES = 4 << 30
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now: MemAvailable of /proc/meminfo, else free pages from os.sysconf; None if unknown."""
+    try:
+        with open("/proc/meminfo", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        pages = os.sysconf("SC_AVPHYS_PAGES")
+        if pages <= 0:
+            pages = os.sysconf("SC_PHYS_PAGES")
+        size = os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return int(pages) * int(size) if pages > 0 and size > 0 else None
+
+
+def _explicit(value: int | None) -> int | None:
+    """`value` when given, else VARSTORE_MAX_BYTES when set, else None.
+
+    Raises:
+      VarstoreError: a negative limit, or an environment value that is not an int.
+    """
+    if value is None:
+        text = os.environ.get(ENV_MAX_BYTES, "").strip().replace("_", "")
+        if not text:
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            raise VarstoreError(f"{ENV_MAX_BYTES}={os.environ[ENV_MAX_BYTES]!r} is not a number of bytes") from None
+    if type(value) is not int or value < 0:
+        raise VarstoreError(f"max_bytes must be a non-negative int (bytes), got {value!r}")
+    return value
+
+
+def max_bytes(value: int | None = None) -> int:
+    """The read limit in bytes: `value`, else VARSTORE_MAX_BYTES, else the available memory (4 GiB if unknown)."""
+    explicit = _explicit(value)
+    if explicit is not None:
+        return explicit
+    available = available_memory()
+    return available or _FALLBACK_BYTES
+
+
+def backed_bytes(stored: int | None, filtered: bool) -> int | None:
+    """The most bytes `stored` bytes can decode to (x MAX_FILTER_EXPANSION when filtered); None when unknown."""
+    if stored is None:
+        return None
+    return stored * MAX_FILTER_EXPANSION if filtered else stored
+
+
+def read_limit(value: int | None, backed: int | None = None) -> tuple[int, str]:
+    """(limit in bytes, how it was set) for reading one value whose stored bytes can back `backed` bytes.
+
+    A limit given (`value`, or VARSTORE_MAX_BYTES) is used as it is. The
+    default is the available memory, and at most `backed` +
+    UNBACKED_BYTES when the storage is known: a 447-byte file declaring a
+    2.7 GiB dataset of unwritten chunks is not read by default.
+    """
+    explicit = _explicit(value)
+    if explicit is not None:
+        return explicit, "max_bytes" if value is not None else ENV_MAX_BYTES
+    limit = max_bytes()
+    if backed is not None and backed + UNBACKED_BYTES < limit:
+        return backed + UNBACKED_BYTES, "the default: what the file stores for it plus 64 MiB"
+    return limit, "the default: the available memory"
+
+
+def check_value_size(name: str, where: str, declared: int, value: int | None, *,
+                     stored: int | None = None, filtered: bool = False) -> None:
+    """Refuses to read a value declaring more bytes than the read limit, before anything is allocated.
+
+    Args:
+      name: the variable, for the message.
+      where: the checkpoint, for the message.
+      declared: bytes its shape and dtype make.
+      value: the caller's max_bytes (None: VARSTORE_MAX_BYTES or the default).
+      stored: bytes the file stores for it (None: unknown).
+      filtered: whether those bytes are compressed (they may decode to MAX_FILTER_EXPANSION times more).
+
+    Raises:
+      ValueTooLargeError: naming the variable, the declared size, the stored size and the limit.
+      VarstoreError: a bad max_bytes or VARSTORE_MAX_BYTES.
+    """
+    if value is None and declared <= UNBACKED_BYTES and ENV_MAX_BYTES not in os.environ:
+        return  # under every default limit: no need to ask for the available memory (a hot path)
+    limit, how = read_limit(value, backed_bytes(stored, filtered))
+    if declared <= limit:
+        return
+    holds = "" if stored is None else f"; the file stores {stored:,} bytes for it"
+    raise ValueTooLargeError(
+        f"variable '{name}' in '{where}' declares {declared:,} bytes{holds}; the read limit is {limit:,} "
+        f"bytes ({how}); pass max_bytes= to open_checkpoint/load or set {ENV_MAX_BYTES} to read it")
+
+
+def manifest_limit(stored: int) -> int:
+    """The most bytes a manifest stored in `stored` bytes may declare (MANIFEST_FLOOR_BYTES, or x MANIFEST_EXPANSION)."""
+    return max(MANIFEST_FLOOR_BYTES, stored * MANIFEST_EXPANSION)
+
+
+def check_manifest_size(what: str, declared: int, stored: int) -> None:
+    """Refuses a manifest (or index) declaring more bytes than `manifest_limit(stored)`, before allocating.
+
+    Raises:
+      CorruptCheckpointError: naming `what`, the declared and stored sizes and the limit.
+    """
+    limit = manifest_limit(stored)
+    if declared > limit:
+        raise CorruptCheckpointError(
+            f"{what} declares {declared:,} bytes but the file stores {stored:,} bytes for it (limit "
+            f"{limit:,}: a manifest never expands more than {MANIFEST_EXPANSION}x); damaged or hostile "
+            f"metadata, restore from another checkpoint")
+
+
+def load_json(data: bytes | str, what: str) -> Any:
+    """json.loads of metadata from a file; nesting too deep for Python (RecursionError) is a damaged file.
+
+    Raises:
+      CorruptCheckpointError: naming `what` (the file), for RecursionError.
+      ValueError: as json.loads for malformed JSON (callers name the file).
+    """
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise CorruptCheckpointError(
+            f"{what} is damaged or hostile: its JSON nests deeper than Python can parse") from None
