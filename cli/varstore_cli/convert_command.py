@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import click
 
-from varstore_cli.terminal import echo_line
+from varstore_cli.terminal import echo_line, escape_for_terminal
 from varstore_cli import formatting as fmt
 from varstore_cli.options import (
     FormatOption,
@@ -79,7 +79,7 @@ def make_progress(enabled: bool, stream: TextIO | None = None, mininterval_s: fl
                                       file=stream or sys.stderr, leave=False, dynamic_ncols=True,
                                       mininterval=mininterval_s)
         bar.total = total_bytes
-        bar.set_postfix_str(name, refresh=False)
+        bar.set_postfix_str(escape_for_terminal(name), refresh=False)  # a name from a file, on a terminal
         bar.update(done_bytes - bar.n)
 
     def close() -> None:

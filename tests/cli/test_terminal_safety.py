@@ -90,3 +90,18 @@ def test_an_error_naming_a_hostile_path_is_one_escaped_line(tmp_path: Path) -> N
     assert code == 2 and out == ""
     _assert_safe(err)
     assert err.count("\n") == 1 and "evil\\x1b[31m" in err
+
+
+def test_the_progress_bar_escapes_the_variable_name() -> None:
+    pytest.importorskip("tqdm")
+    import io
+
+    from varstore_cli.convert_command import make_progress
+
+    stream = io.StringIO()
+    update, close = make_progress(True, stream=stream, mininterval_s=0)
+    assert update is not None
+    update(0, 16, "")
+    update(8, 16, "a\x1b[2Jb")
+    close()
+    assert "a\\x1b[2Jb" in stream.getvalue() and "\x1b" not in stream.getvalue()
