@@ -24,6 +24,7 @@ import click
 
 from varstore._version import __version__
 from varstore.errors import VarstoreError
+from varstore_cli.terminal import echo_line
 from varstore_cli import commands, options
 from varstore_cli.words import cli_words
 
@@ -55,7 +56,7 @@ class _CommandError(click.ClickException):
     exit_code = EXIT_ERROR
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"varstore: error: {self.message}", err=True)
+        echo_line(f"varstore: error: {self.message}", err=True)  # names and paths from files, escaped
 
 
 class _Group(click.Group):

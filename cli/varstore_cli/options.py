@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from varstore_cli.terminal import escape_json_text
 from varstore.checkpoint.reader_api import CheckpointReader
 from varstore.errors import CheckpointNotFoundError
 
@@ -187,4 +188,4 @@ def echo_json(document: dict[str, Any]) -> None:
         else:
             lines.append(f"  {_compact(key)}: {_compact(value)}{comma}")
     lines.append("}")
-    click.echo("\n".join(lines))
+    click.echo(escape_json_text("\n".join(lines)))
