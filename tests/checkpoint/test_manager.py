@@ -74,8 +74,19 @@ def test_restore_latest_skips_damaged_and_temporaries(tmp_path: Path, fmt: str) 
     (tmp_path / f"ckpt-3{SUFFIX[fmt]}.tmp-999999999-abcdef01").mkdir()
     assert [p.name for p in manager.checkpoints] == [f"ckpt-1{SUFFIX[fmt]}", f"ckpt-2{SUFFIX[fmt]}"]
     target = {"w": np.zeros(2)}
-    result = manager.restore_latest(target)
+    reason = "NotACheckpointError" if fmt == "h5" else "CorruptCheckpointError"
+    with pytest.warns(RuntimeWarning, match=rf"skipped 1 damaged checkpoint\(s\) .*ckpt-2{SUFFIX[fmt]}' \({reason}: "
+                                            rf".*restoring '.*ckpt-1{SUFFIX[fmt]}', the newest that opens cleanly"):
+        result = manager.restore_latest(target)
     assert result is not None and target["w"][0] == 1.0
+
+
+def test_restore_latest_warns_when_every_checkpoint_is_damaged(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, format="h5")
+    manager.save({"w": np.full(2, 1.0)}, step=1).write_bytes(b"garbage")
+    with pytest.warns(RuntimeWarning, match=r"no checkpoint in '.*' that opens cleanly; skipped '.*ckpt-1\.h5' "
+                                            r"\(NotACheckpointError: "):
+        assert manager.restore_latest({"w": np.zeros(2)}) is None
 
 
 def test_restore_latest_on_empty_directory_returns_none(tmp_path: Path) -> None:
