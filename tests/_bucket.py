@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 class Bucket:
     """A test's prefix on a running object-store server; the standard environment points at it."""
 
-    provider: str  # "s3" (moto), "az" (Azurite) or "gs" (tests/_gcsserver.py)
+    provider: str  # "s3" (moto), "az" (Azurite), "gs" (tests/_gcsserver.py) or "s3-seaweedfs"
     prefix: str
     storage_options: dict[str, object]
 

