@@ -26,6 +26,7 @@ from varstore_cli import formatting as fmt
 from varstore_cli.convert_command import convert_command
 from varstore_cli.options import (echo_json, format_option, is_url, open_reader, skip_object_arrays_option,
                                   storage_option, storage_options)
+from varstore_cli.terminal import escape_for_terminal
 
 __all__ = ["COMMANDS", "ATTRIBUTES_SUFFIX"]
 
@@ -167,7 +168,7 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
                 document["tree"] = scope_tree(shown).to_json()
             echo_json(document)
             return
-        click.echo(_describe(reader))
+        click.echo(escape_for_terminal(_describe(reader)))
         if tree:
             lines = fmt.tree_lines(scope_tree(shown), label=".")
         else:
@@ -178,10 +179,11 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
         for line in lines:
             click.echo(line)
         filtered = f" matching '{pattern}'" if pattern is not None else ""
-        click.echo(f"total: {fmt.plural(totals['variables'], 'variable')}{filtered}, "
-                   f"{fmt.plural(totals['elements'], 'element')}, {fmt.human_size(totals['nbytes'])}")
+        click.echo(escape_for_terminal(f"total: {fmt.plural(totals['variables'], 'variable')}{filtered}, "
+                                       f"{fmt.plural(totals['elements'], 'element')}, "
+                                       f"{fmt.human_size(totals['nbytes'])}"))
         for line in _partition_lines(reader, {i.name for i in infos}):
-            click.echo(line)
+            click.echo(escape_for_terminal(line))
         if reader.skipped:
             click.echo(f"skipped {fmt.plural(len(reader.skipped), 'entry', 'entries')}:")
             for line in fmt.table([[s.name, s.reason] for s in reader.skipped]):
@@ -213,8 +215,8 @@ def _list_folder(path: str, as_json: bool) -> bool:
     if as_json:
         echo_json({"schema": "varstore.folder/1", "directory": path, "checkpoints": entries})
         return True
-    click.echo(f"{path}: a folder of {fmt.plural(len(entries), 'checkpoint')} "
-               f"(`varstore ls {os.path.join(path, '<name>')}` lists one)")
+    click.echo(escape_for_terminal(f"{path}: a folder of {fmt.plural(len(entries), 'checkpoint')} "
+                                   f"(`varstore ls {os.path.join(path, '<name>')}` lists one)"))
     for line in fmt.table([[e["name"], e["format"]] for e in entries], ["name", "format"]):
         click.echo(line.rstrip())
     return True
@@ -319,8 +321,8 @@ def diff_command(ctx: click.Context, a: str, b: str, rtol: float, atol: float, a
             echo_json({"schema": "varstore.diff/1", "a": _checkpoint_json(reader_a),
                         "b": _checkpoint_json(reader_b), **result.to_json()})
         else:
-            click.echo(f"--- {_describe(reader_a)}")
-            click.echo(f"+++ {_describe(reader_b)}")
+            click.echo(escape_for_terminal(f"--- {_describe(reader_a)}"))
+            click.echo(escape_for_terminal(f"+++ {_describe(reader_b)}"))
             rows = [["added", n, _brief(reader_b.info(n))] for n in result.added]
             rows += [["removed", n, _brief(reader_a.info(n))] for n in result.removed]
             rows += [["shape", c.name, f"{fmt.format_shape(c.shape_a)} -> {fmt.format_shape(c.shape_b)}"]
@@ -372,8 +374,8 @@ def verify_command(path: str, format_: str | None, as_json: bool, skip_object_ar
             return
         how = (f"{fmt.plural(checked, 'checksum')} matched" if checked
                else "no checksums recorded; every variable read back")
-        click.echo(f"ok: {_describe(reader)}: {fmt.plural(len(infos), 'variable')}, "
-                   f"{fmt.human_size(total)}, {how}")
+        click.echo(escape_for_terminal(f"ok: {_describe(reader)}: {fmt.plural(len(infos), 'variable')}, "
+                                       f"{fmt.human_size(total)}, {how}"))
 
 
 COMMANDS = [ls_command, show_command, diff_command, verify_command, convert_command]

@@ -28,6 +28,7 @@ from varstore_cli.options import (
     with_latest_on_a_bucket,
     write_format_help,
 )
+from varstore_cli.terminal import escape_for_terminal
 
 __all__ = ["convert_command", "make_progress", "parse_rename"]
 
@@ -46,7 +47,7 @@ def parse_rename(values: tuple[str, ...]) -> list[tuple[str, str]]:
         try:
             pairs.append(parse_rename_rule(value))
         except ConversionError as err:
-            raise click.BadParameter(str(err), param_hint="'--rename'") from err
+            raise click.BadParameter(escape_for_terminal(str(err)), param_hint="'--rename'") from err
     return pairs
 
 
@@ -78,7 +79,7 @@ def make_progress(enabled: bool, stream: TextIO | None = None, mininterval_s: fl
                                       file=stream or sys.stderr, leave=False, dynamic_ncols=True,
                                       mininterval=mininterval_s)
         bar.total = total_bytes
-        bar.set_postfix_str(name, refresh=False)
+        bar.set_postfix_str(escape_for_terminal(name), refresh=False)
         bar.update(done_bytes - bar.n)
 
     def close() -> None:
@@ -175,7 +176,7 @@ def convert_command(src: str, dst: str, from_format: str | None, to_format: str 
     if as_json:
         echo_json({"schema": "varstore.convert/1", **document})
         return
-    click.echo(_convert_summary(document))
+    click.echo(escape_for_terminal(_convert_summary(document)))
     if document["renamed"]:  # a count; the list (one line per name: thousands for a model) with -v
         count = fmt.plural(len(document["renamed"]), "variable")
         click.echo(f"renamed {count}:" if verbose else f"renamed {count} (-v lists them)")
@@ -183,7 +184,7 @@ def convert_command(src: str, dst: str, from_format: str | None, to_format: str 
             for line in fmt.table([[old, "->", new] for old, new in document["renamed"].items()]):
                 click.echo("  " + line)
     for note in document["notes"]:
-        click.echo(f"note: {note}")
+        click.echo(escape_for_terminal(f"note: {note}"))
     skipped = document["skipped"]
     if skipped:
         click.echo(f"skipped {fmt.plural(len(skipped), 'entry', 'entries')}:")

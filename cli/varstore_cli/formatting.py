@@ -13,6 +13,7 @@ import numpy as np
 
 from varstore.checkpoint.reader_api import VariableInfo
 from varstore.inspect import ScopeNode
+from varstore_cli.terminal import escape_for_terminal
 
 __all__ = [
     "plural",
@@ -135,9 +136,11 @@ def table(rows: Sequence[Sequence[str]], headers: Sequence[str] | None = None,
       right: indices of the columns to right-align (sizes, counts).
 
     Returns:
-      One string per line, trailing spaces stripped.
+      One string per line, trailing spaces stripped; every cell passed through
+      escape_for_terminal first, so a name with ESC or a newline stays in its row.
     """
-    all_rows = ([list(headers)] if headers else []) + [list(r) for r in rows]
+    all_rows = [[escape_for_terminal(cell) for cell in row]
+                for row in ([list(headers)] if headers else []) + [list(r) for r in rows]]
     if not all_rows:
         return []
     widths = [max(len(r[i]) for r in all_rows) for i in range(len(all_rows[0]))]

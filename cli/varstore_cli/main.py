@@ -25,6 +25,7 @@ import click
 from varstore._version import __version__
 from varstore.errors import VarstoreError
 from varstore_cli import commands, options
+from varstore_cli.terminal import escape_for_terminal
 from varstore_cli.words import cli_words
 
 __all__ = ["cli", "error_message", "EXIT_OK", "EXIT_DIFFER", "EXIT_ERROR"]
@@ -36,26 +37,27 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a reader that 
 
 
 def error_message(err: BaseException) -> str:
-    """The one-line message shown for an error (newlines folded, OSErrors with their path)."""
+    """The one-line message shown for an error (newlines folded, OSErrors with their path escaped)."""
     if isinstance(err, VarstoreError):
         text = str(err)
     elif isinstance(err, OSError) and err.strerror:
-        where = f"'{err.filename}'" if err.filename is not None else ""
+        where = f"'{escape_for_terminal(str(err.filename))}'" if err.filename is not None else ""
         text = f"{where}: {err.strerror}" if where else err.strerror
         if err.filename2 is not None:
-            text += f" (and '{err.filename2}')"
+            text += f" (and '{escape_for_terminal(str(err.filename2))}')"
     else:
         text = str(err) or type(err).__name__
     return " ".join(part.strip() for part in text.splitlines() if part.strip()) or type(err).__name__
 
 
 class _CommandError(click.ClickException):
-    """A library error on its way to stderr: one line, exit 2."""
+    """A library error on its way to stderr: one line, escaped for a terminal, exit 2."""
 
     exit_code = EXIT_ERROR
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"varstore: error: {self.message}", err=True)
+        # every error line passes here: a path or name with ESC / newline / bidi controls prints as \xNN
+        click.echo(f"varstore: error: {escape_for_terminal(self.message)}", err=True)
 
 
 class _Group(click.Group):

@@ -16,6 +16,7 @@ import click
 
 from varstore.checkpoint.reader_api import CheckpointReader
 from varstore.errors import CheckpointNotFoundError
+from varstore_cli.terminal import escape_json_for_terminal
 
 __all__ = [
     "FormatOption",
@@ -168,7 +169,7 @@ def skip_object_arrays_option(function: Callable[..., Any]) -> Callable[..., Any
 
 def _compact(value: Any) -> str:
     # allow_nan=False: the schemas spell non-finite numbers as strings, so a NaN here is a bug
-    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    return escape_json_for_terminal(json.dumps(value, ensure_ascii=False, allow_nan=False))
 
 
 def echo_json(document: dict[str, Any]) -> None:
