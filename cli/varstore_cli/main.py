@@ -37,9 +37,14 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a reader that 
 
 
 def error_message(err: BaseException) -> str:
-    """The one-line message shown for an error (newlines folded, OSErrors with their path escaped)."""
+    """The one-line message shown for an error (newlines folded, OSErrors with their path escaped).
+
+    A VarstoreError's message is kept whole: a newline in it comes from a name or
+    path in a file and is shown as \\x0a (by escape_for_terminal in the bridge),
+    not folded into a space that would hide it.
+    """
     if isinstance(err, VarstoreError):
-        text = str(err)
+        return str(err) or type(err).__name__
     elif isinstance(err, OSError) and err.strerror:
         where = f"'{escape_for_terminal(str(err.filename))}'" if err.filename is not None else ""
         text = f"{where}: {err.strerror}" if where else err.strerror
