@@ -47,7 +47,7 @@ def parse_rename(values: tuple[str, ...]) -> list[tuple[str, str]]:
         try:
             pairs.append(parse_rename_rule(value))
         except ConversionError as err:
-            raise click.BadParameter(escape_for_terminal(str(err)), param_hint="'--rename'") from err
+            raise click.BadParameter(str(err), param_hint="'--rename'") from err
     return pairs
 
 

@@ -3,7 +3,8 @@
 Every library error (VarstoreError), every OSError (a missing path, a
 permission problem) and every ValueError (an argument the library rejects)
 leaving a command becomes ONE line
-"varstore: error: <message>" on stderr, in command-line words (words.py:
+"varstore: error: <message>" on stderr, escaped for a terminal (terminal.py; click's
+own usage errors too, since they repeat the argument given), in command-line words (words.py:
 `--force` where the library says `overwrite=True`) and exit status 2, here and nowhere
 else; `--debug` (or VARSTORE_DEBUG=1) prints the traceback first. Commands
 themselves live in commands.py and never catch library errors.
@@ -68,11 +69,20 @@ class _CommandError(click.ClickException):
 class _Group(click.Group):
     """click.Group whose invoke() is the single place errors become exit codes."""
 
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as err:  # a usage error of the group's own options
+            raise _escaped(err)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        except (click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except click.ClickException as err:  # click's usage errors quote the value given: escape it too
+            raise _escaped(err)
         except BrokenPipeError:  # `varstore ls big.h5 | head`: stop quietly, as if killed by SIGPIPE
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
             ctx.exit(EXIT_BROKEN_PIPE)
@@ -87,6 +97,13 @@ class _Group(click.Group):
             raise _CommandError(
                 f"internal error: {type(err).__name__}: {error_message(err)} "
                 f"(please report it; run with --debug for the traceback)") from err
+
+
+def _escaped(err: click.ClickException) -> click.ClickException:
+    """`err` with its message escaped for a terminal (a usage error repeats an argument, maybe a name)."""
+    # click types `message` Final, but nothing has read it yet: show() runs after this returns
+    err.message = escape_for_terminal(err.message)  # type: ignore[misc]
+    return err
 
 
 def _maybe_traceback(ctx: click.Context) -> None:

@@ -172,3 +172,17 @@ def test_an_error_about_a_hostile_path_is_one_escaped_line(run, tmp_path: Path, 
     _assert_terminal_safe(result.stderr)
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("varstore: error: ")
     assert "bad\\x1b[2J\\x0a\\u202e.h5" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (("convert", "{src}", "{dst}", "--rename", "a\x1b[2J"), "rename rule 'a\\x1b[2J' needs the form OLD=NEW"),
+    (("cmd\x1b[2J",), "No such command 'cmd\\x1b[2J'."),
+    (("ls", "--nope\x07", "{src}"), "No such option '--nope\\x07'."),
+    (("ls", "--format", "x\u202e", "{src}"), "unknown checkpoint format 'x\\u202e'"),
+])
+def test_usage_errors_repeat_the_argument_escaped(run, hostile: Path, tmp_path: Path,
+                                                  args: tuple[str, ...], expected: str) -> None:
+    result = run(*(a.format(src=hostile, dst=tmp_path / "out.h5") for a in args))
+    assert result.exit_code == 2
+    _assert_terminal_safe(result.stdout + result.stderr)
+    assert expected in result.stderr
