@@ -186,3 +186,21 @@ def test_usage_errors_repeat_the_argument_escaped(run, hostile: Path, tmp_path: 
     assert result.exit_code == 2
     _assert_terminal_safe(result.stdout + result.stderr)
     assert expected in result.stderr
+
+
+def test_skipped_lists_of_ls_and_convert_are_escaped(run, tmp_path: Path) -> None:
+    path = tmp_path / "objects.npz"
+    np.savez(path, **{"obj\x1b[2J\n": np.array([{"a": 1}], dtype=object), "ok": np.zeros(2)})
+    expected = ("  obj\\x1b[2J\\x0a  member 'obj\\x1b[2J\\x0a.npy' holds an object array (object): "
+                "loading it would unpickle Python objects, which varstore never does")
+    listing = run("ls", "--skip-object-arrays", path)
+    converted = run("convert", "--skip-object-arrays", path, tmp_path / "out.safetensors")
+    refused = run("ls", path)
+    for result in (listing, converted):
+        assert result.exit_code == 0, result.output
+        assert result.stdout.splitlines()[-2:] == ["skipped 1 entry:", expected]
+    assert refused.exit_code == 2 and refused.stderr.count("\n") == 1
+    assert "member 'obj\\x1b[2J\\x0a.npy' holds an object array" in refused.stderr
+    _assert_terminal_safe(listing.stdout + converted.stdout + converted.stderr + refused.stderr)
+    document = json.loads(run("ls", "--json", "--skip-object-arrays", path).stdout)
+    assert [s["name"] for s in document["skipped"]] == ["obj\x1b[2J\n"]
