@@ -38,6 +38,12 @@ class _DtypeDefault:
     def _with_dtype(self, dtype: npt.DTypeLike | None) -> npt.DTypeLike | None:
         return self._dtype if dtype is None else dtype
 
+    def __call__(self, shape: ShapeLike, dtype: npt.DTypeLike | None = None, *, name: str | None = None) -> npt.NDArray[Any]:
+        """The TF2 initializer's call with this initializer's `dtype` when the call gives none."""
+        call = super().__call__  # type: ignore[misc]  # the initializer class after this mixin in the MRO
+        result: npt.NDArray[Any] = call(shape, self._with_dtype(dtype), name=name)
+        return result
+
 
 def _as_dtype(dtype: npt.DTypeLike | None) -> np.dtype | None:
     return None if dtype is None else dtypes.as_dtype(dtype)
@@ -49,18 +55,12 @@ class Zeros(_DtypeDefault, initializers.Zeros):
     def __init__(self, dtype: npt.DTypeLike | None = None) -> None:
         self._dtype = _as_dtype(dtype)
 
-    def __call__(self, shape: ShapeLike, dtype: npt.DTypeLike | None = None, *, name: str | None = None) -> npt.NDArray[Any]:
-        return super().__call__(shape, self._with_dtype(dtype), name=name)
-
 
 class Ones(_DtypeDefault, initializers.Ones):
     """All ones, as tf.compat.v1.ones_initializer(dtype=tf.float32)."""
 
     def __init__(self, dtype: npt.DTypeLike | None = None) -> None:
         self._dtype = _as_dtype(dtype)
-
-    def __call__(self, shape: ShapeLike, dtype: npt.DTypeLike | None = None, *, name: str | None = None) -> npt.NDArray[Any]:
-        return super().__call__(shape, self._with_dtype(dtype), name=name)
 
 
 class Constant(_DtypeDefault, initializers.Initializer):
@@ -111,9 +111,6 @@ class RandomNormal(_DtypeDefault, initializers.RandomNormal):
         super().__init__(mean, stddev, seed)
         self._dtype = _as_dtype(dtype)
 
-    def __call__(self, shape: ShapeLike, dtype: npt.DTypeLike | None = None, *, name: str | None = None) -> npt.NDArray[Any]:
-        return super().__call__(shape, self._with_dtype(dtype), name=name)
-
 
 class TruncatedNormal(_DtypeDefault, initializers.TruncatedNormal):
     """Normal(mean, stddev) redrawn beyond 2 stddev, as tf.compat.v1.truncated_normal_initializer (stddev=1.0)."""
@@ -122,9 +119,6 @@ class TruncatedNormal(_DtypeDefault, initializers.TruncatedNormal):
                  dtype: npt.DTypeLike | None = None) -> None:
         super().__init__(mean, stddev, seed)
         self._dtype = _as_dtype(dtype)
-
-    def __call__(self, shape: ShapeLike, dtype: npt.DTypeLike | None = None, *, name: str | None = None) -> npt.NDArray[Any]:
-        return super().__call__(shape, self._with_dtype(dtype), name=name)
 
 
 class RandomUniform(_DtypeDefault, initializers.RandomUniform):
@@ -160,9 +154,6 @@ class VarianceScaling(_DtypeDefault, initializers.VarianceScaling):
         super().__init__(scale, mode, distribution, seed)
         self._dtype = _as_dtype(dtype)
 
-    def __call__(self, shape: ShapeLike, dtype: npt.DTypeLike | None = None, *, name: str | None = None) -> npt.NDArray[Any]:
-        return super().__call__(shape, self._with_dtype(dtype), name=name)
-
 
 class GlorotUniform(VarianceScaling):
     """Uniform in [-sqrt(6 / (fan_in + fan_out)), +...], as tf.compat.v1.glorot_uniform_initializer."""
@@ -184,9 +175,6 @@ class Orthogonal(_DtypeDefault, initializers.Orthogonal):
     def __init__(self, gain: float = 1.0, seed: int | None = None, dtype: npt.DTypeLike | None = None) -> None:
         super().__init__(gain, seed)
         self._dtype = _as_dtype(dtype)
-
-    def __call__(self, shape: ShapeLike, dtype: npt.DTypeLike | None = None, *, name: str | None = None) -> npt.NDArray[Any]:
-        return super().__call__(shape, self._with_dtype(dtype), name=name)
 
 
 # The spellings TF1 code uses (tf.random_normal_initializer() in TF 1.x is tf.compat.v1.random_normal_initializer).

@@ -22,11 +22,11 @@ import click
 from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo
 from varstore.errors import CheckpointNotFoundError, NotACheckpointError, UnknownVariableError, VarstoreError
 from varstore.inspect import diff_checkpoints, scope_tree, variable_stats
+from varstore_cli.terminal import echo_line
 from varstore_cli import formatting as fmt
-from varstore_cli.convert_command import convert_command
+from varstore_cli.convert_command import convert_command, make_progress, stderr_is_terminal
 from varstore_cli.options import (echo_json, format_option, is_url, open_reader, skip_object_arrays_option,
                                   storage_option, storage_options)
-from varstore_cli.terminal import escape_for_terminal
 
 __all__ = ["COMMANDS", "ATTRIBUTES_SUFFIX"]
 
@@ -168,7 +168,7 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
                 document["tree"] = scope_tree(shown).to_json()
             echo_json(document)
             return
-        click.echo(escape_for_terminal(_describe(reader)))
+        echo_line(_describe(reader))
         if tree:
             lines = fmt.tree_lines(scope_tree(shown), label=".")
         else:
@@ -177,17 +177,16 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
             lines = fmt.table(rows, ["name", "shape", "dtype", "size", "trainable", "collections"],
                               right=(3,)) if rows else []
         for line in lines:
-            click.echo(line)
+            echo_line(line)
         filtered = f" matching '{pattern}'" if pattern is not None else ""
-        click.echo(escape_for_terminal(f"total: {fmt.plural(totals['variables'], 'variable')}{filtered}, "
-                                       f"{fmt.plural(totals['elements'], 'element')}, "
-                                       f"{fmt.human_size(totals['nbytes'])}"))
+        echo_line(f"total: {fmt.plural(totals['variables'], 'variable')}{filtered}, "
+                   f"{fmt.plural(totals['elements'], 'element')}, {fmt.human_size(totals['nbytes'])}")
         for line in _partition_lines(reader, {i.name for i in infos}):
-            click.echo(escape_for_terminal(line))
+            echo_line(line)
         if reader.skipped:
-            click.echo(f"skipped {fmt.plural(len(reader.skipped), 'entry', 'entries')}:")
+            echo_line(f"skipped {fmt.plural(len(reader.skipped), 'entry', 'entries')}:")
             for line in fmt.table([[s.name, s.reason] for s in reader.skipped]):
-                click.echo("  " + line)
+                echo_line("  " + line)
 
 
 def _list_folder(path: str, as_json: bool) -> bool:
@@ -215,10 +214,10 @@ def _list_folder(path: str, as_json: bool) -> bool:
     if as_json:
         echo_json({"schema": "varstore.folder/1", "directory": path, "checkpoints": entries})
         return True
-    click.echo(escape_for_terminal(f"{path}: a folder of {fmt.plural(len(entries), 'checkpoint')} "
-                                   f"(`varstore ls {os.path.join(path, '<name>')}` lists one)"))
+    echo_line(f"{path}: a folder of {fmt.plural(len(entries), 'checkpoint')} "
+               f"(`varstore ls {os.path.join(path, '<name>')}` lists one)")
     for line in fmt.table([[e["name"], e["format"]] for e in entries], ["name", "format"]):
-        click.echo(line.rstrip())
+        echo_line(line.rstrip())
     return True
 
 
@@ -238,8 +237,8 @@ def _list_checkpoints(path: str, as_json: bool) -> None:
     rows = [[os.path.basename(str(c.path)), f"{c.step:,}", c.created_utc[:19].replace("T", " "), fmt.human_size(c.nbytes),
              "latest" if c.latest else ""] for c in found]
     for line in fmt.table(rows, ["checkpoint", "step", "created (UTC)", "size", ""], right=(1, 3)):
-        click.echo(line.rstrip())
-    click.echo(f"total: {fmt.plural(len(found), 'checkpoint')}, "
+        echo_line(line.rstrip())
+    echo_line(f"total: {fmt.plural(len(found), 'checkpoint')}, "
                f"{fmt.human_size(sum(c.nbytes for c in found))}")
 
 
@@ -295,7 +294,7 @@ def show_command(path: str, name: str, count: int, as_json: bool, format_: str |
             rows.append([f"values[:{len(first)}]" if len(first) < stats.count else "values",
                          fmt.format_values(first)])
         for line in fmt.table(rows):
-            click.echo(line)
+            echo_line(line)
 
 
 # --------------------------------------------------------------------- diff
@@ -316,13 +315,17 @@ def diff_command(ctx: click.Context, a: str, b: str, rtol: float, atol: float, a
     whose values differ. Exit status 0 when equal, 1 when they differ, 2 on
     error (as diff(1))."""
     with open_reader(a) as reader_a, open_reader(b) as reader_b:
-        result = diff_checkpoints(reader_a, reader_b, rtol=rtol, atol=atol)
+        progress, close = make_progress(enabled=not as_json and stderr_is_terminal())
+        try:
+            result = diff_checkpoints(reader_a, reader_b, rtol=rtol, atol=atol, progress=progress)
+        finally:
+            close()
         if as_json:
             echo_json({"schema": "varstore.diff/1", "a": _checkpoint_json(reader_a),
                         "b": _checkpoint_json(reader_b), **result.to_json()})
         else:
-            click.echo(escape_for_terminal(f"--- {_describe(reader_a)}"))
-            click.echo(escape_for_terminal(f"+++ {_describe(reader_b)}"))
+            echo_line(f"--- {_describe(reader_a)}")
+            echo_line(f"+++ {_describe(reader_b)}")
             rows = [["added", n, _brief(reader_b.info(n))] for n in result.added]
             rows += [["removed", n, _brief(reader_a.info(n))] for n in result.removed]
             rows += [["shape", c.name, f"{fmt.format_shape(c.shape_a)} -> {fmt.format_shape(c.shape_b)}"]
@@ -336,14 +339,14 @@ def diff_command(ctx: click.Context, a: str, b: str, rtol: float, atol: float, a
                                f", max rel diff {fmt.format_number(d.max_rel_diff)}")
                 rows.append(["values", d.name, detail])
             for line in fmt.table(rows):
-                click.echo(line)
+                echo_line(line)
             summary = [f"{len(result.equal):,} equal", f"{len(result.added):,} added",
                        f"{len(result.removed):,} removed", f"{len(result.shape_changed):,} shape changed",
                        f"{len(result.dtype_changed):,} dtype changed",
                        f"{len(result.values_differ):,} values differ"]
             tolerance = f" (rtol {rtol:g}, atol {atol:g})" if rtol or atol else " (exact)"
             verdict = "checkpoints differ" if result.differs else "checkpoints are equal"
-            click.echo(f"{verdict}{tolerance}: {', '.join(summary)}")
+            echo_line(f"{verdict}{tolerance}: {', '.join(summary)}")
     ctx.exit(1 if result.differs else 0)
 
 
@@ -365,7 +368,11 @@ def verify_command(path: str, format_: str | None, as_json: bool, skip_object_ar
     Exit status 0 when all is well; 2 with the first bad variable named."""
     with open_reader(path, format_, skip_object_arrays) as reader:
         infos = reader.infos()
-        reader.verify()
+        progress, close = make_progress(enabled=not as_json and stderr_is_terminal())
+        try:
+            reader.verify(progress) if progress is not None else reader.verify()
+        finally:
+            close()
         checked = sum(1 for i in infos if i.checksum is not None)
         total = sum(i.nbytes for i in infos)
         if as_json:
@@ -374,8 +381,8 @@ def verify_command(path: str, format_: str | None, as_json: bool, skip_object_ar
             return
         how = (f"{fmt.plural(checked, 'checksum')} matched" if checked
                else "no checksums recorded; every variable read back")
-        click.echo(escape_for_terminal(f"ok: {_describe(reader)}: {fmt.plural(len(infos), 'variable')}, "
-                                       f"{fmt.human_size(total)}, {how}"))
+        echo_line(f"ok: {_describe(reader)}: {fmt.plural(len(infos), 'variable')}, "
+                   f"{fmt.human_size(total)}, {how}")
 
 
 COMMANDS = [ls_command, show_command, diff_command, verify_command, convert_command]

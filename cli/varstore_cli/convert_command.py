@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 import click
 
+from varstore_cli.terminal import echo_line, escape_for_terminal
 from varstore_cli import formatting as fmt
 from varstore_cli.options import (
     FormatOption,
@@ -28,7 +29,6 @@ from varstore_cli.options import (
     with_latest_on_a_bucket,
     write_format_help,
 )
-from varstore_cli.terminal import escape_for_terminal
 
 __all__ = ["convert_command", "make_progress", "parse_rename"]
 
@@ -79,7 +79,7 @@ def make_progress(enabled: bool, stream: TextIO | None = None, mininterval_s: fl
                                       file=stream or sys.stderr, leave=False, dynamic_ncols=True,
                                       mininterval=mininterval_s)
         bar.total = total_bytes
-        bar.set_postfix_str(escape_for_terminal(name), refresh=False)
+        bar.set_postfix_str(escape_for_terminal(name), refresh=False)  # a name from a file, on a terminal
         bar.update(done_bytes - bar.n)
 
     def close() -> None:
@@ -87,6 +87,11 @@ def make_progress(enabled: bool, stream: TextIO | None = None, mininterval_s: fl
             state["bar"].close()
 
     return update, close
+
+
+def stderr_is_terminal() -> bool:
+    """True when stderr is a terminal (a progress bar is drawn only then; never under CliRunner or a pipe)."""
+    return _stderr_is_terminal()
 
 
 def _stderr_is_terminal() -> bool:
@@ -176,20 +181,20 @@ def convert_command(src: str, dst: str, from_format: str | None, to_format: str 
     if as_json:
         echo_json({"schema": "varstore.convert/1", **document})
         return
-    click.echo(escape_for_terminal(_convert_summary(document)))
+    echo_line(_convert_summary(document))
     if document["renamed"]:  # a count; the list (one line per name: thousands for a model) with -v
         count = fmt.plural(len(document["renamed"]), "variable")
-        click.echo(f"renamed {count}:" if verbose else f"renamed {count} (-v lists them)")
+        echo_line(f"renamed {count}:" if verbose else f"renamed {count} (-v lists them)")
         if verbose:
             for line in fmt.table([[old, "->", new] for old, new in document["renamed"].items()]):
-                click.echo("  " + line)
+                echo_line("  " + line)
     for note in document["notes"]:
-        click.echo(escape_for_terminal(f"note: {note}"))
+        echo_line(f"note: {note}")
     skipped = document["skipped"]
     if skipped:
-        click.echo(f"skipped {fmt.plural(len(skipped), 'entry', 'entries')}:")
+        echo_line(f"skipped {fmt.plural(len(skipped), 'entry', 'entries')}:")
         for line in fmt.table([[s["name"], s["reason"]] for s in skipped]):
-            click.echo("  " + line)
+            echo_line("  " + line)
 
 
 def _convert_summary(document: dict[str, Any]) -> str:

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from varstore_cli.terminal import escape_for_terminal
 from varstore.checkpoint.reader_api import VariableInfo
 from varstore.inspect import ScopeNode
-from varstore_cli.terminal import escape_for_terminal
 
 __all__ = [
     "plural",
@@ -136,11 +136,10 @@ def table(rows: Sequence[Sequence[str]], headers: Sequence[str] | None = None,
       right: indices of the columns to right-align (sizes, counts).
 
     Returns:
-      One string per line, trailing spaces stripped; every cell passed through
-      escape_for_terminal first, so a name with ESC or a newline stays in its row.
+      One string per line, trailing spaces stripped; control characters in cells escaped
+      (varstore_cli.terminal), so a name holding a newline stays in its row.
     """
-    all_rows = [[escape_for_terminal(cell) for cell in row]
-                for row in ([list(headers)] if headers else []) + [list(r) for r in rows]]
+    all_rows = [[escape_for_terminal(c) for c in r] for r in ([list(headers)] if headers else []) + [list(r) for r in rows]]
     if not all_rows:
         return []
     widths = [max(len(r[i]) for r in all_rows) for i in range(len(all_rows[0]))]

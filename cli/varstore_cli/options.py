@@ -14,9 +14,9 @@ from typing import Any
 
 import click
 
+from varstore_cli.terminal import escape_json_text
 from varstore.checkpoint.reader_api import CheckpointReader
 from varstore.errors import CheckpointNotFoundError
-from varstore_cli.terminal import escape_json_for_terminal
 
 __all__ = [
     "FormatOption",
@@ -169,7 +169,7 @@ def skip_object_arrays_option(function: Callable[..., Any]) -> Callable[..., Any
 
 def _compact(value: Any) -> str:
     # allow_nan=False: the schemas spell non-finite numbers as strings, so a NaN here is a bug
-    return escape_json_for_terminal(json.dumps(value, ensure_ascii=False, allow_nan=False))
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
 def echo_json(document: dict[str, Any]) -> None:
@@ -188,4 +188,4 @@ def echo_json(document: dict[str, Any]) -> None:
         else:
             lines.append(f"  {_compact(key)}: {_compact(value)}{comma}")
     lines.append("}")
-    click.echo("\n".join(lines))
+    click.echo(escape_json_text("\n".join(lines)))

@@ -1,46 +1,41 @@
-"""Escape text from files before it reaches a terminal: control and bidi characters as \\xNN / \\uNNNN.
+"""Terminal-safe text: control characters in names, attributes and paths from files are escaped before output.
 
-Pure functions, used at every point where the CLI prints a name, an
-attribute, a metadata value, a path or an error message. Does no I/O and
-leaves --json text valid JSON (escape_json_for_terminal spells the same characters as JSON escapes).
+A checkpoint is hostile until checked, and so are its names: "a\x1b[2Jb" would clear the user's
+screen, "w\nfake 1 float32" would print a row that is not there, U+202E would reverse what follows.
+Every line the CLI prints (tables, trees, summaries, notes, error messages) goes through
+`escape_for_terminal`, which writes C0 (U+0000-U+001F), DEL, C1 (U+0080-U+009F) and the Unicode bidi
+controls (U+202A-U+202E, U+2066-U+2069) as `\\xNN` / `\\uNNNN`; printable text ("é", "層", emoji) and a
+backslash stay as they are. `--json` output keeps exact names (JSON escapes); only C1 and bidi controls,
+which JSON allows raw, are written as `\\uNNNN` there. Knows no checkpoint; imports only click.
 """
 
 from __future__ import annotations
 
-__all__ = ["escape_for_terminal", "escape_json_for_terminal"]
+import re
 
-# C0 (0x00-0x1f, \t \n \r included), DEL and C1 (0x80-0x9f): a terminal acts on them
-_CONTROL = [*range(0x00, 0x20), *range(0x7F, 0xA0)]
-# bidi controls that reorder what follows (Trojan Source), and the Unicode line/paragraph separators
-_BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029]
-_TABLE = {code: f"\\x{code:02x}" for code in _CONTROL} | {code: f"\\u{code:04x}" for code in _BIDI}
+import click
+
+__all__ = ["escape_for_terminal", "echo_line", "escape_json_text"]
+
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # JSON itself escapes U+0000-U+001F
+
+
+def _spell(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def escape_for_terminal(text: str) -> str:
-    """Escape text from files before it reaches a terminal: control and bidi characters as \\xNN / \\uNNNN.
-
-    Args:
-      text: a name, attribute, metadata value, path or message, any length.
-
-    Returns:
-      `text` with every C0 character (0x00-0x1f, including tab, newline and
-      carriage return), DEL (0x7f) and C1 character (0x80-0x9f) written as
-      `\\xNN`, and every bidi control (U+061C, U+200E, U+200F, U+202A-U+202E,
-      U+2066-U+2069) and line/paragraph separator (U+2028, U+2029) as
-      `\\uNNNN`. Everything else, a literal backslash and printable Unicode
-      (é, 層, emoji) included, is unchanged, so a printed line stays one row.
-    """
-    return text.translate(_TABLE)
+    """`text` with every control character spelled out ("a\\x1b[2Jb"); a newline too, so one call is one line."""
+    return _UNSAFE.sub(_spell, text)
 
 
-_JSON_TABLE = {code: f"\\u{code:04x}" for code in [*range(0x00, 0x20), *range(0x7F, 0xA0), *_BIDI]}
+def escape_json_text(text: str) -> str:
+    """JSON text with C1 and bidi controls as \\uNNNN escapes (still the same JSON value when parsed)."""
+    return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
-def escape_json_for_terminal(text: str) -> str:
-    """JSON text with the characters escape_for_terminal escapes written as JSON `\\uNNNN` escapes.
-
-    json.dumps(..., ensure_ascii=False) escapes C0 itself but leaves DEL, C1 and
-    bidi controls raw; outside strings JSON text is ASCII, so replacing them
-    anywhere keeps the document valid and json.loads gives the exact names back.
-    """
-    return text.translate(_JSON_TABLE)
+def echo_line(text: str, err: bool = False) -> None:
+    """Prints one line, escaped (click.echo adds the newline)."""
+    click.echo(escape_for_terminal(str(text)), err=err)

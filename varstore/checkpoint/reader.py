@@ -268,14 +268,14 @@ class VarstoreReader(CheckpointReader):
         """The ValueSource of one variable (reads happen when the core asks)."""
         return CheckpointValue(self, self.record(name), verify)
 
-    def verify(self) -> None:
+    def verify(self, progress: Callable[[int, int, str], None] | None = None) -> None:
         """Reads every variable and checks its crc32c; raises ChecksumError naming the first bad one
-        (checkpoint/verify.py: one reused buffer, the storage reading ahead)."""
+        (checkpoint/verify.py: one reused buffer, the storage reading ahead); `progress` as CheckpointReader's."""
         from varstore.checkpoint.verify import verify_all
 
         if self.staged is None:  # a local Zarr directory: every group's zarr.json parses (a staged copy has none)
             self._bytes.check_groups(self._columns)
-        verify_all(self)
+        verify_all(self, progress)
 
     def start_read_ahead(self, names: list[str], window: int) -> ReadAhead | None:
         """Starts the storage's read-ahead over the bytes of `names` (to be read in this order), or None:

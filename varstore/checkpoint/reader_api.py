@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import fnmatch
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -98,14 +98,26 @@ class CheckpointReader(abc.ABC):
         """
 
     # -- shared behaviour
-    def verify(self) -> None:
+    def verify(self, progress: Callable[[int, int, str], None] | None = None) -> None:
         """Reads every variable and checks every checksum the format records.
+
+        Args:
+          progress: called as progress(done_bytes, total_bytes, name) after each variable is checked, and
+            once with (0, total_bytes, "") before the first (the CLI draws its bar from it).
 
         Raises:
           ChecksumError / CorruptCheckpointError naming the first bad variable and the file.
         """
-        for name in self.keys():
+        names = self.keys()
+        sizes = [self.info(name).nbytes for name in names] if progress is not None else []
+        total, done = sum(sizes), 0
+        if progress is not None:
+            progress(0, total, "")
+        for k, name in enumerate(names):
             self.read(name)
+            if progress is not None:
+                done += sizes[k]
+                progress(done, total, name)
 
     def infos(self) -> list[VariableInfo]:
         """`info(name)` for every key, in order."""

@@ -13,6 +13,7 @@ Never writes; owns no thread (the storage's read-ahead does).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -71,8 +72,11 @@ def scratch_view(buffer: npt.NDArray[np.uint8] | None, record: Record
     return buffer, buffer[:record.nbytes].view(dtype).reshape(record.shape)
 
 
-def verify_all(reader: VerifiedReader) -> None:
+def verify_all(reader: VerifiedReader, progress: Callable[[int, int, str], None] | None = None) -> None:
     """Reads every variable of `reader` and checks its crc32c (see the module docstring).
+
+    `progress(done_bytes, total_bytes, name)` is called once before the first variable (0, total, ""),
+    once for the packed variables checked on the blob together, and after each other variable.
 
     Memory: the largest variable's bytes once, plus the packed blob (at most 256 MiB; larger
     blobs are read per variable) and the storage's 64 MiB of read-ahead in the page cache.
@@ -86,6 +90,13 @@ def verify_all(reader: VerifiedReader) -> None:
     names = reader.keys()
     on_blob, failure = _check_on_blob(reader, session.packed, names)
     loop = [name for k, name in enumerate(names) if k not in on_blob and (failure is None or k < failure[0])]
+    total = done = 0
+    if progress is not None:
+        total = sum(reader.record(name).nbytes for name in names)
+        done = sum(reader.record(names[k]).nbytes for k in on_blob)
+        progress(0, total, "")
+        if on_blob:
+            progress(done, total, names[max(on_blob)])
     previous, reader.session = reader.session, session
     try:
         session.read_ahead = reader.start_read_ahead(loop, LAZY_READ_AHEAD_BYTES)
@@ -95,6 +106,9 @@ def verify_all(reader: VerifiedReader) -> None:
             reader.check_stored(record)  # before the buffer grows for what the manifest claims
             buffer, out = scratch_view(buffer, record)
             reader.fill(record, out, True)
+            if progress is not None:
+                done += record.nbytes
+                progress(done, total, name)
         if failure is not None:  # no variable before it in key order is damaged
             reader.checksum_error(reader.record(names[failure[0]]), failure[1])
     finally:

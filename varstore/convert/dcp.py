@@ -26,6 +26,9 @@ from varstore import dtypes as _dtypes
 from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo, checked_out
 from varstore.convert._restricted_pickle import DType, Record, unpickle
 from varstore.convert.pytorch import TorchBlob
+from varstore.convert._confine import inside
+from varstore.convert._coverage import check_coverage
+from varstore.storage.special_files import open_for_reading
 from varstore.errors import (
     CorruptCheckpointError,
     NotACheckpointError,
@@ -131,7 +134,7 @@ class DCPReader(CheckpointReader):
         if info is None:
             raise CorruptCheckpointError(f"{self._label}: no storage record for '{fqn}' chunk at {list(offsets)}")
         relative, offset, length = info.get("relative_path"), info.get("offset"), info.get("length")
-        if not isinstance(relative, str) or Path(relative).name != relative or not isinstance(offset, int) \
+        if not isinstance(relative, str) or not isinstance(offset, int) \
                 or not isinstance(length, int) or offset < 0 or length < 0:
             raise CorruptCheckpointError(f"{self._label}: storage record of '{fqn}' is malformed")
         if info.get("transform_descriptors"):
@@ -139,7 +142,8 @@ class DCPReader(CheckpointReader):
                                          f"{info.get('transform_descriptors')!r:.60} (compression); varstore reads "
                                          f"only untransformed DCP data")
         if relative not in file_sizes:
-            file_path = self.path / relative
+            file_path = inside(self.path, relative, file=self.path / ".metadata",
+                               field=f"the relative_path of '{fqn}'")
             if not file_path.is_file():
                 raise CorruptCheckpointError(f"{self._label}: data file '{relative}' (holding '{fqn}') is missing")
             file_sizes[relative] = file_path.stat().st_size
@@ -160,7 +164,6 @@ class DCPReader(CheckpointReader):
         dtype = _dtypes.as_dtype(dtype_ref.name)
         shape = _ints(item.get("size"), f"the size of '{fqn}'")
         chunks = []
-        covered = 0
         for chunk in item.get("chunks") or []:
             if not isinstance(chunk, Record):
                 raise CorruptCheckpointError(f"{self._label}: a chunk of '{fqn}' is malformed")
@@ -176,10 +179,7 @@ class DCPReader(CheckpointReader):
                     f"{self._label}: chunk {list(offsets)} of '{fqn}' needs {list(sizes)} {dtype} elements but "
                     f"its record in '{located.file}' has only {located.length} bytes")
             chunks.append(located)
-            covered += int(np.prod(sizes, dtype=object))
-        if covered != int(np.prod(shape, dtype=object)):
-            raise CorruptCheckpointError(f"{self._label}: the chunks of '{fqn}' cover {covered} of its "
-                                         f"{int(np.prod(shape, dtype=object))} elements")
+        check_coverage(shape, [(c.offsets, c.sizes) for c in chunks], f"{self._label}: tensor '{fqn}'")
         return _Tensor(dtype, shape, chunks)
 
     def _value(self, fqn: str, chunk: _Chunk) -> Any:
@@ -211,7 +211,7 @@ class DCPReader(CheckpointReader):
     def _read_chunk(self, name: str, tensor: _Tensor, chunk: _Chunk) -> npt.NDArray[Any]:
         path = self.path / chunk.file
         label = f"{self._label}: tensor '{name}' in '{chunk.file}'"
-        with open(path, "rb") as handle:
+        with os.fdopen(open_for_reading(path, f"data file of '{name}'"), "rb") as handle:  # never blocks
             handle.seek(chunk.offset)
             head = handle.read(4)
         if head == b"PK\x03\x04":

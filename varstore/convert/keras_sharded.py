@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
+from varstore.convert._confine import inside
 from varstore.errors import CorruptCheckpointError, NotACheckpointError, UnknownVariableError, UnsupportedFormatError
 
 if TYPE_CHECKING:
@@ -75,8 +76,8 @@ class KerasShardedReader(CheckpointReader):
         layer_names: dict[str, str] = {}
         try:
             for shard in sorted({s for shards in weight_map.values() for s in shards}):
-                shard_path = self.path.parent / shard
-                if Path(shard).name != shard or not shard_path.is_file():
+                shard_path = inside(self.path.parent, shard, file=self.path, field="weight_map")
+                if not shard_path.is_file():
                     raise CorruptCheckpointError(f"{label} lists shard '{shard}', which is missing from "
                                                  f"'{self.path.parent}'")
                 walker = HDF5Walker(shard_path)

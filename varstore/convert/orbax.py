@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
+from varstore.convert._confine import inside
 from varstore.errors import (
     CorruptCheckpointError,
     MissingDependencyError,
@@ -100,9 +101,10 @@ class OrbaxReader(CheckpointReader):
             else:
                 from varstore.backends.zarr3.v2_array import open_v2_array
 
-                if not (self.path / param / ".zarray").is_file():
+                folder = inside(self.path, param, file=self.path / "_METADATA", field=f"the key path of leaf {keys!r}")
+                if not (folder / ".zarray").is_file():
                     raise CorruptCheckpointError(f"{label}: array '{param}' of leaf '{name}' is missing")
-                array = open_v2_array(self.path / param)
+                array = open_v2_array(folder)
                 self._arrays[name] = (param, array.shape, array.native_dtype, array)
 
     def _open_ocdbt(self) -> Any:

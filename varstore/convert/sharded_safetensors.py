@@ -27,6 +27,7 @@ from varstore import dtypes as _dtypes
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo
 from varstore.convert.safetensors import SafetensorsReader, write_safetensors
+from varstore.convert._confine import inside
 from varstore.errors import ConversionError, CorruptCheckpointError, NotACheckpointError, UnknownVariableError
 
 if TYPE_CHECKING:
@@ -128,9 +129,7 @@ class ShardedSafetensorsReader(CheckpointReader):
         self._where: dict[str, str] = {}
         try:
             for shard in sorted(set(weight_map.values())):
-                if Path(shard).name != shard:
-                    raise CorruptCheckpointError(f"{label} names shard '{shard}' outside its directory")
-                shard_path = index_path.parent / shard
+                shard_path = inside(index_path.parent, shard, file=index_path, field="weight_map")
                 if not shard_path.is_file():
                     raise CorruptCheckpointError(f"{label} maps tensors to shard '{shard}', which is missing "
                                                  f"from '{index_path.parent}'")

@@ -23,12 +23,17 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
+from varstore.convert._confine import inside
+from varstore.convert._coverage import check_coverage
+from varstore.storage.special_files import open_for_reading
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.convert import _tf_bundle_format as fmt
 from varstore.errors import (
     ChecksumError,
     CheckpointNotFoundError,
     CorruptCheckpointError,
+    PathOutsideCheckpointError,
+    SpecialFileError,
     UnknownVariableError,
 )
 
@@ -61,6 +66,8 @@ def resolve_prefix(path: os.PathLike[str] | str) -> str | None:
       CheckpointNotFoundError: a `checkpoint` state file names a prefix whose
         .index file does not exist.
       CorruptCheckpointError: the state file has no model_checkpoint_path.
+      PathOutsideCheckpointError: the state file names a prefix outside the directory (an absolute or
+        "../" path) whose checkpoint is not in the directory itself either; TF would read it there.
     """
     text = os.fspath(path)
     p = Path(text)
@@ -76,11 +83,19 @@ def resolve_prefix(path: os.PathLike[str] | str) -> str | None:
         if not match:
             raise CorruptCheckpointError(
                 f"TF checkpoint state file '{state}' has no model_checkpoint_path line")
-        latest = Path(_unescape(match.group(1)))
-        prefix = latest if latest.is_absolute() else p / latest
-        if not Path(f"{prefix}.index").is_file():
-            # TF also tries the state file's own directory when the recorded path moved.
-            moved = p / latest.name
+        recorded = _unescape(match.group(1))
+        latest = Path(recorded)
+        # TF follows an absolute or "../" prefix; varstore reads only inside the directory it was given
+        # (docs/reliability.md, hostile files). Checked on the .index file the prefix leads to.
+        moved = p / latest.name  # TF also tries the state file's own directory when the recorded path moved
+        try:
+            index = inside(p, f"{recorded}.index", file=state, field="model_checkpoint_path")
+        except PathOutsideCheckpointError:
+            if latest.name and Path(f"{moved}.index").is_file():  # e.g. TF1's absolute path, directory copied
+                return str(moved)
+            raise
+        prefix = Path(os.fspath(index)[: -len(".index")])
+        if not index.is_file():
             if Path(f"{moved}.index").is_file():
                 return str(moved)
             raise CheckpointNotFoundError(
@@ -281,7 +296,9 @@ class TFCheckpointReader(CheckpointReader):
         if handle is None:
             path = fmt.data_filename(self.prefix, entry.shard_id, self._header.num_shards)
             try:
-                handle = open(path, "rb")  # noqa: SIM115 (closed in close())
+                handle = os.fdopen(open_for_reading(path, f"data shard of '{name}'"), "rb")  # never blocks
+            except SpecialFileError:
+                raise
             except OSError as err:
                 raise CorruptCheckpointError(
                     f"variable '{name}': data shard '{path}' of {self._label} cannot be opened: {err}") from err
@@ -290,7 +307,8 @@ class TFCheckpointReader(CheckpointReader):
         if entry.offset > size or entry.size > size - entry.offset:
             raise CorruptCheckpointError(
                 f"variable '{name}': bytes {entry.offset}..{entry.offset + entry.size} lie outside data shard "
-                f"'{handle.name}' ({size} bytes); the checkpoint is truncated")
+                f"'{fmt.data_filename(self.prefix, entry.shard_id, self._header.num_shards)}' ({size} bytes); "
+                f"the checkpoint is truncated")
         return handle
 
     def _raw(self, entry: fmt.BundleEntry, name: str, into: memoryview | None = None) -> memoryview:
@@ -300,7 +318,8 @@ class TFCheckpointReader(CheckpointReader):
         got = handle.readinto(buf) if entry.size else 0
         if got != entry.size:
             raise CorruptCheckpointError(
-                f"variable '{name}': read {got} of {entry.size} bytes from '{handle.name}'")
+                f"variable '{name}': read {got} of {entry.size} bytes from "
+                f"'{fmt.data_filename(self.prefix, entry.shard_id, self._header.num_shards)}'")
         return buf
 
     def _check_crc(self, entry: fmt.BundleEntry, actual: int, name: str) -> None:
@@ -389,12 +408,8 @@ class TFCheckpointReader(CheckpointReader):
             self._shard(part, name)
             regions.append((region, part))
         if var.entry.slices:
-            total = int(np.prod(shape, dtype=object))
-            covered = sum(int(np.prod([r.stop - r.start for r in region], dtype=object)) for region, _ in regions)
-            overlap = any(all(a.start < b.stop and b.start < a.stop for a, b in zip(r1, r2))
-                          for i, (r1, _) in enumerate(regions) for r2, _ in regions[i + 1:])
-            if covered != total or (overlap and total):
-                raise CorruptCheckpointError(f"partitioned {what}: its slices do not tile shape {shape}")
+            check_coverage(shape, [([r.start for r in region], [r.stop - r.start for r in region])
+                                   for region, _ in regions], f"partitioned {what}")
         return regions
 
     def close(self) -> None:

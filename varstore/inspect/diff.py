@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -185,7 +185,8 @@ def _compare_values(name: str, a: npt.NDArray[Any], b: npt.NDArray[Any], rtol: f
 def diff_checkpoints(a: CheckpointReader | os.PathLike[str] | str,
                      b: CheckpointReader | os.PathLike[str] | str, *,
                      rtol: float = 0.0, atol: float = 0.0, names: Iterable[str] | None = None,
-                     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> CheckpointDiff:
+                     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+                     progress: Callable[[int, int, str], None] | None = None) -> CheckpointDiff:
     """Compares two checkpoints variable by variable, as `varstore diff` does.
 
     Metadata (names, shapes, dtypes) is compared first; then each pair of
@@ -204,6 +205,8 @@ def diff_checkpoints(a: CheckpointReader | os.PathLike[str] | str,
       names: compare only these names (the others are ignored on both sides);
         None compares every name.
       chunk_elements: elements compared at once.
+      progress: called as progress(done_bytes, total_bytes, name) after each pair of values is compared
+        (bytes of both sides), and once with (0, total_bytes, "") first; the CLI draws its bar from it.
 
     Returns:
       CheckpointDiff; `.differs` says whether anything differs.
@@ -219,7 +222,7 @@ def diff_checkpoints(a: CheckpointReader | os.PathLike[str] | str,
     try:
         reader_b, close_b = _open(b)
         try:
-            return _diff(reader_a, reader_b, rtol, atol, names, chunk_elements)
+            return _diff(reader_a, reader_b, rtol, atol, names, chunk_elements, progress)
         finally:
             if close_b:
                 reader_b.close()
@@ -229,7 +232,8 @@ def diff_checkpoints(a: CheckpointReader | os.PathLike[str] | str,
 
 
 def _diff(a: CheckpointReader, b: CheckpointReader, rtol: float, atol: float,
-          names: Iterable[str] | None, chunk_elements: int) -> CheckpointDiff:
+          names: Iterable[str] | None, chunk_elements: int,
+          progress: Callable[[int, int, str], None] | None = None) -> CheckpointDiff:
     keys_a, keys_b = a.keys(), b.keys()
     if names is not None:
         wanted = set(names)
@@ -242,10 +246,16 @@ def _diff(a: CheckpointReader, b: CheckpointReader, rtol: float, atol: float,
     dtype_changed: list[DtypeChange] = []
     values_differ: list[ValueDifference] = []
     equal: list[str] = []
+    total = done = 0
+    if progress is not None:
+        total = sum(a.info(n).nbytes + b.info(n).nbytes for n in keys_a if n in set_b)
+        progress(0, total, "")
     for name in keys_a:
         if name not in set_b:
             continue
         info_a, info_b = a.info(name), b.info(name)
+        if progress is not None:
+            done += info_a.nbytes + info_b.nbytes
         if tuple(info_a.shape) != tuple(info_b.shape):
             shape_changed.append(ShapeChange(name, tuple(info_a.shape), tuple(info_b.shape)))
             continue
@@ -259,6 +269,8 @@ def _diff(a: CheckpointReader, b: CheckpointReader, rtol: float, atol: float,
         value_b = b.read(name)
         difference = _compare_values(name, value_a, value_b, rtol, atol, chunk_elements)
         del value_a, value_b
+        if progress is not None:
+            progress(done, total, name)
         if difference is not None:
             values_differ.append(difference)
         elif same_dtype:
