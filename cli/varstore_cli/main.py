@@ -3,7 +3,8 @@
 Every library error (VarstoreError), every OSError (a missing path, a
 permission problem) and every ValueError (an argument the library rejects)
 leaving a command becomes ONE line
-"varstore: error: <message>" on stderr, in command-line words (words.py:
+"varstore: error: <message>" on stderr, escaped for a terminal (terminal.py; click's
+own usage errors too, since they repeat the argument given), in command-line words (words.py:
 `--force` where the library says `overwrite=True`) and exit status 2, here and nowhere
 else; `--debug` (or VARSTORE_DEBUG=1) prints the traceback first. Commands
 themselves live in commands.py and never catch library errors.
@@ -24,7 +25,7 @@ import click
 
 from varstore._version import __version__
 from varstore.errors import VarstoreError
-from varstore_cli.terminal import echo_line
+from varstore_cli.terminal import echo_line, escape_for_terminal
 from varstore_cli import commands, options
 from varstore_cli.words import cli_words
 
@@ -37,14 +38,19 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a reader that 
 
 
 def error_message(err: BaseException) -> str:
-    """The one-line message shown for an error (newlines folded, OSErrors with their path)."""
+    """The one-line message shown for an error (newlines folded, OSErrors with their path escaped).
+
+    A VarstoreError's message is kept whole: a newline in it comes from a name or
+    path in a file and is shown as \\x0a by the bridge's escape, not folded into
+    a space that would hide it.
+    """
     if isinstance(err, VarstoreError):
-        text = str(err)
-    elif isinstance(err, OSError) and err.strerror:
-        where = f"'{err.filename}'" if err.filename is not None else ""
+        return str(err) or type(err).__name__
+    if isinstance(err, OSError) and err.strerror:
+        where = f"'{escape_for_terminal(str(err.filename))}'" if err.filename is not None else ""
         text = f"{where}: {err.strerror}" if where else err.strerror
         if err.filename2 is not None:
-            text += f" (and '{err.filename2}')"
+            text += f" (and '{escape_for_terminal(str(err.filename2))}')"
     else:
         text = str(err) or type(err).__name__
     return " ".join(part.strip() for part in text.splitlines() if part.strip()) or type(err).__name__
@@ -62,11 +68,20 @@ class _CommandError(click.ClickException):
 class _Group(click.Group):
     """click.Group whose invoke() is the single place errors become exit codes."""
 
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as err:  # a usage error of the group's own options
+            raise _escaped(err)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        except (click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except click.ClickException as err:  # click's usage errors repeat the argument given: escape it too
+            raise _escaped(err)
         except BrokenPipeError:  # `varstore ls big.h5 | head`: stop quietly, as if killed by SIGPIPE
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
             ctx.exit(EXIT_BROKEN_PIPE)
@@ -81,6 +96,13 @@ class _Group(click.Group):
             raise _CommandError(
                 f"internal error: {type(err).__name__}: {error_message(err)} "
                 f"(please report it; run with --debug for the traceback)") from err
+
+
+def _escaped(err: click.ClickException) -> click.ClickException:
+    """`err` with its message escaped for a terminal (a usage error repeats an argument, maybe a name)."""
+    # click types `message` Final, but nothing has read it yet: show() runs after this returns
+    err.message = escape_for_terminal(err.message)  # type: ignore[misc]
+    return err
 
 
 def _maybe_traceback(ctx: click.Context) -> None:

@@ -105,3 +105,7 @@ def test_the_progress_bar_escapes_the_variable_name() -> None:
     update(8, 16, "a\x1b[2Jb")
     close()
     assert "a\\x1b[2Jb" in stream.getvalue() and "\x1b" not in stream.getvalue()
+
+
+def test_bidi_marks_and_unicode_line_separators_are_escaped_too() -> None:
+    assert escape_for_terminal("a\u200fb\u061cc\u2028d\u2029e\u200ef") == "a\\u200fb\\u061cc\\u2028d\\u2029e\\u200ef"

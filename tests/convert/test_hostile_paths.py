@@ -105,6 +105,10 @@ def test_the_coverage_rule_names_the_offending_boxes() -> None:
         check_coverage((4, 3), [((1, 2), (1, 1)), ((0, 0), (2, 3)), ((2, 0), (2, 3))], "t")
     many = [((i, 0), (1, 3)) for i in range(100_000)]  # a sweep, not all pairs
     check_coverage((100_000, 3), many, "t")
+    columns = [((0, j), (3, 1)) for j in range(100_000)]  # column shards: swept along axis 1, not all pairs
+    check_coverage((3, 100_000), columns, "t")
+    with pytest.raises(CoverageError, match=r"the boxes at \[0, 99998\] \(size \[3, 2\]\) and \[0, 99999\]"):
+        check_coverage((3, 100_000), [*columns[:-2], ((0, 99_998), (3, 2)), columns[-1]], "t")
 
 
 # ------------------------------------------------------------------ shard indexes

@@ -44,11 +44,14 @@ def check_coverage(shape: Sequence[int], boxes: Sequence[tuple[Sequence[int], Se
                                 f"shape {list(shape)}")
         if _volume(sizes):
             spans.append((offsets, sizes))
-    # Overlap: sort by the first axis, compare each box with those that start before it ends there.
-    spans.sort()
+    # Overlap: sweep along the axis with the most distinct offsets (column shards split axis 1, so a
+    # sweep along axis 0 would keep every box active and compare all pairs), comparing each box with
+    # those that start before it and still reach its start on that axis.
+    axis = max(range(len(shape)), key=lambda a: len({o[a] for o, _ in spans}), default=0)
+    spans.sort(key=lambda box: (box[0][axis], box[0]) if shape else box[0])
     active: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
     for offsets, sizes in spans:
-        active = [b for b in active if not shape or b[0][0] + b[1][0] > offsets[0]]
+        active = [b for b in active if not shape or b[0][axis] + b[1][axis] > offsets[axis]]
         for other_offsets, other_sizes in active:
             if all(o1 < o2 + s2 and o2 < o1 + s1
                    for o1, s1, o2, s2 in zip(offsets, sizes, other_offsets, other_sizes)):

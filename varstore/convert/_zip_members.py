@@ -16,11 +16,12 @@ from __future__ import annotations
 import struct
 import zipfile
 import zlib
+from collections.abc import Iterator
 from typing import IO, Any
 
 from varstore.errors import CorruptCheckpointError, UnsafeCheckpointError
 
-__all__ = ["ZIP_ERRORS", "check_method", "read_member", "stored_data_start", "method_name"]
+__all__ = ["ZIP_ERRORS", "check_method", "read_member", "bounded_chunks", "stored_data_start", "method_name"]
 
 #: What zipfile raises on damaged archives and members.
 ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError,
@@ -75,10 +76,7 @@ def read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, lab
     got = 0
     try:
         with archive.open(info) as member:
-            while got <= declared:
-                chunk = member.read(min(_CHUNK, declared + 1 - got))
-                if not chunk:
-                    break
+            for chunk in bounded_chunks(member, declared):
                 parts.append(chunk)
                 got += len(chunk)
     except ZIP_ERRORS as err:
@@ -90,6 +88,18 @@ def read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, lab
         raise CorruptCheckpointError(f"{label}: zip member '{info.filename}' holds {got} of its {declared} declared "
                                      f"bytes (truncated)")
     return b"".join(parts)
+
+
+def bounded_chunks(member: IO[bytes], declared: int) -> Iterator[bytes]:
+    """The bytes of an open zip member in chunks of at most 1 MiB, stopping after `declared` + 1 bytes:
+    one byte past its declared size is enough to prove it lies, and no more is ever inflated."""
+    got = 0
+    while got <= declared:
+        chunk = member.read(min(_CHUNK, declared + 1 - got))
+        if not chunk:
+            return
+        got += len(chunk)
+        yield chunk
 
 
 def stored_data_start(handle: IO[bytes] | Any, info: zipfile.ZipInfo, base: int, size: int, label: str) -> int:

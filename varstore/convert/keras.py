@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from varstore.backends.hdf5.walker import HDF5Walker
-from varstore.convert._zip_members import ZIP_ERRORS, check_method, read_member, stored_data_start
+from varstore.convert._zip_members import ZIP_ERRORS, bounded_chunks, check_method, read_member, stored_data_start
 from varstore.convert.generic import WalkerReader
 from varstore.checkpoint.reader_api import SkippedEntry
 from varstore.errors import (CorruptCheckpointError, NotACheckpointError, UnsafeCheckpointError, ValueTooLargeError,
@@ -42,7 +42,6 @@ KERAS_WEIGHTS_MEMBER = "model.weights.h5"
 _MAX_METADATA = 4 << 20  # bytes of a .keras archive's metadata.json (Keras writes a few hundred)
 _MAX_DEFLATE_RATIO = 1032  # deflate cannot expand data more than about 1032:1
 _FREE_MARGIN = 64 << 20  # bytes left free in the temporary directory after extracting
-_CHUNK = 1 << 20  # bytes per read while extracting
 _VARS_RE = re.compile(r"(^|/)vars/\d+$")
 #: Top-level groups of Keras 3 weights files (Keras 3.0 named the layer list "_layer_checkpoint_dependencies").
 _KERAS3_TOP = {"layers", "vars", "_layer_checkpoint_dependencies"}
@@ -145,10 +144,7 @@ def _extract_weights(archive: zipfile.ZipFile, info: zipfile.ZipInfo, label: str
     try:
         written = 0
         with os.fdopen(handle, "wb") as out, archive.open(info) as member:
-            while written <= declared:
-                chunk = member.read(min(_CHUNK, declared + 1 - written))
-                if not chunk:
-                    break
+            for chunk in bounded_chunks(member, declared):
                 out.write(chunk)
                 written += len(chunk)
         if written != declared:
