@@ -158,7 +158,7 @@ def start_seaweedfs(bucket: str = "varstore-test") -> SeaweedServer:
     for _attempt in range(3):  # a port can be taken between the probe and weed's bind
         ports = _pick_ports()
         (workdir / "data").mkdir(exist_ok=True)
-        command = [weed, "mini", f"-dir={workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", *FLAGS,
+        command = [weed, f"-logdir={workdir}", "mini", f"-dir={workdir / 'data'}",  # glog writes to /tmp otherwise "-ip=127.0.0.1", "-ip.bind=127.0.0.1", *FLAGS,
                    *(f"-{name}={port}" for name, port in ports.items()),
                    f"-s3.config={config}", f"-bucket={bucket}"]
         with log_path.open("ab") as log:

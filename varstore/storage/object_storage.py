@@ -30,7 +30,8 @@ from varstore.errors import (ConditionalWriteError, CorruptCheckpointError, Inva
 from varstore.storage._ranged_reads import (MERGE_GAP_BYTES, RANGE_BYTES, BlockReadAhead, ObjectsReadAhead,
                                             split_ranges)
 from varstore.storage._urls import ObjectURL, is_url, parse_url, url_from_path
-from varstore.storage.object_store import ObjectInfo, ObjectStoreClient
+from varstore.storage.object_info import ObjectInfo, split_version_tag, version_tag
+from varstore.storage.object_store import ObjectStoreClient
 from varstore.storage.protocol import Buffer, ReadAhead
 
 __all__ = ["ObjectReader", "ObjectStorage", "ObjectWriter", "UPLOAD_BUFFER_BYTES", "RANGE_BYTES", "MERGE_GAP_BYTES"]
@@ -410,7 +411,7 @@ class ObjectStorage:
             info = self.client.head(name)
         except ObjectNotFoundError:
             return None
-        return _version_tag(info.etag, info.version)
+        return version_tag(info.etag, info.version)
 
     def put_if(self, key: str, data: bytes, match: str | None) -> str:
         """Writes `data` only if `key` is still at version `match` (None: only if absent); returns the new tag.
@@ -425,12 +426,12 @@ class ObjectStorage:
         """
         name = self.name_of(key)
         self._pinned.pop(name, None)
-        etag, version = (None, None) if match is None else _split_version_tag(match)
+        etag, version = (None, None) if match is None else split_version_tag(match)
         try:
             new_etag, new_version = self.client.put_if_version(name, data, etag, version)
         except ConditionalWriteError as err:
             raise FileExistsError(str(err)) from err
-        return _version_tag(new_etag, new_version) or ""
+        return version_tag(new_etag, new_version) or ""
 
     # ------------------------------------------------------------ beyond the protocol
     def put(self, key: str, data: Buffer) -> str | None:
@@ -486,18 +487,3 @@ class ObjectStorage:
         """Aborts incomplete multipart uploads under `prefix` older than `older_than` seconds."""
         return self.client.abort_incomplete_uploads(self.name_of(prefix) if prefix else "", older_than)
 
-
-_GENERATION = " generation="   # never inside an ETag (RFC 9110: no spaces), so the tag splits back cleanly
-
-
-def _version_tag(etag: str | None, version: str | None) -> str | None:
-    """One opaque tag for the ConditionalStorage protocol: the ETag, plus ' generation=N' when the
-    server numbers versions (GCS)."""
-    if etag is None:
-        return None
-    return etag if version is None else f"{etag}{_GENERATION}{version}"
-
-
-def _split_version_tag(tag: str) -> tuple[str, str | None]:
-    etag, separator, version = tag.rpartition(_GENERATION)
-    return (etag, version) if separator else (tag, None)

@@ -17,7 +17,6 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TypeVar
@@ -28,6 +27,7 @@ from varstore.storage._failures import is_transient, typed_error
 from varstore.storage._retry import RetryPolicy, call_with_retries
 from varstore.storage._s3_multipart import IncompleteUpload, S3MultipartAdmin, SweepUnavailable
 from varstore.storage._urls import ObjectURL, ResolvedURL, is_url, parse_url, resolve
+from varstore.storage.object_info import ObjectInfo  # re-exported: the client returns it
 
 __all__ = ["ObjectInfo", "ObjectStoreClient", "ObjectURL", "RetryPolicy", "DEFAULT_PART_SIZE", "DEFAULT_MAX_IN_FLIGHT",
            "is_url", "parse_url"]
@@ -51,26 +51,6 @@ def _obstore() -> ModuleType:
         raise MissingDependencyError("object-store URLs (s3://, gs://, az://) need obstore: "
                                      "pip install 'varstore[s3]'") from err
     return obstore
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    """What a listing or HEAD says about one object.
-
-    Attributes:
-      name: key relative to the client's root URL ('/'-separated).
-      size: bytes.
-      last_modified: UTC timestamp from the server.
-      etag: the entity tag (quoted, as the server sends it), the token for If-Match; None if absent.
-      version: the object's version as the server numbers it (GCS: its generation, which a
-        conditional replace on GCS needs beside the ETag); None where the server sends none.
-    """
-
-    name: str
-    size: int
-    last_modified: _dt.datetime
-    etag: str | None
-    version: str | None = None
 
 
 class ObjectStoreClient:
@@ -420,9 +400,9 @@ class ObjectStoreClient:
 
     def _uploads(self, prefix: str) -> builtins.list[tuple[IncompleteUpload, S3MultipartAdmin]]:
         """Incomplete uploads under `prefix`, each with the admin that can abort it; [] off S3 or unsigned."""
-        admin = self._multipart_admin()
-        if admin is None:
+        if self.url.provider != "s3":
             return []
+        admin = S3MultipartAdmin(self.url.bucket, self._resolved.config, timeout=self._retry.timeout)
         try:
             uploads = self._call("LIST-UPLOADS", prefix, lambda: admin.list(self._key(prefix)))
         except SweepUnavailable as err:
@@ -451,11 +431,6 @@ class ObjectStoreClient:
             raise ObjectStoreError(self.redact(
                 f"cannot configure a client for {self.url}: {detail}; check the endpoint, region and "
                 "credentials in the environment or storage_options")) from None
-
-    def _multipart_admin(self) -> S3MultipartAdmin | None:
-        if self.url.provider != "s3":
-            return None
-        return S3MultipartAdmin(self.url.bucket, self._resolved.config, timeout=self._retry.timeout)
 
     def _key(self, name: str) -> str:
         name = name.strip("/")
