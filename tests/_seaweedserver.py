@@ -163,7 +163,8 @@ def start_seaweedfs(bucket: str = "varstore-test") -> SeaweedServer:
                    f"-s3.config={config}", f"-bucket={bucket}"]
         with log_path.open("ab") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       cwd=workdir, start_new_session=True, preexec_fn=_die_with_parent)
+                                       cwd=workdir, start_new_session=True, preexec_fn=_die_with_parent,
+                                       env={**os.environ, "TMPDIR": str(workdir)})  # weed's scratch volumes too
         endpoint = f"http://127.0.0.1:{ports['s3.port']}"
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline and process.poll() is None and not _ready(endpoint, bucket):
