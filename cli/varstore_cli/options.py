@@ -117,7 +117,7 @@ def reader_options(path: str, format: str | None, skip_object_arrays: bool) -> d
 
 def _remember_storage_options(ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> None:
     if values:
-        from varstore.storage._urls import parse_storage_options
+        from varstore.storage import parse_storage_options
 
         root = ctx.find_root()
         root.ensure_object(dict)

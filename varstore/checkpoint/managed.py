@@ -180,7 +180,7 @@ def _remote_list(url: os.PathLike[str] | str, storage_options: Mapping[str, obje
     sizes: dict[str, int] = {}
     times: dict[str, datetime.datetime] = {}
     base = f"{remote.prefix}/" if remote.prefix else ""
-    for info in remote.storage.client.list(remote.prefix):
+    for info in remote.storage.list_info(remote.prefix):
         entry = info.name[len(base):].split("/", 1)[0]
         sizes[entry] = sizes.get(entry, 0) + info.size
         times[entry] = max(times.get(entry, info.last_modified), info.last_modified)

@@ -17,9 +17,8 @@ from pathlib import Path
 from varstore.backends import get_backend
 from varstore.checkpoint.remote import check_replaceable_remote
 from varstore.errors import CheckpointExistsError
-from varstore.storage import Storage, is_remote
-from varstore.storage._url_names import url_from_path
-from varstore.storage.object_storage import ObjectStorage
+from varstore.storage import ObjectStore, Storage, is_remote
+from varstore.storage import url_from_path
 
 __all__ = ["describe", "check_replaceable", "same_file"]
 
@@ -121,7 +120,7 @@ def check_replaceable(path: os.PathLike[str] | str, fmt: str, overwrite: bool = 
         return
     if is_remote(path):
         check_replaceable_remote(str(url_from_path(path)), fmt,
-                                 storage if isinstance(storage, ObjectStorage) else None, advice)
+                                 storage if isinstance(storage, ObjectStore) else None, advice)
         return
     found = describe(path)
     if found is None:

@@ -475,11 +475,9 @@ def _open_remote(url: os.PathLike[str] | str, format: str | None,
     """open_varstore for an object-store URL: commit object checked, HDF5 in place, Zarr staged locally."""
     # the object-store client and the remote layer: imported only for URLs (a local open stays light)
     from varstore.checkpoint.remote import container_of, remove_staged, stage_for_reading
-    from varstore.storage.object_storage import ObjectStorage
+    from varstore.storage import object_store_for
 
-    storage, key = storage_for(url, storage_options)
-    if not isinstance(storage, ObjectStorage):  # storage_for gives one for every URL
-        raise CheckpointError(f"no object storage for {key}")
+    storage, key = object_store_for(url, storage_options)
     name = storage.name_of(key)
     fmt = container_of(storage, name, format)
     staged = stage_for_reading(storage, name, fmt)

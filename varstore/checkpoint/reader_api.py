@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from varstore.storage._url_names import url_from_path
+from varstore.storage import url_from_path
 
 if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import; VariableInfo see __getattr__
     import numpy.typing as npt

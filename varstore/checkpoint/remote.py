@@ -48,16 +48,14 @@ from varstore.checkpoint.manifest import INDEX_HEADER_BYTES, MANIFEST_PATH, Reco
 from varstore.checkpoint.write_engine import write_container
 from varstore.errors import (CheckpointError, CheckpointExistsError, CheckpointNotFoundError, NotACheckpointError,
                              VarstoreError)
-from varstore.storage import storage_for
-from varstore.storage.protocol import Buffer, ReadAhead, StorageWriter
+from varstore.storage import ObjectStore, storage_for
+from varstore.storage.staged_read import StagedZarrStorage
 from varstore.storage.local import LocalStorage
-from varstore.storage.object_storage import ObjectStorage
-from varstore.storage.staged_upload import UploadingStorage
 
 if TYPE_CHECKING:
-    from varstore.storage.object_store import ObjectInfo
+    from varstore.storage.object_info import ObjectInfo
 
-__all__ = ["StagedZarrStorage", "publish_remote", "check_replaceable_remote", "describe_remote", "committed", "is_checkpoint", "container_of", "stage_for_reading", "remove_staged", "sweep",
+__all__ = ["publish_remote", "check_replaceable_remote", "describe_remote", "committed", "is_checkpoint", "container_of", "stage_for_reading", "remove_staged", "sweep",
            "PENDING_MARKER", "COMMIT_OBJECT", "SWEEP_GRACE_SECONDS"]
 
 _log = logging.getLogger("varstore.checkpoint")
@@ -75,7 +73,7 @@ def _parent(name: str) -> str:
     return name.rsplit("/", 1)[0] if "/" in name else ""
 
 
-def container_of(storage: ObjectStorage, name: str, format: str | None = None) -> str:
+def container_of(storage: ObjectStore, name: str, format: str | None = None) -> str:
     """The container ("h5" or "zarr") at `name`: by `format`, the suffix, else what is stored there.
 
     Raises:
@@ -96,7 +94,7 @@ def container_of(storage: ObjectStorage, name: str, format: str | None = None) -
                                   f"Zarr prefix there; check the URL")
 
 
-def committed(storage: ObjectStorage, name: str, fmt: str) -> bool:
+def committed(storage: ObjectStore, name: str, fmt: str) -> bool:
     """True when a finished checkpoint is at `name`: the HDF5 object, or the Zarr prefix's commit object."""
     return storage.exists(f"{name}/{COMMIT_OBJECT}" if get_backend(fmt).is_directory else name)
 
@@ -105,7 +103,7 @@ def is_checkpoint(url: os.PathLike[str] | str, storage_options: Mapping[str, obj
     """True when a committed varstore checkpoint is at `url` (index header, or the commit object's attributes)."""
     try:
         storage, key = storage_for(url, storage_options)
-        if not isinstance(storage, ObjectStorage):
+        if not isinstance(storage, ObjectStore):
             return False
         name = storage.name_of(key)
         fmt = container_of(storage, name)
@@ -118,7 +116,7 @@ def is_checkpoint(url: os.PathLike[str] | str, storage_options: Mapping[str, obj
         return False
 
 
-def sweep(storage: ObjectStorage, parent: str, *, grace_seconds: float | None = None,
+def sweep(storage: ObjectStore, parent: str, *, grace_seconds: float | None = None,
           now: float | None = None, listing: Sequence[ObjectInfo] | None = None) -> list[str]:
     """Removes what killed saves left under `parent`, once older than the grace period.
 
@@ -134,7 +132,7 @@ def sweep(storage: ObjectStorage, parent: str, *, grace_seconds: float | None = 
     """
     grace = SWEEP_GRACE_SECONDS if grace_seconds is None else grace_seconds
     now = time.time() if now is None else now
-    removed = list(storage.client.abort_incomplete_uploads(
+    removed = list(storage.sweep_uploads(
         parent, older_than=grace, now=_dt.datetime.fromtimestamp(now, _dt.timezone.utc)))
     suffix = "/" + PENDING_MARKER
     for info in storage.list_info(parent) if listing is None else listing:
@@ -155,20 +153,20 @@ def _files(root: Path) -> Iterator[tuple[str, Path]]:
             yield "/".join(path.relative_to(root).parts), path
 
 
-def _begin_tree(storage: ObjectStorage, name: str, listing: Sequence[ObjectInfo]) -> set[str]:
+def _begin_tree(storage: ObjectStore, name: str, listing: Sequence[ObjectInfo]) -> set[str]:
     """Starts a Zarr save under `name`: the old commit object goes first (the old checkpoint stops being
     one before any of its objects change), then the pending marker. Returns what was stored there
     (from `listing`, the parent's listing the sweep used)."""
     before = {info.name for info in listing if info.name.startswith(name + "/")}
     commit = f"{name}/{COMMIT_OBJECT}"
     if commit in before:
-        storage.client.delete([commit])
+        storage.delete_objects([commit])
     token = json.dumps({"writer": secrets.token_hex(8), "started_utc": time.time()}).encode()
     storage.put(f"{name}/{PENDING_MARKER}", token)
     return before
 
 
-def _finish_tree(storage: ObjectStorage, name: str, local: Path, before: set[str], uploaded: Sequence[str]) -> None:
+def _finish_tree(storage: ObjectStore, name: str, local: Path, before: set[str], uploaded: Sequence[str]) -> None:
     """Uploads what the staging directory still holds (files written in pieces: the packed blob)
     concurrently, then commits: the root `zarr.json` create-only, LAST; then the marker and the
     objects of the old checkpoint that this one has not (`before` minus `uploaded` and the staged
@@ -179,7 +177,7 @@ def _finish_tree(storage: ObjectStorage, name: str, local: Path, before: set[str
     for relative, path in _files(local):
         if relative == COMMIT_OBJECT:
             continue
-        (large if path.stat().st_size > storage.client.part_size else small).append((relative, path))
+        (large if path.stat().st_size > storage.part_size else small).append((relative, path))
     storage.put_many((f"{name}/{relative}", path.read_bytes()) for relative, path in small)
     for relative, path in large:
         storage.upload_file(f"{name}/{relative}", path)
@@ -190,10 +188,10 @@ def _finish_tree(storage: ObjectStorage, name: str, local: Path, before: set[str
                               f"uploading; this save is discarded: {err}") from err
     written = {f"{name}/{relative}" for relative, _ in _files(local)} | set(uploaded)
     # the marker and what the old checkpoint had that this one has not: one batch delete (no listing)
-    storage.client.delete([f"{name}/{PENDING_MARKER}"] + sorted(before - written - {f"{name}/{PENDING_MARKER}"}))
+    storage.delete_objects([f"{name}/{PENDING_MARKER}"] + sorted(before - written - {f"{name}/{PENDING_MARKER}"}))
 
 
-def describe_remote(storage: ObjectStorage, name: str) -> str | None:
+def describe_remote(storage: ObjectStore, name: str) -> str | None:
     """What is at `name` in words ("a varstore Zarr checkpoint", "an object that is not ...", ...); None: nothing."""
     under = storage.list(name)
     commit = f"{name}/{COMMIT_OBJECT}"
@@ -215,7 +213,7 @@ def describe_remote(storage: ObjectStorage, name: str) -> str | None:
     return f"{len(under)} objects that are not a varstore checkpoint (no commit object {COMMIT_OBJECT})"
 
 
-def check_replaceable_remote(url: str, fmt: str, storage: ObjectStorage | None = None,
+def check_replaceable_remote(url: str, fmt: str, storage: ObjectStore | None = None,
                              advice: str = "pass overwrite=True to replace it") -> None:
     """The overwrite rule (checkpoint/overwrite.py) on an object store: only nothing, an unfinished
     varstore save or a varstore checkpoint of format `fmt` may be replaced.
@@ -225,7 +223,7 @@ def check_replaceable_remote(url: str, fmt: str, storage: ObjectStorage | None =
     """
     if storage is None:
         located, _ = storage_for(url)
-        if not isinstance(located, ObjectStorage):
+        if not isinstance(located, ObjectStore):
             return
         storage = located
     name = storage.name_of(url)
@@ -240,7 +238,7 @@ def check_replaceable_remote(url: str, fmt: str, storage: ObjectStorage | None =
                                 path=storage.url_of(name), found=found)
 
 
-def publish_remote(final: str, storage: ObjectStorage, fmt: str, entries: list[Any], records: list[Record],
+def publish_remote(final: str, storage: ObjectStore, fmt: str, entries: list[Any], records: list[Record],
                    packed_nbytes: int, header: dict[str, Any], checksum: bool,
                    release: Callable[[int], None] | None = None) -> str:
     """Writes a planned checkpoint to the object store at URL `final` and commits it (manifest object last).
@@ -268,7 +266,7 @@ def publish_remote(final: str, storage: ObjectStorage, fmt: str, entries: list[A
             # chunks and node documents go from memory straight to their objects while the engine writes
             # on; only the packed blob and the commit object are staged on disk (storage/staged_upload.py)
             before = _begin_tree(storage, name, listing)
-            uploading = UploadingStorage(local, storage, name)
+            uploading = storage.staged_writer(local, name)
             write_container(local, fmt, entries, records, packed_nbytes, header, checksum, release,
                             make_durable=lambda paths: uploading.wait(), storage=uploading)
             _finish_tree(storage, name, local, before, uploading.uploaded)
@@ -283,86 +281,7 @@ def publish_remote(final: str, storage: ObjectStorage, fmt: str, entries: list[A
     return final
 
 
-class StagedZarrStorage:
-    """Reads a Zarr checkpoint on an object store whose metadata was copied into a local directory.
-
-    A key under that directory is read from the local copy when it is there
-    (every zarr.json, the manifest's chunks) and otherwise from the object it
-    stands for, with ranged GETs (variable chunks, the packed blob); sizes come
-    from the listing, so no HEAD is needed. Read-only.
-    """
-
-    renames = True  # never written through
-
-    def __init__(self, local_root: Path, remote: ObjectStorage, name: str, sizes: dict[str, int]) -> None:
-        self.url = remote.url_of(name)
-        self._root = str(local_root)
-        self._remote = remote
-        self._name = name
-        self._sizes = sizes
-        self._local = LocalStorage()
-
-    def _remote_name(self, key: str) -> str | None:
-        """The object a key under the local root stands for, when its bytes are not local."""
-        key = os.fspath(key)
-        if os.path.exists(key) or not (key == self._root or key.startswith(self._root + os.sep)):
-            return None
-        relative = key[len(self._root):].lstrip(os.sep).replace(os.sep, "/")
-        return f"{self._name}/{relative}" if relative else self._name
-
-    def exists(self, key: str) -> bool:
-        name = self._remote_name(key)
-        return self._local.exists(key) if name is None else name in self._sizes
-
-    def size(self, key: str) -> int:
-        name = self._remote_name(key)
-        if name is None:
-            return self._local.size(key)
-        if name not in self._sizes:
-            raise CheckpointNotFoundError(f"{self._remote.url_of(name)} is missing (a partial copy?)")
-        return self._sizes[name]
-
-    def list(self, prefix: str) -> list[str]:
-        return sorted(self._sizes)
-
-    def read_range(self, key: str, offset: int, length: int, out: Buffer | None = None) -> Buffer:
-        name = self._remote_name(key)
-        if name is None:
-            return self._local.read_range(key, offset, length, out)
-        return self._remote.read_range(name, offset, length, out)
-
-    def read_all(self, key: str) -> bytes:
-        name = self._remote_name(key)
-        return self._local.read_all(key) if name is None else self._remote.read_all(name)
-
-    def writer(self, key: str, *, keep_open: bool = False) -> StorageWriter:
-        raise CheckpointError(f"{self.url} is open for reading only")
-
-    def delete(self, key: str) -> None:
-        raise CheckpointError(f"{self.url} is open for reading only")
-
-    def read_ahead(self, key: str, extents: Sequence[tuple[int, int]], window_bytes: int) -> ReadAhead | None:
-        return None
-
-    def read_ahead_files(self, files: Sequence[tuple[str, int]], window_bytes: int) -> ReadAhead | None:
-        """Fetches the chunk objects behind `files` ((key under the local root, nbytes) in read order)
-        concurrently ahead of the reader (ObjectStorage.read_ahead_objects); local files are skipped."""
-        objects = []
-        for key, nbytes in files:
-            name = self._remote_name(key)
-            if name is not None and name in self._sizes:
-                objects.append((name, min(int(nbytes), self._sizes[name])))
-        return self._remote.read_ahead_objects(objects, window_bytes) if len(objects) > 1 else None
-
-    def keep_open(self, key: str) -> None:
-        if self._remote_name(key) is None:
-            self._local.keep_open(key)
-
-    def close(self) -> None:
-        self._local.close()
-
-
-def stage_for_reading(storage: ObjectStorage, name: str, fmt: str) -> tuple[Path, StagedZarrStorage] | None:
+def stage_for_reading(storage: ObjectStore, name: str, fmt: str) -> tuple[Path, StagedZarrStorage] | None:
     """Prepares a committed checkpoint at `name` for reading.
 
     HDF5 is read in place with ranged GETs (returns None; its object is
@@ -404,7 +323,7 @@ def stage_for_reading(storage: ObjectStorage, name: str, fmt: str) -> tuple[Path
     return local, StagedZarrStorage(local, storage, name, listing)
 
 
-def _download_metadata(storage: ObjectStorage, name: str, local: Path, metadata: list[str],
+def _download_metadata(storage: ObjectStore, name: str, local: Path, metadata: list[str],
                        listing: Mapping[str, int]) -> None:
     """Copies the `metadata` objects into `local`: the commit object (root zarr.json) and the
     manifest's chunks first; then every node's zarr.json that the root carries (its

@@ -21,9 +21,8 @@ from typing import Any
 
 from varstore.checkpoint.remote import COMMIT_OBJECT, sweep
 from varstore.errors import CheckpointError
-from varstore.storage import is_remote, storage_for
-from varstore.storage._url_names import url_from_path
-from varstore.storage.object_storage import ObjectStorage
+from varstore.storage import ObjectStore, is_remote, object_store_for, storage_for
+from varstore.storage import url_from_path
 
 __all__ = ["RemoteDirectory", "remote_directory", "POINTER_ATTEMPTS"]
 
@@ -40,10 +39,8 @@ class RemoteDirectory:
     """
 
     def __init__(self, url: str, storage_options: Mapping[str, object] | None = None) -> None:
-        storage, key = storage_for(url, storage_options)
-        if not isinstance(storage, ObjectStorage):  # storage_for gives one for every URL
-            raise CheckpointError(f"{url} is not an object-store URL")
-        self.storage: ObjectStorage = storage
+        storage, key = object_store_for(url, storage_options)
+        self.storage: ObjectStore = storage
         self.url: str = key.rstrip("/")
         self.prefix: str = storage.name_of(key)
 
@@ -54,7 +51,7 @@ class RemoteDirectory:
     def names(self) -> list[str]:
         """Names directly in the directory that are committed checkpoints or single objects
         (a Zarr prefix counts only with its commit object)."""
-        directories, objects = self.storage.client.list_children(self.prefix)
+        directories, objects = self.storage.list_children(self.prefix)
         found = [info.name.rsplit("/", 1)[-1] for info in objects]
         for directory in directories:
             if self.storage.exists(f"{directory}/{COMMIT_OBJECT}"):
@@ -107,7 +104,7 @@ class RemoteDirectory:
     def delete(self, name: str) -> None:
         """Removes checkpoint `name`: its commit object first (it stops being listed), then the rest."""
         key = f"{self.prefix}/{name}" if self.prefix else name
-        self.storage.client.delete([f"{key}/{COMMIT_OBJECT}"])
+        self.storage.delete_objects([f"{key}/{COMMIT_OBJECT}"])
         self.storage.delete(key)
 
     def sweep(self) -> list[str]:

@@ -26,7 +26,7 @@ from varstore.checkpoint.manifest import DEFAULT_PACK_THRESHOLD_BYTES
 from varstore.checkpoint.overwrite import check_replaceable
 from varstore.checkpoint.plan import header as _header, plan_records, planned_layout
 from varstore.storage import Storage
-from varstore.storage._url_names import url_from_path
+from varstore.storage import url_from_path
 
 __all__ = ["SaveHandle", "save_async"]
 

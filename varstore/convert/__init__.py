@@ -33,8 +33,7 @@ from varstore.convert import registry as _registry
 from varstore.convert.registry import FormatEntry, WriteRequest, register_format, unregister_format
 from varstore.convert.rename import rename_pairs, rewrite
 from varstore.errors import ConversionError, UnsupportedFormatError
-from varstore.storage import is_remote, storage_for
-from varstore.storage._url_names import url_from_path
+from varstore.storage import is_remote, object_store_for, storage_for, url_from_path
 
 __all__ = ["open_checkpoint", "convert", "ConvertReport", "detect_format", "READ_FORMATS", "WRITE_FORMATS",
            "FormatEntry", "WriteRequest", "register_format", "unregister_format", "formats"]
@@ -76,9 +75,8 @@ def _open_remote(url: os.PathLike[str] | str, format: str | None,
                  storage_options: Mapping[str, object] | None, options: dict[str, Any]) -> CheckpointReader:
     """open_checkpoint for an object-store URL: varstore's formats, and safetensors through ranged GETs."""
     from varstore.checkpoint.reader import open_varstore
-    from varstore.storage.object_storage import ObjectStorage
 
-    storage, key = storage_for(url, storage_options)
+    storage, key = object_store_for(url, storage_options)
     suffix = Path(key).suffix.lower()
     if format is not None:
         name = _registry.reader_format(format).name
@@ -88,7 +86,7 @@ def _open_remote(url: os.PathLike[str] | str, format: str | None,
     if name in ("varstore", "varstore-hdf5", "varstore-zarr") and not options:
         fmt = {"varstore-hdf5": "h5", "varstore-zarr": "zarr"}.get(name)
         return open_varstore(key, fmt, storage_options=storage_options)
-    if name == "safetensors" and isinstance(storage, ObjectStorage) and not options:
+    if name == "safetensors" and not options:
         from varstore.convert.safetensors import SafetensorsReader
 
         object_name = storage.name_of(key)
@@ -194,13 +192,12 @@ def _check_destination(src: Path, dst: Path, force: bool,
 
     if is_remote(dst):
         from varstore.checkpoint.remote import describe_remote
-        from varstore.storage.object_storage import ObjectStorage
 
         if is_remote(src) and str(src) == str(dst):
             raise CheckpointExistsError(f"{url_from_path(dst)} is the source itself; convert never writes over its "
                                         f"source, even with force: choose another destination")
-        storage, key = storage_for(dst, storage_options)
-        found = describe_remote(storage, storage.name_of(key)) if isinstance(storage, ObjectStorage) else None
+        storage, key = object_store_for(dst, storage_options)
+        found = describe_remote(storage, storage.name_of(key))
         if found is not None and not force:
             raise CheckpointExistsError(
                 f"{key} exists and is {found}; convert does not replace an existing destination: "
@@ -362,12 +359,8 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
 def _write_and_upload(dest: FormatEntry, dst: Path, entries: list[SaveEntry], request: WriteRequest,
                       storage_options: Mapping[str, object] | None) -> Sequence[str]:
     """A foreign format to a URL: written to a local temporary file, uploaded as one object, the file deleted."""
-    from varstore.storage.object_storage import ObjectStorage
-
     assert dest.write is not None
-    storage, key = storage_for(dst, storage_options)
-    if not isinstance(storage, ObjectStorage):  # storage_for gives one for every URL
-        raise UnsupportedFormatError(f"no object storage for {key}")
+    storage, key = object_store_for(dst, storage_options)
     staging = Path(tempfile.mkdtemp(prefix="varstore-convert-"))
     try:
         local = staging / dst.name

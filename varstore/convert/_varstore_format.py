@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from varstore.storage._url_names import url_from_path
+from varstore.storage import url_from_path
 
 if TYPE_CHECKING:
     from varstore.checkpoint.entry import SaveEntry

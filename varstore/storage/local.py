@@ -449,14 +449,22 @@ class LocalStorage:
 
     # -- writes
     def writer(self, key: str, *, keep_open: bool = False) -> LocalWriter:
-        """A writer for `key` (created if missing, never truncated: writes land at their offsets)."""
+        """A writer for `key` (created with its missing parent directories, as an object needs none;
+        never truncated: writes land at their offsets)."""
         if keep_open:
             with self._lock:
                 fd = self._write_fds.get(key)
                 if fd is None:
-                    fd = self._write_fds[key] = self._open(key, os.O_WRONLY | os.O_CREAT)
+                    fd = self._write_fds[key] = self._create(key)
             return LocalWriter(self, key, fd, True)
-        return LocalWriter(self, key, self._open(key, os.O_WRONLY | os.O_CREAT), False)
+        return LocalWriter(self, key, self._create(key), False)
+
+    def _create(self, key: str) -> int:
+        try:
+            return self._open(key, os.O_WRONLY | os.O_CREAT)
+        except FileNotFoundError:  # a missing parent directory: made, then one more try
+            os.makedirs(os.path.dirname(self._os_path(key)) or ".", exist_ok=True)
+            return self._open(key, os.O_WRONLY | os.O_CREAT)
 
     def delete(self, key: str) -> None:
         remove_path(self.path(key))

@@ -1,4 +1,4 @@
-"""ObjectStorage: the Storage protocol (varstore/storage/protocol.py) over one object-store bucket.
+"""ObjectStorage: the ObjectStore protocol (varstore/storage/protocol.py) over one object-store bucket.
 
 Moves bytes under one root URL (s3://, gs://, az://) through ObjectStoreClient:
 positional reads are ranged GETs into caller buffers, a writer collects one
@@ -13,17 +13,14 @@ commit protocol (manifest object last) is the checkpoint layer's
 from __future__ import annotations
 
 import builtins
+import datetime as _dt
 import functools
-import io
-import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
-import numpy as np
 
 from varstore.errors import (ConditionalWriteError, CorruptCheckpointError, InvalidURLError, ObjectChangedError,
                              ObjectNotFoundError, ObjectStoreError)
@@ -32,12 +29,12 @@ from varstore.storage._ranged_reads import (MERGE_GAP_BYTES, RANGE_BYTES, BlockR
 from varstore.storage._urls import ObjectURL, is_url, parse_url, url_from_path
 from varstore.storage.object_info import ObjectInfo, split_version_tag, version_tag
 from varstore.storage.object_store import ObjectStoreClient
+from varstore.storage.object_io import UPLOAD_BUFFER_BYTES, ObjectReader, ObjectWriter, bytes_view
 from varstore.storage.protocol import Buffer, ReadAhead
+from varstore.storage.staged_upload import UploadingStorage
 
 __all__ = ["ObjectReader", "ObjectStorage", "ObjectWriter", "UPLOAD_BUFFER_BYTES", "RANGE_BYTES", "MERGE_GAP_BYTES"]
 
-#: The most bytes a file upload holds in memory (issue 13: a save needs the model plus 64 MiB at most).
-UPLOAD_BUFFER_BYTES = 64 << 20
 #: Bytes of a kept-open object fetched with its size and ETag by the one GET that opens it: a page,
 #: which holds a checkpoint's 512-byte index header (or another format's magic and superblock).
 OPEN_HEAD_BYTES = 4 << 10
@@ -50,147 +47,6 @@ class _Pinned:
     size: int
     etag: str | None
     head: memoryview
-
-
-def _bytes_view(data: Buffer) -> memoryview:
-    if isinstance(data, np.ndarray):
-        return np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
-    return memoryview(data).cast("B")
-
-
-class ObjectWriter:
-    """Collects one object's bytes (positional writes allowed) and uploads them on `finish()`.
-
-    Nothing is visible under the name before `finish()` returns: a single PUT (object up to one
-    part) or a multipart upload (larger) is atomic on S3, GCS and Azure. Bytes are spooled in
-    memory up to `part_size`, then in a local temporary file (HDF5 writes out of order, so the
-    object cannot be streamed as it is written); the file is deleted on finish/abort. Upload
-    memory is bounded by (max_in_flight + 1) * part_size.
-    """
-
-    def __init__(self, client: ObjectStoreClient, name: str) -> None:
-        self.key = name
-        self._client = client
-        self._name = name
-        self._spool = tempfile.SpooledTemporaryFile(max_size=client.part_size, prefix="varstore-upload-")
-        self._size = 0
-        self._closed = False
-        self.etag: str | None = None
-
-    @property
-    def size(self) -> int:
-        """Bytes written so far (the highest offset reached)."""
-        return self._size
-
-    def reserve(self, nbytes: int) -> None:
-        """Nothing to reserve on an object store (the protocol's hint)."""
-
-    def write_at(self, offset: int, data: Buffer) -> None:
-        """Writes `data` (bytes-like or a C-contiguous array's bytes) at byte `offset` (a gap reads as zeros)."""
-        self._check_open()
-        view = _bytes_view(data)
-        self._spool.seek(offset)
-        self._spool.write(view)
-        self._size = max(self._size, offset + len(view))
-
-    def write(self, data: Buffer) -> None:
-        """Appends `data` after the highest offset written so far."""
-        self.write_at(self._size, data)
-
-    def finish(self) -> None:
-        """Uploads the object (its etag is then `self.etag`). The writer is closed afterwards.
-
-        Raises:
-          ObjectStoreError: the upload failed (after retries); nothing is left under the name.
-        """
-        self._check_open()
-        try:
-            if self._size <= self._client.part_size:
-                self._spool.seek(0)
-                self.etag = self._client.put(self._name, self._spool.read(self._size))
-            else:
-                self.etag = self._client.put_multipart(self._name, self._parts)
-        finally:
-            self._close()
-
-    def abort(self) -> None:
-        """Discards the bytes; nothing is uploaded."""
-        self._close()
-
-    def _parts(self) -> Iterator[bytes]:
-        self._spool.seek(0)
-        remaining = self._size
-        while remaining > 0:
-            chunk = self._spool.read(min(self._client.part_size, remaining))
-            if not chunk:
-                break
-            remaining -= len(chunk)
-            yield chunk
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ObjectStoreError(f"the writer for {self._client.url_of(self._name)} is already finished")
-
-    def _close(self) -> None:
-        self._closed = True
-        self._spool.close()
-
-    def __enter__(self) -> ObjectWriter:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if exc_type is not None or not self._closed:
-            if exc_type is None:
-                self.finish()
-            else:
-                self.abort()
-
-
-class ObjectReader(io.RawIOBase):
-    """A read-only, seekable file over one object: every `readinto` is one ranged GET.
-
-    For libraries that want a file object (h5py reading an HDF5 file varstore did not write);
-    varstore's own readers call `ObjectStorage.read_into` with offsets from the index instead.
-    No read-ahead and no cache: wrap it in io.BufferedReader for many small reads.
-    """
-
-    def __init__(self, client: ObjectStoreClient, name: str, *, size: int | None = None,
-                 etag: str | None = None) -> None:
-        super().__init__()
-        self._client = client
-        self._name = name
-        self._size = client.size(name) if size is None else size
-        self._etag = etag  # every GET carries If-Match: a replaced object raises ObjectChangedError
-        self._position = 0
-
-    @property
-    def name(self) -> str:  # type: ignore[override]
-        return self._client.url_of(self._name)
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
-        if base + offset < 0:
-            raise ObjectStoreError(f"seek to {base + offset} before the start of {self.name}")
-        self._position = base + offset
-        return self._position
-
-    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
-        view = memoryview(buffer).cast("B")
-        length = max(0, min(len(view), self._size - self._position))
-        if length:
-            view[:length] = self._client.get_range_view(self._name, self._position, length, etag=self._etag)
-            self._position += length
-        return length
 
 
 class ObjectStorage:
@@ -273,7 +129,7 @@ class ObjectStorage:
         """
         name = self.name_of(key)
         target: Buffer = bytearray(length) if out is None else out
-        view = _bytes_view(target)
+        view = bytes_view(target)
         if length and self._read_aheads:
             for _, serve in list(self._read_aheads.get(name, ())):
                 if serve(offset, length, view[:length]):
@@ -437,12 +293,12 @@ class ObjectStorage:
     def put(self, key: str, data: Buffer) -> str | None:
         """One PUT of a small object; returns its ETag."""
         self._pinned.clear()  # any write forgets the kept-open sizes
-        return self.client.put(self.name_of(key), _bytes_view(data))
+        return self.client.put(self.name_of(key), bytes_view(data))
 
     def put_many(self, items: Iterable[tuple[str, Buffer]]) -> int:
         """Small objects (Zarr chunks) uploaded concurrently, at most the client's max_in_flight at once."""
         self._pinned.clear()
-        return self.client.put_many((self.name_of(key), _bytes_view(data)) for key, data in items)
+        return self.client.put_many((self.name_of(key), bytes_view(data)) for key, data in items)
 
     def upload_file(self, key: str, path: Path) -> str | None:
         """Uploads a local file as `key`: one PUT up to a part, else a multipart upload holding at most
@@ -483,7 +339,27 @@ class ObjectStorage:
             return ObjectReader(self.client, name)
         return ObjectReader(self.client, name, size=pinned.size, etag=pinned.etag)
 
-    def sweep_uploads(self, prefix: str = "", older_than: float = 3600.0) -> builtins.list[str]:
-        """Aborts incomplete multipart uploads under `prefix` older than `older_than` seconds."""
-        return self.client.abort_incomplete_uploads(self.name_of(prefix) if prefix else "", older_than)
+    def sweep_uploads(self, prefix: str = "", older_than: float = 3600.0,
+                      now: _dt.datetime | None = None) -> builtins.list[str]:
+        """Aborts incomplete multipart uploads under `prefix` older than `older_than` seconds (at `now`, UTC)."""
+        return self.client.abort_incomplete_uploads(self.name_of(prefix) if prefix else "", older_than, now=now)
+
+    @property
+    def part_size(self) -> int:
+        """Bytes of one multipart part: larger objects are uploaded in parts, smaller ones with one PUT."""
+        return self.client.part_size
+
+    def delete_objects(self, keys: Sequence[str]) -> None:
+        """Deletes exactly these objects in one batch (no listing); a missing one is fine."""
+        self._pinned.clear()
+        self.client.delete([self.name_of(key) for key in keys])
+
+    def list_children(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[ObjectInfo]]:
+        """One level under `prefix` ("directory" listing): (the names of the sub-prefixes, the objects there)."""
+        return self.client.list_children(self.name_of(prefix) if prefix else "")
+
+    def staged_writer(self, root: Path, name: str) -> UploadingStorage:
+        """A Storage for a save staged in local directory `root`: whole files (chunks, zarr.json) written
+        through it go straight to objects under `name`; pieces written in parts stay in `root` to upload."""
+        return UploadingStorage(root, self, name)
 

@@ -1,4 +1,4 @@
-"""The storage seam: where a checkpoint's bytes go, as one small typed Protocol.
+"""The storage seam: where a checkpoint's bytes go (Storage), and what a storage without rename adds (ObjectStore).
 
 `Storage` is what the checkpoint engines (varstore/checkpoint/) use to read and
 write raw bytes: positional reads into caller buffers, positional writes,
@@ -54,7 +54,11 @@ such as s3://, gs://, az:// through obstore next):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import builtins
+import datetime as _dt
+import io
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, Union, runtime_checkable
 
 import numpy as np
@@ -62,7 +66,9 @@ import numpy as np
 if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import
     import numpy.typing as npt
 
-__all__ = ["Storage", "StorageWriter", "ReadAhead", "ConditionalStorage", "Buffer"]
+    from varstore.storage.object_info import ObjectInfo
+
+__all__ = ["Storage", "StorageWriter", "ReadAhead", "ConditionalStorage", "ObjectStore", "StagedWriter", "Buffer"]
 
 #: Bytes handed to or filled by a storage: bytes-like objects or C-contiguous NumPy arrays (their raw bytes).
 Buffer = Union[bytes, bytearray, memoryview, "npt.NDArray[np.generic]"]
@@ -179,3 +185,84 @@ class ConditionalStorage(Storage, Protocol):
         Raises:
           FileExistsError: the condition failed (another writer got there first).
         """
+
+
+class StagedWriter(Storage, Protocol):
+    """The Storage an object store gives a directory save (ObjectStore.staged_writer).
+
+    Attributes:
+      uploaded: the object names uploaded so far (their files are not under the staging root).
+    """
+
+    uploaded: list[str]
+
+    def wait(self) -> None:
+        """Returns once every upload started has finished.
+
+        Raises:
+          ObjectStoreError: an upload failed (the first failure, naming its URL).
+        """
+
+
+@runtime_checkable
+class ObjectStore(ConditionalStorage, Protocol):
+    """A storage without rename over one object-store bucket: what the manifest-last commit, the sweep,
+    the manager and staged reads need beyond ConditionalStorage (every method below is in the contract suite).
+
+    Keys may be names relative to the root or full URLs under it (also as `pathlib.Path` spells them).
+    """
+
+    def name_of(self, key: str) -> str:
+        """The name under the root of `key` ('/'-separated, no leading '/').
+
+        Raises:
+          InvalidURLError: a URL outside this storage's root.
+        """
+
+    def url_of(self, key: str) -> str:
+        """The full URL of `key` (no credentials), for messages."""
+
+    def list_info(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        """What the listing says about every object under `prefix` (name, size, last_modified, etag, version)."""
+
+    def put(self, key: str, data: Buffer) -> str | None:
+        """One unconditional PUT of a small object; returns its version tag (ETag) when the server sends one."""
+
+    def put_many(self, items: Iterable[tuple[str, Buffer]]) -> int:
+        """Small objects uploaded concurrently (bounded in flight); returns how many."""
+
+    def upload_file(self, key: str, path: Path) -> str | None:
+        """Uploads local file `path` as `key` with bounded memory (multipart above one part); visible whole or not at all."""
+
+    def download_tree(self, prefix: str, target: Path, names: Sequence[str] | None = None) -> int:
+        """Copies the objects under `prefix` (or the listed `names` under it) into directory `target`; returns bytes."""
+
+    def read_ahead_objects(self, objects: Sequence[tuple[str, int]], window_bytes: int) -> ReadAhead | None:
+        """Fetches whole objects ((name, nbytes) in read order) concurrently, at most `window_bytes` ahead."""
+
+    def open_reader(self, key: str) -> io.RawIOBase:
+        """A seekable read-only file object over `key` (ranged GETs), for format libraries (h5py).
+
+        Raises:
+          FileNotFoundError: nothing under `key`.
+        """
+
+    @property
+    def part_size(self) -> int:
+        """Bytes of one multipart part: an object up to this size is uploaded with one PUT."""
+
+    def delete_objects(self, keys: Sequence[str]) -> None:
+        """Deletes exactly these objects in one batch, without listing (a missing one is fine)."""
+
+    def list_children(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[ObjectInfo]]:
+        """One level under `prefix`: (the names of the sub-prefixes, what the listing says of the objects there)."""
+
+    def sweep_uploads(self, prefix: str = "", older_than: float = 3600.0,
+                      now: _dt.datetime | None = None) -> builtins.list[str]:
+        """Aborts incomplete multipart uploads under `prefix` older than `older_than` seconds (measured
+        at `now`, UTC; default the current time); returns their names."""
+
+    def staged_writer(self, root: Path, name: str) -> StagedWriter:
+        """A Storage for a save laid out in local staging directory `root` (standing for object prefix
+        `name`): whole files written through it go straight to objects, concurrently and with bounded
+        memory; files written in pieces stay under `root` for `upload_file`."""

@@ -30,10 +30,12 @@ import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Protocol
 
 from varstore.errors import ObjectStoreError
 from varstore.storage.local import LocalStorage, LocalWriter, bytes_of
-from varstore.storage.object_storage import UPLOAD_BUFFER_BYTES, ObjectStorage
+from varstore.storage.object_io import UPLOAD_BUFFER_BYTES
+from varstore.storage.object_store import ObjectStoreClient
 from varstore.storage.protocol import Buffer, ReadAhead, StorageWriter
 
 __all__ = ["UploadingStorage"]
@@ -103,6 +105,14 @@ class _DirectWriter:
         self._whole = None
 
 
+class _Remote(Protocol):
+    """What the uploads need of the object storage (ObjectStorage): its client and its URLs."""
+
+    client: ObjectStoreClient
+
+    def url_of(self, key: str) -> str: ...
+
+
 class UploadingStorage:
     """The Storage protocol for writing a staging directory whose whole files are uploaded at once.
 
@@ -119,7 +129,7 @@ class UploadingStorage:
     #: whole files written here go to the object store at once: a backend may skip making local directories
     uploads = True
 
-    def __init__(self, root: Path, remote: ObjectStorage, name: str) -> None:
+    def __init__(self, root: Path, remote: _Remote, name: str) -> None:
         self.url = remote.url_of(name)
         self.local = LocalStorage()
         self.local.writeback = False  # staging files are read back for the upload, never made durable
