@@ -3,7 +3,7 @@
 The block between the two marker comments in docs/cli.md is this script's
 output: one usage line per command (its arguments, then every option with its
 metavar; `...` after a repeatable one), the group's own options, and the
-format names `--format`/`--from` and `--to` accept (varstore.convert.registry).
+format names `--format`/`--from` and `--to` accept (varstore.formats.registry).
 
     python docs/cli_synopsis.py           # rewrite the block in docs/cli.md
     python docs/cli_synopsis.py --check   # exit 1 and print both when it is stale
@@ -54,7 +54,7 @@ def synopsis() -> str:
     """The synopsis block's text (without the code fence), from the commands registered in varstore_cli.main."""
     import click
 
-    from varstore.convert.registry import read_names, write_names
+    from varstore.formats.registry import read_names, write_names
     from varstore_cli.main import cli
 
     lines: list[str] = []

@@ -22,7 +22,7 @@ from _workloads import w1_layout, w2_layout
 
 def _varstore_checkpoint_ready() -> bool:
     try:
-        from varstore.checkpoint import restore, save  # noqa: F401
+        from varstore import restore, save  # noqa: F401
     except ImportError:
         return False
     return True

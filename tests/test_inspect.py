@@ -281,7 +281,7 @@ def test_as_dtype_names_round_trip_for_memory_reader():
 
 # ------------------------------------------------------------ on real checkpoint files
 def _save(path: Path, arrays: dict[str, Any]) -> Path:
-    from varstore.checkpoint import save
+    from varstore import save
 
     save(path, arrays)
     return path
@@ -297,7 +297,7 @@ def test_diff_checkpoints_opens_and_closes_paths(tmp_path):
 
 
 def test_stats_of_a_tf_fixture_variable_match_the_manifest(fixtures_dir):
-    from varstore.convert import open_checkpoint
+    from varstore import open_checkpoint
 
     manifest = json.loads((fixtures_dir / "tf1_scopes" / "model.ckpt.manifest.json").read_text())
     expected = {v["name"]: v for v in manifest["variables"]}["zoo/f64"]["values"]

@@ -25,31 +25,31 @@ ALLOWED = {
     "numcodecs": ("varstore/backends/zarr3/",),
     "cupy": ("varstore/devices.py",),
     "ml_dtypes": ("varstore/dtypes.py",),
-    "safetensors": ("varstore/convert/safetensors.py",),
+    "safetensors": ("varstore/formats/safetensors.py",),
     "click": ("cli/",),
     "tqdm": ("cli/",),
     "mpi4py": ("varstore/distributed/",),
     "obstore": ("varstore/storage/",),
-    "torch": ("varstore/torch.py", "varstore/_torch_", "varstore/convert/dcp_writer.py"),
+    "torch": ("varstore/torch.py", "varstore/_torch_", "varstore/formats/dcp_writer.py"),
     "jax": ("varstore/jax.py", "varstore/_jax_"),
     "jaxlib": ("varstore/jax.py", "varstore/_jax_"),
-    "pickle": ("varstore/convert/_restricted_pickle.py",),  # the one restricted Unpickler subclass
-    "pickletools": ("varstore/convert/_restricted_pickle.py",),
-    "tensorstore": ("varstore/convert/orbax.py", "varstore/convert/orbax_writer.py"),
+    "pickle": ("varstore/formats/_restricted_pickle.py",),  # the one restricted Unpickler subclass
+    "pickletools": ("varstore/formats/_restricted_pickle.py",),
+    "tensorstore": ("varstore/formats/orbax.py", "varstore/formats/orbax_writer.py"),
     "orbax": (),  # Orbax's layout is read and written through tensorstore; the tests compare with orbax
-    "gguf": ("varstore/convert/gguf_writer.py", "varstore/convert/_gguf_quants.py"),  # the reader follows the spec itself; the writer and the dequantizer are gguf's
+    "gguf": ("varstore/formats/gguf_writer.py", "varstore/formats/_gguf_quants.py"),  # the reader follows the spec itself; the writer and the dequantizer are gguf's
     "obstore": ("varstore/storage/",),
     "boto3": (),     # the library signs the two S3 calls obstore lacks itself (storage/_s3_multipart.py)
     "botocore": (),
     "moto": (),      # the test server, never the library
 }
 
-# The core: never imports checkpoint/, backends/, convert/, inspect/, storage/, distributed/ (also implied by the layers).
+# The core: never imports checkpoint/, backends/, formats/, inspect/, storage/, distributed/ (also implied by the layers).
 CORE = {"variables", "scopes", "initializers", "initializers_v1", "collections", "devices", "device_transfers", "placement", "_naming",
         "_array_interop", "dtypes", "errors", "_version", "_core_api", "partitioning", "ownership",
         "values", "value_sources", "variable_batches", "_assignment",
-        "variable_scope", "reuse", "default_store", "partitioners"}
-ABOVE_CORE = ("checkpoint", "backends", "convert", "inspect", "storage", "distributed")
+        "_variable_scope", "reuse", "default_store", "partitioners"}
+ABOVE_CORE = ("checkpoint", "backends", "formats", "inspect", "storage", "distributed")
 
 # Import edges that close a known cycle, each with the branch expected to remove it. An entry here
 # hides its cycle from test_no_import_cycles; test_known_cycle_edges_still_exist fails once the
@@ -74,6 +74,13 @@ def test_third_party_libraries_are_imported_only_where_allowed(item: graph.Impor
 def test_every_import_has_a_literal_name() -> None:
     dynamic = [i.where() for i in IMPORTS if i.target is None]
     assert not dynamic, f"imports whose module name is not a string literal (the layering test cannot see them): {dynamic}"
+
+
+def test_the_cli_uses_only_the_public_api() -> None:
+    """cli/ is a client of `varstore` (its public names) and `varstore.errors`, never of an internal room."""
+    bad = [f"{i.where()} imports {i.target}" for i in IMPORTS
+           if i.path.startswith("cli/") and i.top == "varstore" and i.target not in ("varstore", "varstore.errors")]
+    assert not bad, bad
 
 
 def test_library_never_imports_the_cli() -> None:

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 import varstore as vs
-from varstore.convert.probe import Probe
-from varstore.convert.registry import detect
+from varstore.formats.probe import Probe
+from varstore.formats.registry import detect
 from varstore.errors import NotACheckpointError, SpecialFileError, VarstoreError
 
 ROOT = Path(__file__).resolve().parents[1]

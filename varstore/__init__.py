@@ -10,7 +10,6 @@ diff_checkpoints) and every error class.
 from __future__ import annotations
 
 import importlib
-import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -22,14 +21,20 @@ from varstore.errors import *  # noqa: F401,F403
 if TYPE_CHECKING:
     from varstore import initializers
     from varstore._core_api import *  # noqa: F401,F403
-    from varstore.checkpoint import RestoreResult, SaveHandle
+    from varstore.checkpoint.restore_result import RestoreResult
+    from varstore.checkpoint.snapshot import SaveHandle
     from varstore.distributed.api import CheckpointManager, restore, save  # comm=: one process or every rank
     from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo
     from varstore._open import open_checkpoint
-    from varstore.convert import ConvertReport, convert, detect_format
-    from varstore.convert.load import load
-    from varstore.convert.registry import FormatEntry, register_format, unregister_format
-    from varstore.inspect import CheckpointDiff, VariableStats, diff_checkpoints, scope_tree, variable_stats
+    from varstore.formats import ConvertReport, convert, detect_format
+    from varstore.formats.load import load
+    from varstore.formats.registry import FormatEntry, register_format, unregister_format
+    from varstore.inspect import CheckpointDiff, ScopeNode, VariableStats, diff_checkpoints, scope_tree, variable_stats
+    from varstore.checkpoint.managed import is_manager_directory, latest_checkpoint, list_checkpoints
+    from varstore.formats.format_entry import parse_write_options
+    from varstore.formats.registry import read_names as read_format_names, write_names as write_format_names
+    from varstore.formats.rename import parse_rename_rule
+    from varstore.storage import is_remote as is_url, parse_storage_options
 
 
 def _core() -> ModuleType:
@@ -55,8 +60,12 @@ _CORE_NAMES = (
 )
 
 
-def _checkpoint() -> ModuleType:
-    return importlib.import_module("varstore.checkpoint")
+def _restore_result() -> ModuleType:
+    return importlib.import_module("varstore.checkpoint.restore_result")
+
+
+def _snapshot() -> ModuleType:
+    return importlib.import_module("varstore.checkpoint.snapshot")
 
 
 def _distributed_api() -> ModuleType:
@@ -68,7 +77,7 @@ def _reader_api() -> ModuleType:
 
 
 def _convert() -> ModuleType:
-    return importlib.import_module("varstore.convert")
+    return importlib.import_module("varstore.formats")
 
 
 def _open() -> ModuleType:
@@ -76,29 +85,52 @@ def _open() -> ModuleType:
 
 
 def _registry() -> ModuleType:
-    return importlib.import_module("varstore.convert.registry")
+    return importlib.import_module("varstore.formats.registry")
 
 
 def _load() -> ModuleType:
-    return importlib.import_module("varstore.convert.load")
+    return importlib.import_module("varstore.formats.load")
 
 
 def _inspect() -> ModuleType:
     return importlib.import_module("varstore.inspect")
 
 
+def _managed() -> ModuleType:
+    return importlib.import_module("varstore.checkpoint.managed")
+
+
+def _rename() -> ModuleType:
+    return importlib.import_module("varstore.formats.rename")
+
+
+def _format_entry() -> ModuleType:
+    return importlib.import_module("varstore.formats.format_entry")
+
+
+def _storage() -> ModuleType:
+    return importlib.import_module("varstore.storage")
+
+
+#: Public names that are another name in their module.
+_RENAMED = {"read_format_names": "read_names", "write_format_names": "write_names", "is_url": "is_remote"}
+
+
 #: Public names imported on first access (module __getattr__): `import varstore` loads the core only,
 #: so a fresh process reaches its first array sooner (issue 11); `varstore.save` etc. work as before.
 _LAZY: dict[str, Callable[[], ModuleType]] = {
     "save": _distributed_api, "restore": _distributed_api, "CheckpointManager": _distributed_api,
-    "RestoreResult": _checkpoint, "SaveHandle": _checkpoint,
+    "RestoreResult": _restore_result, "SaveHandle": _snapshot,
     "CheckpointReader": _reader_api, "SkippedEntry": _reader_api, "VariableInfo": _reader_api,
     "convert": _convert, "ConvertReport": _convert, "detect_format": _convert,
     "open_checkpoint": _open,  # own checkpoints without the converter registry; others through convert
     "FormatEntry": _registry, "register_format": _registry, "unregister_format": _registry,
     "load": _load,
     "CheckpointDiff": _inspect, "VariableStats": _inspect, "diff_checkpoints": _inspect,
-    "scope_tree": _inspect, "variable_stats": _inspect,
+    "scope_tree": _inspect, "variable_stats": _inspect, "ScopeNode": _inspect,
+    "latest_checkpoint": _managed, "list_checkpoints": _managed, "is_manager_directory": _managed,
+    "read_format_names": _registry, "write_format_names": _registry, "parse_rename_rule": _rename,
+    "parse_write_options": _format_entry, "parse_storage_options": _storage, "is_url": _storage,
     **{name: _core for name in _CORE_NAMES},
 }
 
@@ -108,28 +140,12 @@ def __getattr__(name: str) -> Any:
     if loader is None:
         raise AttributeError(f"module 'varstore' has no attribute {name!r}")
     module = loader()
-    if loader is _core:  # all core names at once: the submodule variable_scope must not hide the function
+    if loader is _core:  # all core names at once
         globals().update({core_name: getattr(module, core_name) for core_name in _CORE_NAMES})
         return globals()[name]
-    value = getattr(module, name)
+    value = getattr(module, _RENAMED.get(name, name))
     globals()[name] = value  # later accesses skip this function
     return value
-
-
-class _Package(ModuleType):
-    """The varstore package's module type: `varstore.convert` stays the public convert() function when the
-    varstore.convert subpackage is imported (the import system then sets the package attribute), and
-    `varstore.variable_scope` the core's variable_scope() function when its submodule is imported."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "convert" and isinstance(value, ModuleType):
-            value = value.convert
-        if name == "variable_scope" and isinstance(value, ModuleType):
-            return  # the public name is the function, loaded with the core (see __getattr__)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 def __dir__() -> list[str]:
@@ -137,6 +153,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = list(_CORE_NAMES) + list(errors.__all__) + [
+    "ScopeNode", "latest_checkpoint", "list_checkpoints", "is_manager_directory", "read_format_names",
+    "write_format_names", "parse_rename_rule", "parse_write_options", "parse_storage_options", "is_url",
     "dtypes",
     "errors",
     "save",

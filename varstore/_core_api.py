@@ -53,7 +53,7 @@ from varstore.placement import (
 )
 from varstore.scopes import VariableStore
 from varstore.value_sources import ValueSource, check_restorable
-from varstore.variable_scope import AUTO_REUSE, VariableScope
+from varstore._variable_scope import AUTO_REUSE, VariableScope
 from varstore.variables import Variable
 
 __all__ = [

@@ -7,7 +7,7 @@ registry's varstore entries make (the HDF5 index header; a Zarr v3 root
 whose `varstore_format` attribute is "varstore-zarr") and hands them to
 `open_varstore`; everything else (foreign formats, URLs, `format=`, reader
 options, a registry changed at run time) goes to
-`varstore.convert.open_checkpoint`, which behaves exactly as before. Reads
+`varstore.formats.open_any` (the registry's path). Reads
 at most 512 bytes or one zarr.json; never writes, never imports h5py, zarr
 or the converters itself.
 """
@@ -59,24 +59,24 @@ def own_container(path: os.PathLike[str] | str) -> str | None:
 def _registry_unchanged() -> bool:
     """True when the varstore entries are still the first formats detection asks (no format registered
     ahead of them, neither replaced); always true while the registry was never imported."""
-    registry = sys.modules.get("varstore.convert.registry")
+    registry = sys.modules.get("varstore.formats.registry")
     return registry is None or bool(registry.own_formats_first())
 
 
 def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
                     storage_options: Mapping[str, object] | None = None,
                     **options: Any) -> CheckpointReader:
-    """Opens a checkpoint of any registered format, read-only and lazily (see varstore.convert.open_checkpoint).
+    """Opens a checkpoint of any registered format, read-only and lazily: the one open_checkpoint.
 
-    The same function as `varstore.convert.open_checkpoint`, arguments,
-    result and errors included; a local varstore HDF5 file or Zarr v3
-    directory opened without `format`, `storage_options` or reader options (but `max_bytes`) is
-    opened by `varstore.checkpoint.open_varstore` directly, without importing
-    the converter registry.
+    A local varstore HDF5 file or Zarr v3 directory opened without `format`,
+    `storage_options` or reader options (but `max_bytes`) is opened by
+    `varstore.checkpoint.open_varstore` directly, without importing the
+    format registry; everything else goes through it (varstore.formats.open_any:
+    arguments, detection, result and errors are described there).
 
     Raises:
       CheckpointNotFoundError, NotACheckpointError, UnsafeFormatError, CorruptCheckpointError,
-      ChecksumError, UnsupportedFormatError, ObjectStoreError: as varstore.convert.open_checkpoint.
+      ChecksumError, UnsupportedFormatError, ObjectStoreError: as varstore.formats.open_checkpoint.
     """
     from varstore.storage import is_remote  # the URL rules only (no object-store client)
 
@@ -92,6 +92,6 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
             reader = open_varstore(Path(path), container)
             reader.max_bytes = limit
             return reader
-    from varstore.convert import open_checkpoint as open_any
+    from varstore.formats import open_any
 
     return open_any(path, format, storage_options=storage_options, **options)

@@ -21,7 +21,7 @@ from varstore import ownership, partitioners, partitioning
 from varstore.placement import DeviceSpec
 from varstore.reuse import PartialShape
 from varstore.scopes import VariableStore
-from varstore.variable_scope import FRAMES, InitializerSpec, Reuse, VariableScope
+from varstore._variable_scope import FRAMES, InitializerSpec, Reuse, VariableScope
 from varstore.variables import Variable, set_default_registry
 
 __all__ = [

@@ -37,7 +37,7 @@ except ImportError as err:  # pragma: no cover - exercised only without jax
 from varstore import _framework_tree as _tree
 from varstore import dtypes as _dtypes
 from varstore.checkpoint import VarstoreReader
-from varstore.checkpoint import restore as _restore
+from varstore.checkpoint.restoration import restore as _restore
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.name_hints import missing_with_hints
 from varstore.errors import (

@@ -28,7 +28,7 @@ from varstore.errors import (
 from varstore.initializers import GlorotUniform, Initializer, Zeros
 from varstore.value_sources import ValueSource
 from varstore.values import convert_value
-from varstore.variable_scope import InitializerSpec, Reuse
+from varstore._variable_scope import InitializerSpec, Reuse
 from varstore.variables import InitialValue, Variable
 
 __all__ = ["PartialShape", "check_reuse", "existing_variable", "is_value", "new_variable_spec", "shape_tuple"]

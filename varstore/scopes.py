@@ -30,7 +30,7 @@ from varstore.errors import ScopeError
 from varstore.placement import DeviceSpec
 from varstore.reuse import PartialShape
 from varstore.value_sources import Resolver, SliceInfo, ValueSource
-from varstore.variable_scope import FRAMES, InitializerSpec, Reuse, VariableScope
+from varstore._variable_scope import FRAMES, InitializerSpec, Reuse, VariableScope
 from varstore.variables import Variable, lazy_variable
 
 __all__ = ["Resolver", "VariableStore"]

@@ -41,8 +41,9 @@ except ImportError as err:  # pragma: no cover - exercised only without torch
 from varstore import _framework_tree as _tree
 from varstore import _torch_convert as _convert
 from varstore import dtypes as _dtypes
-from varstore.checkpoint import RestoreResult, VarstoreReader
-from varstore.checkpoint import restore as _restore
+from varstore.checkpoint import VarstoreReader
+from varstore.checkpoint.restore_result import RestoreResult
+from varstore.checkpoint.restoration import restore as _restore
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.name_hints import missing_with_hints
 from varstore.errors import DtypeMismatchError, RestoreError, ShapeMismatchError

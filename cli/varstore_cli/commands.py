@@ -1,7 +1,7 @@
 """The inspection subcommands ls, show, diff, verify, and COMMANDS, every subcommand main.py registers.
 
 Each command parses its options, calls the public library API
-(`varstore.convert.open_checkpoint`, `varstore.inspect`), and prints a
+(`varstore.open_checkpoint`, `varstore.inspect`), and prints a
 table or a versioned JSON document (schemas in docs/cli.md). `convert`
 lives in convert_command.py, the options and helpers the commands share in
 options.py. Commands never catch library errors: main.py turns them into
@@ -19,9 +19,9 @@ from typing import Any
 
 import click
 
-from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo
+from varstore import CheckpointReader, VariableInfo
 from varstore.errors import CheckpointNotFoundError, NotACheckpointError, UnknownVariableError, VarstoreError
-from varstore.inspect import diff_checkpoints, scope_tree, variable_stats
+from varstore import diff_checkpoints, scope_tree, variable_stats
 from varstore_cli.terminal import echo_line
 from varstore_cli import formatting as fmt
 from varstore_cli.convert_command import convert_command, make_progress, stderr_is_terminal
@@ -194,8 +194,8 @@ def _list_folder(path: str, as_json: bool) -> bool:
 
     Returns False, printing nothing, when the folder holds none.
     """
-    from varstore.checkpoint.managed import is_manager_directory, latest_checkpoint
-    from varstore.convert import detect_format
+    from varstore import is_manager_directory, latest_checkpoint
+    from varstore import detect_format
 
     entries = []
     for entry in sorted(os.scandir(path), key=lambda e: e.name):
@@ -222,7 +222,7 @@ def _list_folder(path: str, as_json: bool) -> bool:
 
 
 def _list_checkpoints(path: str, as_json: bool) -> None:
-    from varstore.checkpoint.managed import is_manager_directory, list_checkpoints
+    from varstore import is_manager_directory, list_checkpoints
 
     if not is_manager_directory(path, storage_options()):
         raise CheckpointNotFoundError(

@@ -1,7 +1,7 @@
 """varstore convert: copy a checkpoint into another format, with --filter, --rename, --separator, --dtype, a progress bar.
 
 Parses the options (`--rename` through the library's one OLD=NEW parser),
-calls `varstore.convert.convert`, and prints a summary or the
+calls `varstore.formats.convert`, and prints a summary or the
 varstore.convert/1 JSON document. The only CLI module that draws a tqdm bar;
 never catches library errors (main.py does).
 """
@@ -36,10 +36,10 @@ __all__ = ["convert_command", "make_progress", "parse_rename"]
 def parse_rename(values: tuple[str, ...]) -> list[tuple[str, str]]:
     """`--rename OLD=NEW` options as (old, new) prefix pairs, in the order given.
 
-    Parsed by varstore.convert.rename.parse_rename_rule (the library's one
+    Parsed by varstore.formats.rename.parse_rename_rule (the library's one
     parser); a malformed rule is a usage error of `--rename`.
     """
-    from varstore.convert.rename import parse_rename_rule
+    from varstore import parse_rename_rule
     from varstore.errors import ConversionError
 
     pairs = []
@@ -158,8 +158,8 @@ def convert_command(src: str, dst: str, from_format: str | None, to_format: str 
         raise click.BadParameter("must not be empty", param_hint="'--separator'")
     remote_source = is_url(src)
     src = src if remote_source else resolve_path(src)
-    from varstore.convert import convert
-    from varstore.convert.format_entry import parse_write_options
+    from varstore import convert
+    from varstore import parse_write_options
 
     progress, close = make_progress(enabled=not as_json and _stderr_is_terminal())
     try:

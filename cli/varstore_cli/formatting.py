@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from varstore_cli.terminal import escape_for_terminal
-from varstore.checkpoint.reader_api import VariableInfo
-from varstore.inspect import ScopeNode
+from varstore import VariableInfo
+from varstore import ScopeNode
 
 __all__ = [
     "plural",

@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from varstore._version import __version__
+from varstore import __version__
 from varstore.errors import VarstoreError
 from varstore_cli.terminal import echo_line, escape_for_terminal
 from varstore_cli import commands, options

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from varstore_cli.terminal import escape_json_text
-from varstore.checkpoint.reader_api import CheckpointReader
+from varstore import CheckpointReader
 from varstore.errors import CheckpointNotFoundError
 
 __all__ = [
@@ -39,19 +39,19 @@ STORAGE_OPTION_HELP = ("For s3://, gs://, az:// paths: a client setting KEY=VALU
 
 
 def read_format_help() -> str:
-    from varstore.convert.registry import read_names
+    from varstore import read_format_names as read_names
 
     return f"Read PATH as this format instead of detecting it: {', '.join(read_names())}."
 
 
 def write_format_help() -> str:
-    from varstore.convert.registry import write_names
+    from varstore import write_format_names as write_names
 
     return f"Destination format (default: from DST's suffix): {', '.join(write_names())}."
 
 
 class FormatOption(click.Option):
-    """An option whose help lists the formats registered when help is shown (varstore.convert.registry)."""
+    """An option whose help lists the formats registered when help is shown (varstore.formats.registry)."""
 
     def __init__(self, *args: Any, help_text: Callable[[], str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -74,7 +74,7 @@ def resolve_path(path: str) -> str:
     Raises:
       CheckpointNotFoundError: a manager directory without checkpoints.
     """
-    from varstore.checkpoint.managed import is_manager_directory, latest_checkpoint
+    from varstore import is_manager_directory, latest_checkpoint
 
     if is_url(path):  # asked only once nothing is committed at the URL itself (see open_reader)
         remote = latest_checkpoint(path, storage_options())
@@ -109,7 +109,7 @@ def reader_options(path: str, format: str | None, skip_object_arrays: bool) -> d
     """open_checkpoint options: skip_object_arrays only where the file is an npz (other readers take none)."""
     if not skip_object_arrays:
         return {}
-    from varstore.convert import detect_format
+    from varstore import detect_format
 
     kind = (format or "").lower() or detect_format(path)
     return {"skip_object_arrays": True} if kind == "npz" else {}
@@ -117,7 +117,7 @@ def reader_options(path: str, format: str | None, skip_object_arrays: bool) -> d
 
 def _remember_storage_options(ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> None:
     if values:
-        from varstore.storage import parse_storage_options
+        from varstore import parse_storage_options
 
         root = ctx.find_root()
         root.ensure_object(dict)
@@ -146,13 +146,13 @@ def storage_options() -> dict[str, str] | None:
 
 def is_url(path: str) -> bool:
     """True when PATH is an object-store URL (s3://, gs://, az://)."""
-    from varstore.storage import is_remote
+    from varstore import is_url as is_remote
 
     return is_remote(path)
 
 
 def open_reader(path: str, format: str | None = None, skip_object_arrays: bool = False) -> CheckpointReader:
-    from varstore.convert import open_checkpoint  # the converters are imported only when needed
+    from varstore import open_checkpoint  # the converters are imported only when needed
 
     if is_url(path):
         return with_latest_on_a_bucket(path, lambda where: open_checkpoint(where, format=format,

@@ -549,7 +549,7 @@ class Varstore(Method):
     """
 
     name = "varstore-h5"
-    label = ("varstore.checkpoint.save(path, store) / restore(path, store) into existing, materialized "
+    label = ("varstore.save(path, store) / restore(path, store) into existing, materialized "
              "variables; W3: open_checkpoint(path)[name]; HDF5")
     modules = ("varstore",)
     suffix = ".h5"
@@ -563,7 +563,7 @@ class Varstore(Method):
         if reason:
             return reason
         try:
-            from varstore.checkpoint import restore, save  # noqa: F401
+            from varstore import restore, save  # noqa: F401
             from varstore.scopes import VariableStore  # noqa: F401
         except ImportError as err:
             return f"varstore checkpoint layer not importable yet ({err})"
@@ -595,7 +595,7 @@ class Varstore(Method):
         return store
 
     def save(self, model: Any, path: Path, durable: bool) -> None:
-        from varstore.checkpoint import save
+        from varstore import save
 
         save(path, model, durable=durable)
 
@@ -628,7 +628,7 @@ class Varstore(Method):
         return store
 
     def load(self, state: Any, workload: Workload, path: Path) -> Any:
-        from varstore.checkpoint import restore
+        from varstore import restore
 
         restore(path, state)
         return {v.name: v.host_view() for v in state.variables()}
@@ -647,7 +647,7 @@ class Varstore(Method):
         return store, initializer
 
     def restore(self, state: Any, workload: Workload, path: Path) -> tuple[Arrays, int]:
-        from varstore.checkpoint import restore
+        from varstore import restore
 
         store, initializer = state
         restore(path, store)

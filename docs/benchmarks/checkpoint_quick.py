@@ -112,12 +112,12 @@ def load_zarr(path: Path, model: dict[str, np.ndarray]) -> None:
 
 
 def save_varstore(path: Path, model: dict[str, np.ndarray]) -> None:
-    from varstore.checkpoint import save
+    from varstore import save
     save(path, model)
 
 
 def load_varstore(path: Path, model: dict[str, np.ndarray]) -> None:
-    from varstore.checkpoint import restore
+    from varstore import restore
     restore(path, model)
 
 

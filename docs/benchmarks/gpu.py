@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     import h5py
 
     import varstore  # noqa: F401  (imports cupy through varstore.devices on first GPU use)
-    from varstore.checkpoint import restore, save
+    from varstore import restore, save
     from varstore.scopes import VariableStore
 
     workdir = Path(tempfile.mkdtemp(prefix="vs-gpu-", dir=args.workdir))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from varstore.backends.hdf5.store import LIBVER, Hdf5Writer
-from varstore.checkpoint import save
+from varstore import save
 
 
 def test_libver_bounds_are_pinned_to_v110_latest(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ import zarr
 from tests.backends.contract import BackendContract
 from tests.checkpoint.damage import VALUES
 from varstore.backends import get_backend
-from varstore.checkpoint import open_varstore as open_checkpoint, save
+from varstore import save
+from varstore.checkpoint import open_varstore as open_checkpoint
 from varstore.errors import CorruptCheckpointError
 
 

@@ -22,7 +22,8 @@ import zarr
 import varstore
 from varstore import dtypes
 from varstore.backends.zarr3.store import METADATA_THREADS, PARALLEL_METADATA_ARRAYS, Zarr3Reader, chunk_file
-from varstore.checkpoint import open_varstore, restore, save
+from varstore import restore, save
+from varstore.checkpoint import open_varstore
 from varstore.errors import CheckpointError, ChecksumError, CorruptCheckpointError
 from varstore.storage.local import LocalFilesReadAhead
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from varstore.checkpoint import atomic, open_varstore as open_checkpoint, save
+from varstore import save
+from varstore.checkpoint import atomic, open_varstore as open_checkpoint
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.writer import save_entries
 
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 WRITER = """
 import sys, numpy as np
-from varstore.checkpoint import save, CheckpointManager
+from varstore import save, CheckpointManager
 path, value, manager = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
 data = {"a": np.full(1000, value), "b/c": np.full(10, value, np.float32), "d": np.full(5000, value)}
 if manager:
@@ -63,7 +64,7 @@ def test_killed_first_writer_leaves_nothing_under_final_name(ckpt: Path) -> None
 
 
 def test_killed_manager_after_rename_keeps_directory_consistent(tmp_path: Path, fmt: str) -> None:
-    from varstore.checkpoint import CheckpointManager
+    from varstore import CheckpointManager
 
     directory = tmp_path / "run"
     assert _run_writer(directory, 1.0, None, manager=True, fmt=fmt) == 0

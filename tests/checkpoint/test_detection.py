@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from tests.checkpoint.damage import VALUES, set_root_attr, wipe_index_header
-from varstore.checkpoint import is_varstore_checkpoint, open_varstore as open_checkpoint, save
+from varstore import save
+from varstore.checkpoint import is_varstore_checkpoint, open_varstore as open_checkpoint
 from varstore.checkpoint.detection import detect_container, index_header, manifest_via_index_header
 from varstore.checkpoint.manifest import INDEX_HEADER_BYTES
 from varstore.errors import CheckpointNotFoundError, NotACheckpointError
@@ -56,7 +57,7 @@ def test_a_file_whose_header_is_wiped_reads_through_hdf5(tmp_path: Path) -> None
 # ------------------------------------------------------------ a damaged root varstore_format
 @pytest.mark.parametrize("found", ["varstore-zaxr", None])
 def test_damaged_format_attribute_with_a_manifest_is_corrupt_not_plain(ckpt: Path, found: str | None) -> None:
-    from varstore.convert import open_checkpoint as open_any
+    from varstore import open_checkpoint as open_any
 
     save(ckpt, VALUES)
     if ckpt.suffix == ".h5":

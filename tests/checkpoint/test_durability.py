@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from varstore.checkpoint import CheckpointManager, atomic, open_varstore, save
+from varstore import CheckpointManager, save
+from varstore.checkpoint import atomic, open_varstore
 from varstore.storage import local
 
 VALUES = {"big": np.arange(3 << 20, dtype=np.float32),  # 12 MiB: written in 8 MiB pieces with write-back

@@ -9,7 +9,8 @@ import pytest
 
 from tests.checkpoint.damage import flip_packed
 from varstore.backends import get_backend
-from varstore.checkpoint import open_varstore as open_checkpoint, restore, save
+from varstore import restore, save
+from varstore.checkpoint import open_varstore as open_checkpoint
 from varstore.checkpoint.manifest import storage_layout
 from varstore.errors import ChecksumError
 from varstore.scopes import VariableStore

@@ -15,7 +15,8 @@ from hypothesis.extra import numpy as hnp
 from tests.checkpoint.plain import plain_array, plain_attrs, plain_manifest, plain_packed_value, plain_root_attrs
 from varstore import dtypes
 from varstore.backends import get_backend
-from varstore.checkpoint import is_varstore_checkpoint, open_varstore as open_checkpoint, save
+from varstore import save
+from varstore.checkpoint import is_varstore_checkpoint, open_varstore as open_checkpoint
 from varstore.errors import (
     CheckpointNotFoundError,
     ChecksumError,
@@ -341,6 +342,6 @@ def test_many_small_variables_share_one_packed_array(ckpt: Path) -> None:
         reader.verify()
         np.testing.assert_array_equal(reader["block_049/v4999"], np.full(64, 4999, np.float32))
     target = {name: np.zeros(64, np.float32) for name in values}
-    from varstore.checkpoint import restore
+    from varstore import restore
     assert len(restore(ckpt, target).restored) == 5000
     assert all(target[name][0] == i for i, name in enumerate(values))

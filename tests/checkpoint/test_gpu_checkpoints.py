@@ -15,7 +15,8 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from varstore import device_transfers
-from varstore.checkpoint import open_varstore, restore, save
+from varstore import restore, save
+from varstore.checkpoint import open_varstore
 from varstore.errors import ChecksumError
 from varstore.scopes import VariableStore
 
@@ -205,7 +206,7 @@ def test_cupy_arrays_made_before_varstore_looked_for_a_gpu_are_device_arrays(tmp
     code = ("import cupy as cp, numpy as np\n"
             "x = cp.arange(1 << 20, dtype=cp.float32)\n"
             "from varstore import device_transfers\n"
-            "from varstore.checkpoint import open_varstore, save\n"
+            "from varstore import save\nfrom varstore.checkpoint import open_varstore\n"
             "assert device_transfers.to_host(x)[-1] == (1 << 20) - 1\n"
             f"save({str(tmp_path / 'x.h5')!r}, {{'x': x}})\n"
             f"with open_varstore({str(tmp_path / 'x.h5')!r}) as r:\n"

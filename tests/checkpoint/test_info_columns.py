@@ -9,7 +9,8 @@ import pytest
 
 from tests.checkpoint.damage import flip_packed
 from varstore import dtypes as vs_dtypes
-from varstore.checkpoint import open_varstore, save
+from varstore import save
+from varstore.checkpoint import open_varstore
 from varstore.checkpoint.manifest import format_checksum
 from varstore.checkpoint.reader_api import VariableInfo
 from varstore.errors import ChecksumError, UnknownVariableError

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from tests.checkpoint.damage import flip_packed
-from varstore.checkpoint import open_varstore, save
+from varstore import save
+from varstore.checkpoint import open_varstore
 from varstore.errors import ChecksumError
 
 VALUES = {f"layer_{i}/w": np.full((8, 8), i, np.float32) for i in range(6)}

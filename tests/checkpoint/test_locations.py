@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.checkpoint.damage import VALUES, rewrite_zarr_manifest
-from varstore.checkpoint import open_varstore as open_checkpoint, save
+from varstore import save
+from varstore.checkpoint import open_varstore as open_checkpoint
 from varstore.errors import CorruptCheckpointError, UnsafeCheckpointError
 
 @pytest.mark.parametrize("packed", [False, True])

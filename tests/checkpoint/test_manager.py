@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from tests.checkpoint.damage import VALUES as _DAMAGE_VALUES
-from varstore.checkpoint import CheckpointManager, open_varstore as open_checkpoint
+from varstore import CheckpointManager
+from varstore.checkpoint import open_varstore as open_checkpoint
 from varstore.errors import CheckpointLockedError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,7 +110,7 @@ def test_locked_directory_raises_clear_error(tmp_path: Path) -> None:
 
 CONCURRENT = """
 import sys, numpy as np
-from varstore.checkpoint import CheckpointManager
+from varstore import CheckpointManager
 directory, offset, fmt = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 manager = CheckpointManager(directory, max_to_keep=4, format=fmt)
 for i in range(6):

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from tests.checkpoint.damage import manifest_bytes, rewrite_zarr_manifest, VALUES
-from varstore.checkpoint import open_varstore as open_checkpoint, save
+from varstore import save
+from varstore.checkpoint import open_varstore as open_checkpoint
 from varstore.checkpoint.manifest import decode_manifest_columns
 from varstore.errors import CorruptCheckpointError
 

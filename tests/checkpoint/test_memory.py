@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import json, resource, sys
 import numpy as np
-from varstore.checkpoint import restore, save
+from varstore import restore, save
 path = sys.argv[1]
 def peak():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

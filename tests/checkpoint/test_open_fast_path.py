@@ -1,4 +1,4 @@
-"""varstore.convert.open_checkpoint recognises varstore's own HDF5 files by their index header first."""
+"""varstore.open_checkpoint recognises varstore's own HDF5 files by their index header first."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from varstore.checkpoint import save
+from varstore import save
 from varstore.checkpoint.reader import VarstoreReader
-from varstore.convert import detect_format, open_checkpoint
+from varstore import detect_format, open_checkpoint
 
 
 def test_own_hdf5_file_skips_format_sniffing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

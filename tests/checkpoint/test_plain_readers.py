@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from varstore.checkpoint import open_varstore as open_checkpoint, restore, save
+from varstore import restore, save
+from varstore.checkpoint import open_varstore as open_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,8 @@ import threading
 import numpy as np
 import pytest
 
-from varstore.checkpoint import open_varstore as open_checkpoint, restore, save
+from varstore import restore, save
+from varstore.checkpoint import open_varstore as open_checkpoint
 from varstore.checkpoint.read_engine import read_into_targets
 from varstore.errors import ChecksumError, ShapeMismatchError
 from varstore.scopes import VariableStore

@@ -15,7 +15,8 @@ from tests.checkpoint.damage import (
     set_root_attr,
     wipe_index_header,
 )
-from varstore.checkpoint import open_varstore as open_checkpoint, save
+from varstore import save
+from varstore.checkpoint import open_varstore as open_checkpoint
 from varstore.errors import CorruptCheckpointError
 
 def test_manifest_crc32c_is_a_root_attribute(ckpt: Path) -> None:

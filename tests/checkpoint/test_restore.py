@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from varstore.checkpoint import CheckpointManager, open_varstore as open_checkpoint, restore, save
+from varstore import CheckpointManager, restore, save
+from varstore.checkpoint import open_varstore as open_checkpoint
 from varstore.checkpoint.reader import CheckpointValue
 from varstore.errors import DtypeMismatchError, RestoreError, ShapeMismatchError
 from varstore.scopes import VariableStore

@@ -23,7 +23,7 @@ def test_no_private_name_is_imported_from_another_module(path: Path) -> None:
             assert not private, f"{path.name} imports {private} from {node.module}"
 
 
-@pytest.mark.parametrize("name", ["restore.py", "read_engine.py", "manager.py"])
+@pytest.mark.parametrize("name", ["restoration.py", "read_engine.py", "manager.py"])
 def test_callers_of_the_reader_use_no_private_attribute(name: str) -> None:
     text = (ROOT / "varstore" / "checkpoint" / name).read_text(encoding="utf-8")
     assert not re.search(r"\breader\._[a-z]", text), f"{name} reaches into the reader"

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from varstore.checkpoint import CheckpointManager, SaveHandle, open_varstore as open_checkpoint, restore, save
+from varstore import CheckpointManager, SaveHandle, restore, save
+from varstore.checkpoint import open_varstore as open_checkpoint
 from varstore.checkpoint import snapshot as snapshot_module
 from varstore.errors import ShapeMismatchError
 from varstore.scopes import VariableStore

@@ -17,7 +17,8 @@ import pytest
 
 from tests.checkpoint.damage import flip_packed, rewrite_zarr_manifest
 from varstore import dtypes
-from varstore.checkpoint import open_varstore, save
+from varstore import save
+from varstore.checkpoint import open_varstore
 from varstore.checkpoint.manifest import Record
 from varstore.checkpoint.verify import scratch_view
 from varstore.errors import ChecksumError, CorruptCheckpointError

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from varstore.checkpoint import open_varstore as open_checkpoint, save
+from varstore import save
+from varstore.checkpoint import open_varstore as open_checkpoint
 from varstore.checkpoint.commit import publish
 from varstore.checkpoint.manifest import assign_paths
 from varstore.checkpoint.plan import entries_from, header, plan_records

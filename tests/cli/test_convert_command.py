@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from varstore.convert import open_checkpoint
+from varstore import open_checkpoint
 from varstore_cli import convert_command
 
 

@@ -47,7 +47,7 @@ def test_docs_synopsis_is_the_click_commands_own() -> None:
     page = synopsis.PAGE.read_text(encoding="utf-8")
     assert synopsis.render(page) == page, "docs/cli.md's synopsis is stale; run `python docs/cli_synopsis.py`"
     text = synopsis.synopsis()
-    from varstore.convert.registry import read_names, write_names
+    from varstore.formats.registry import read_names, write_names
     from varstore_cli.main import cli
 
     for name, command in cli.commands.items():  # every option of every command is on the page

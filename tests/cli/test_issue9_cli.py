@@ -122,10 +122,10 @@ def test_ls_checkpoints_lists_step_time_size_and_marks_latest(run: Run, tmp_path
 
 
 def test_rename_rules_have_one_parser_for_library_and_cli() -> None:
-    from varstore.convert.rename import parse_rename_rule
+    from varstore.formats.rename import parse_rename_rule
 
     cli_source = (ROOT / "cli" / "varstore_cli" / "convert_command.py").read_text()
-    library_source = (ROOT / "varstore" / "convert" / "__init__.py").read_text()
+    library_source = (ROOT / "varstore" / "formats" / "__init__.py").read_text()
     assert "parse_rename_rule" in cli_source and ".partition(\"=\")" not in cli_source
     assert "rename_pairs" in library_source and "split(\"=\"" not in library_source
     assert parse_rename_rule("a/=b/") == ("a/", "b/") and parse_rename_rule("x==y") == ("x", "=y")
@@ -140,7 +140,7 @@ def test_bad_rename_is_the_same_error_in_library_and_cli(run: Run, tmp_path: Pat
     assert result.exit_code == 2 and "needs the form OLD=NEW" in result.stderr
 
 
-_CLI_PATH = ("varstore/convert", "varstore/backends", "varstore/inspect", "varstore/storage",
+_CLI_PATH = ("varstore/formats", "varstore/backends", "varstore/inspect", "varstore/storage",
              "varstore/checkpoint/reader.py", "varstore/checkpoint/reader_api.py", "varstore/checkpoint/detection.py",
              "varstore/checkpoint/locations.py", "varstore/checkpoint/packed.py", "varstore/checkpoint/read_engine.py",
              "varstore/checkpoint/overwrite.py", "varstore/checkpoint/managed.py",
@@ -150,7 +150,7 @@ _CLI_PATH = ("varstore/convert", "varstore/backends", "varstore/inspect", "varst
 
 
 #: Library-only entry points no CLI command calls (register_format is Python API for plug-in formats).
-_NOT_ON_CLI_PATH = ("varstore/convert/registry.py",)
+_NOT_ON_CLI_PATH = ("varstore/formats/registry.py",)
 
 
 def _raised_messages() -> list[tuple[str, str]]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from varstore.convert import convert, open_checkpoint
+from varstore import convert, open_checkpoint
 
 
 def _one_line_error(result, *needles: str) -> str:

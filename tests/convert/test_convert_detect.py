@@ -12,7 +12,7 @@ import pytest
 
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.writer import save_entries
-from varstore.convert import detect_format, open_checkpoint
+from varstore import detect_format, open_checkpoint
 from varstore.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,

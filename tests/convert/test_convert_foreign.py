@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from convert_manifests import CHECKPOINT_FIXTURES, EXPECTED_FORMAT, expected_dtype, value_sha256, variables
 
-from varstore.convert import detect_format, open_checkpoint
+from varstore import detect_format, open_checkpoint
 from varstore.errors import NotACheckpointError, UnknownVariableError, UnsupportedFormatError
 
 
@@ -205,7 +205,7 @@ def test_keras3_nested_layers_of_keras_3_0(tmp_path: Path) -> None:
 
 
 def test_keras2_converts_to_varstore_with_weight_names(tmp_path: Path) -> None:
-    from varstore.convert import convert
+    from varstore.formats import convert
 
     expected = _keras2_file(tmp_path / "legacy.h5", whole_model=True)
     report = convert(tmp_path / "legacy.h5", tmp_path / "out.h5")

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from varstore.convert._restricted_pickle import TensorRef, unpickle
-from varstore.convert.pytorch import TorchReader
+from varstore.formats._restricted_pickle import TensorRef, unpickle
+from varstore.formats.pytorch import TorchReader
 from varstore.errors import CorruptCheckpointError, UnsafeFormatError, VarstoreError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

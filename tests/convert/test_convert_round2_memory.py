@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from varstore.checkpoint.entry import SaveEntry
-from varstore.convert import convert, open_checkpoint
+from varstore import convert, open_checkpoint
 
 TENSOR = 2 << 20  # bytes per tensor
 SLACK = 1 << 20  # constant overhead allowed per step
@@ -74,7 +74,7 @@ def test_gguf_memory(tmp_path: Path) -> None:
 
 
 def test_sharded_safetensors_memory(tmp_path: Path) -> None:
-    from varstore.convert.sharded_safetensors import write_sharded_safetensors
+    from varstore.formats.sharded_safetensors import write_sharded_safetensors
 
     values = _values()
     entries = [SaveEntry(name=k, shape=v.shape, dtype=v.dtype, get=lambda v=v: v) for k, v in values.items()]

@@ -14,12 +14,12 @@ from convert_manifests import CHECKPOINT_FIXTURES, expected_dtype, value_sha256,
 from varstore import dtypes
 from varstore.checkpoint import write_engine
 from varstore.checkpoint.entry import SaveEntry
-from varstore.convert import ConvertReport, convert, open_checkpoint
-from varstore.convert.safetensors import write_safetensors
+from varstore import ConvertReport, convert, open_checkpoint
+from varstore.formats.safetensors import write_safetensors
 from varstore.errors import UnsupportedDtypeError, UnsupportedFormatError
 
 # the module, not the `convert` function that varstore/__init__.py re-exports under the same name
-convert_module = importlib.import_module("varstore.convert")
+convert_module = importlib.import_module("varstore.formats")
 
 #: dtypes the safetensors format has no code for.
 NOT_IN_SAFETENSORS = ("complex128",)
@@ -166,7 +166,7 @@ def test_convert_streams_one_variable_at_a_time(fixtures_dir: Path, tmp_path: Pa
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     alive: list[weakref.ref] = []
     most = [0]
-    real_open = convert_module.open_checkpoint
+    real_open = convert_module.open_any
 
     def tracking_open(path, format=None, **options):
         reader = real_open(path, format, **options)
@@ -182,7 +182,7 @@ def test_convert_streams_one_variable_at_a_time(fixtures_dir: Path, tmp_path: Pa
         reader.read = read
         return reader
 
-    monkeypatch.setattr(convert_module, "open_checkpoint", tracking_open)
+    monkeypatch.setattr(convert_module, "open_any", tracking_open)
     report = convert(fixtures_dir / "keras3/model.weights.h5", tmp_path / f"s{suffix}")
     assert report.variables == 28
     # safetensors and npz write each value before the next read; varstore's own formats hand values to

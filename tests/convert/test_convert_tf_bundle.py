@@ -9,9 +9,9 @@ import pytest
 from tf_bundle_writer import BundleWriter, entry_proto, header_proto, table
 
 from varstore import dtypes
-from varstore.convert import open_checkpoint
-from varstore.convert import _tf_bundle_format as fmt
-from varstore.convert.tf_checkpoint import TFCheckpointReader
+from varstore import open_checkpoint
+from varstore.formats import _tf_bundle_format as fmt
+from varstore.formats.tf_checkpoint import TFCheckpointReader
 from varstore.errors import (
     ChecksumError,
     CheckpointNotFoundError,
@@ -261,7 +261,7 @@ def test_ordered_code_signed_numbers_match_tf_examples() -> None:
 
 
 def test_tf2_checkpoint_converts_with_stripped_names(tmp_path: Path) -> None:
-    from varstore.convert import convert
+    from varstore.formats import convert
 
     writer = BundleWriter(tmp_path / "ckpt-3")
     kernel = np.arange(6, dtype=np.float32).reshape(2, 3)

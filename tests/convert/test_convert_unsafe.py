@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from varstore.convert import convert, detect_format, open_checkpoint
+from varstore import convert, detect_format, open_checkpoint
 from varstore.errors import NotACheckpointError, UnsafeFormatError
 
 MARKER = Path("/tmp/varstore_pwned_marker")
@@ -28,7 +28,7 @@ EVIL = {"torch/evil.pt": "io.open", "torch_zip/evil_reduce.pt": "os.system",
 def no_unpickling(monkeypatch: pytest.MonkeyPatch) -> None:
     """Any call of plain pickle.load / pickle.loads during the test fails it (the restricted Unpickler's
     own .load() is the one allowed path; it is imported before the patch)."""
-    import varstore.convert._restricted_pickle  # noqa: F401  (binds pickle.Unpickler before the patch)
+    import varstore.formats._restricted_pickle  # noqa: F401  (binds pickle.Unpickler before the patch)
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("something called plain pickle.load / pickle.loads")

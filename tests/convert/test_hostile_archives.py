@@ -24,16 +24,16 @@ import numpy as np
 import pytest
 
 from tests.reliability._hostile_run import run_hostile
-from varstore.convert import _tf_bundle_format as tf_format
-from varstore.convert import keras as keras_module
-from varstore.convert._leveldb_table import crc32c, mask_crc
-from varstore.convert._restricted_pickle import unpickle
-from varstore.convert.gguf import GGUFReader
-from varstore.convert.keras import open_keras
-from varstore.convert.npz import NpzReader
-from varstore.convert.pytorch import TorchReader
-from varstore.convert.safetensors import SafetensorsReader
-from varstore.convert.sharded_safetensors import ShardedSafetensorsReader
+from varstore.formats import _tf_bundle_format as tf_format
+from varstore.formats import keras as keras_module
+from varstore.formats._leveldb_table import crc32c, mask_crc
+from varstore.formats._restricted_pickle import unpickle
+from varstore.formats.gguf import GGUFReader
+from varstore.formats.keras import open_keras
+from varstore.formats.npz import NpzReader
+from varstore.formats.pytorch import TorchReader
+from varstore.formats.safetensors import SafetensorsReader
+from varstore.formats.sharded_safetensors import ShardedSafetensorsReader
 from varstore.errors import CorruptCheckpointError, NotACheckpointError, UnsafeCheckpointError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

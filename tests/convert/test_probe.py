@@ -9,12 +9,12 @@ import h5py
 import numpy as np
 import pytest
 
-from varstore.convert.probe import Probe
+from varstore.formats.probe import Probe
 from varstore.errors import CorruptCheckpointError
 
 
 def test_the_probe_reads_a_file_through_one_handle(fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from varstore.convert import probe as probe_module
+    from varstore.formats import probe as probe_module
 
     opened: list[str] = []
     real_open = probe_module.open_for_reading  # the probe's one open (never blocks on a FIFO)

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from varstore.checkpoint import save_entries
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo, checked_out
-from varstore.convert import (
+from varstore.formats import (
     READ_FORMATS,
     WRITE_FORMATS,
     FormatEntry,
@@ -31,12 +31,12 @@ from varstore.convert import (
     convert,
     detect_format,
     formats,
-    open_checkpoint,
     register_format,
     unregister_format,
 )
-from varstore.convert import registry
-from varstore.convert.probe import Probe
+from varstore import open_checkpoint
+from varstore.formats import registry
+from varstore.formats.probe import Probe
 from varstore.errors import NotACheckpointError, UnknownVariableError, UnsupportedFormatError
 
 TOY_MAGIC = b'{"toy-format": 1'
@@ -228,9 +228,9 @@ def test_unknown_names_list_what_is_accepted() -> None:
 
 
 def test_lazy_entries_import_nothing_until_called() -> None:
-    code = ("import sys, varstore; from varstore.convert import registry as r; r.formats(); r.read_names(); "
-            "heavy = [m for m in ('h5py', 'zarr', 'safetensors', 'varstore.convert.keras', 'varstore.convert.npz', "
-            "'varstore.convert.safetensors', 'varstore.convert.tf_checkpoint', 'varstore.convert.generic') "
+    code = ("import sys, varstore; from varstore.formats import registry as r; r.formats(); r.read_names(); "
+            "heavy = [m for m in ('h5py', 'zarr', 'safetensors', 'varstore.formats.keras', 'varstore.formats.npz', "
+            "'varstore.formats.safetensors', 'varstore.formats.tf_checkpoint', 'varstore.formats.generic') "
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ})

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from varstore.convert import convert, detect_format, open_checkpoint, registry
+from varstore import convert, detect_format, open_checkpoint
+from varstore.formats import registry
 from varstore.errors import ConversionError, UnsafeFormatError
 
 FILE_FIXTURES = {

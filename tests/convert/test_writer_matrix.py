@@ -15,8 +15,9 @@ import pytest
 
 from varstore import dtypes
 from varstore.checkpoint.entry import SaveEntry
-from varstore.convert import open_checkpoint, registry
-from varstore.convert.format_entry import WriteRequest
+from varstore import open_checkpoint
+from varstore.formats import registry
+from varstore.formats.format_entry import WriteRequest
 from varstore.errors import ConversionError, UnsupportedDtypeError
 
 SOURCES = ["tf1_scopes/model.ckpt", "keras3/model.keras", "safetensors/mixed_torch.safetensors",

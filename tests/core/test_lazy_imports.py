@@ -21,7 +21,7 @@ def _modules_after(code: str) -> set[str]:
 
 def test_import_varstore_loads_no_checkpoint_layer_or_optional_library() -> None:
     loaded = _modules_after("import varstore")
-    for heavy in ("varstore.checkpoint", "varstore.convert", "varstore.inspect", "h5py", "zarr", "ml_dtypes",
+    for heavy in ("varstore.checkpoint", "varstore.formats", "varstore.inspect", "h5py", "zarr", "ml_dtypes",
                   "crc32c", "hashlib", "importlib.metadata", "numpy.typing"):
         assert heavy not in loaded, heavy
 
@@ -38,7 +38,7 @@ def test_every_public_name_resolves_and_is_listed() -> None:
     for name in varstore.__all__:
         assert getattr(varstore, name) is not None, name
         assert name in dir(varstore)
-    assert callable(varstore.convert) and varstore.convert.__module__ == "varstore.convert"
+    assert callable(varstore.convert) and varstore.convert.__module__ == "varstore.formats"
     assert varstore.dtypes.bfloat16.name == "bfloat16"
     assert varstore.dtypes.as_dtype("float8_e5m2").itemsize == 1
 
@@ -51,15 +51,15 @@ def test_core_names_are_loaded_together_on_first_use() -> None:
     for core in ("varstore._core_api", "varstore.variables", "varstore.scopes", "varstore.default_store",
                  "varstore.initializers", "varstore.devices"):
         assert core not in loaded, core
-    # the submodule variable_scope imported first never hides the public function
-    out = subprocess.run([sys.executable, "-c", "import varstore.variable_scope, varstore\n"
+    # no submodule shares a public function's name: the function is what varstore.variable_scope is
+    out = subprocess.run([sys.executable, "-c", "import varstore._variable_scope, varstore.formats, varstore\n"
                           "print(varstore.variable_scope.__module__, varstore.VariableScope.__name__,\n"
                           "      varstore.initializers.__name__, callable(varstore.get_variable))"],
                          capture_output=True, text=True, check=True).stdout
     assert out.split() == ["varstore.default_store", "VariableScope", "varstore.initializers", "True"]
 
 
-_HEAVY_FOR_A_READ = ("varstore.convert", "varstore.convert.registry", "varstore._core_api", "varstore.variables",
+_HEAVY_FOR_A_READ = ("varstore.formats", "varstore.formats.registry", "varstore._core_api", "varstore.variables",
                      "varstore.scopes", "varstore.checkpoint.remote", "varstore.checkpoint.write_engine",
                      "varstore.checkpoint.writer", "varstore.storage.object_storage", "h5py", "zarr", "tempfile",
                      # URL splitting/settings, tree removal (bz2, lzma), threads and pools: not for a local read
@@ -80,7 +80,7 @@ def test_a_fresh_process_reads_its_own_checkpoints_without_registry_core_or_writ
 
 def test_open_checkpoint_still_goes_through_the_registry_when_it_must(tmp_path: Path) -> None:
     from varstore._open import own_container
-    from varstore.convert.registry import FormatEntry, register_format, unregister_format
+    from varstore.formats.registry import FormatEntry, register_format, unregister_format
     from varstore.errors import UnsupportedFormatError
 
     own = varstore.save(tmp_path / "ck.h5", {"w": np.arange(3, dtype=np.float32)})

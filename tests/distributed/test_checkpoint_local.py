@@ -13,6 +13,8 @@ import varstore as vs
 from tests.convert.tf_bundle_writer import BundleWriter
 from varstore.checkpoint.checksum import crc32c_of
 from varstore.distributed.crc import crc32c_combine, crc32c_of_runs
+from varstore.checkpoint.writer import save as _save_one  # the one-process engine: parts under their own names
+from varstore.checkpoint.restoration import restore as _restore_one
 
 FULL = np.arange(30, dtype=np.float32).reshape(10, 3)
 
@@ -163,7 +165,7 @@ def test_phase_one_checkpoints_with_part_names_still_restore(tmp_path):
     store = build(2)
     fill(store)
     arrays = {v.name: v.numpy() for v in store.variables()}  # parts under their own names
-    path = vs.checkpoint.save(tmp_path / "old.h5", arrays)
+    path = _save_one(tmp_path / "old.h5", arrays)
     target = build(2)
     vs.restore(path, target, strict=True)
     np.testing.assert_array_equal(embedding(target), FULL)
@@ -233,7 +235,7 @@ def test_plain_restore_into_a_bound_store_skips_variables_of_other_ranks(tmp_pat
     source.get_variable("c", [2])
     values = {"a": np.array([1, 2], np.float32), "b": np.array([3, 4], np.float32),
               "c": np.array([5, 6], np.float32)}
-    path = vs.checkpoint.save(tmp_path / "model.h5", values, layout="packed")
+    path = _save_one(tmp_path / "model.h5", values, layout="packed")
     store = vs.VariableStore()
     with vs.device("/job:ps/task:0"):
         a = store.get_variable("a", [2])
@@ -241,7 +243,7 @@ def test_plain_restore_into_a_bound_store_skips_variables_of_other_ranks(tmp_pat
         b = store.get_variable("b", [2])
     c = store.get_variable("c", [2])
     store.initialize(comm=_Rank())
-    result = vs.checkpoint.restore(path, store)
+    result = _restore_one(path, store)
     assert not a.is_allocated and a.is_owned is False  # rank 0's: never allocated here
     np.testing.assert_array_equal(b.numpy(), [3, 4])
     np.testing.assert_array_equal(c.numpy(), [5, 6])

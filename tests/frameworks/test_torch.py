@@ -40,7 +40,7 @@ def _random(shape: tuple[int, ...], dtype: "torch.dtype", seed: int = 0) -> "tor
 
 
 def test_import_varstore_imports_neither_torch_nor_jax():
-    code = "import sys, varstore, varstore.checkpoint, varstore.convert; print(sorted(m for m in ('torch', 'jax') if m in sys.modules))"
+    code = "import sys, varstore, varstore.checkpoint, varstore.formats; print(sorted(m for m in ('torch', 'jax') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 

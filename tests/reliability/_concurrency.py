@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from varstore.checkpoint import CheckpointManager
+from varstore import CheckpointManager
 from varstore.errors import VarstoreError
 
 from ._crash import _check_values

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _crash_writer import model  # noqa: E402
 
-from varstore.checkpoint import CheckpointManager  # noqa: E402
+from varstore import CheckpointManager  # noqa: E402
 
 if __name__ == "__main__":
     directory, fmt, start, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from varstore.checkpoint import CheckpointManager, open_varstore as open_checkpoint
+from varstore import CheckpointManager
+from varstore.checkpoint import open_varstore as open_checkpoint
 from varstore.checkpoint.atomic import FAULT_POINTS, is_temporary
 
 WRITER = Path(__file__).resolve().parent / "_crash_writer.py"

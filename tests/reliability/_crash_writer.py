@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from varstore.checkpoint import CheckpointManager
+from varstore import CheckpointManager
 
 
 def model(step: int) -> dict[str, np.ndarray]:

@@ -82,7 +82,7 @@ def huge_tf(folder: Path) -> Path:
         from tf_bundle_writer import table
     finally:
         sys.path.pop(0)
-    from varstore.convert import _tf_bundle_format as fmt
+    from varstore.formats import _tf_bundle_format as fmt
 
     from ._fuzz import _field
 
@@ -109,7 +109,7 @@ HUGE_CLAIMS = {
 # ------------------------------------------------ outside the store
 def outside_zarr_array(folder: Path) -> Path:
     """A Zarr v3 array directory outside any checkpoint, holding SENTINEL values (8, 16) float32."""
-    from varstore.checkpoint import save
+    from varstore import save
 
     holder = folder / "outside_holder.zarr"
     save(holder, {"dense/kernel": np.full((8, 16), SENTINEL, np.float32)}, pack_threshold_bytes=0)

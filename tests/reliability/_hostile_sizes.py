@@ -106,7 +106,7 @@ def _own_zarr_manifest(path: Path) -> dict:
 def aliased_packed_zarr(folder: Path) -> Path:
     """A varstore Zarr checkpoint whose manifest names ALIAS_COUNT variables 'w0'... over the one 4 MiB
     range of the packed blob where 'w' lies (checksums copied, so only a range check can refuse it)."""
-    from varstore.checkpoint import save
+    from varstore import save
 
     path = folder / "aliased.zarr"
     save(path, {"w": np.arange(ALIAS_BYTES // 4, dtype=np.float32)}, pack_threshold_bytes=ALIAS_BYTES + 1,
@@ -209,7 +209,7 @@ def aliased_h5_offsets(folder: Path) -> Path:
     The new manifest is appended to the file and the 512-byte index header pointed at it (offset, length,
     crc32c), so a reader takes the index-header path, where the manifest's file offsets are trusted.
     """
-    from varstore.checkpoint import save
+    from varstore import save
     from varstore.checkpoint.checksum import crc32c_raw
     from varstore.checkpoint.index_header import decode_index_header, encode_index_header
 

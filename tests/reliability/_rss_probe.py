@@ -27,7 +27,7 @@ def _peak_mb() -> float:
 
 
 def main(op: str, fmt: str, path: str, model_mb: int) -> None:
-    from varstore.checkpoint import restore, save
+    from varstore import restore, save
 
     count = 20
     per = model_mb * (1 << 20) // count // 4

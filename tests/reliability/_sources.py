@@ -60,7 +60,7 @@ def own_values() -> dict[str, np.ndarray]:
 def write_own(directory: Path, fmt: str) -> Path:
     """Writes the own-format checkpoint `model.h5` or `model.zarr` in `directory` (small packing threshold,
     so there are own arrays and a packed blob while the file stays a few KB)."""
-    from varstore.checkpoint import save
+    from varstore import save
 
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / ("model.h5" if fmt == "h5" else "model.zarr")
@@ -155,7 +155,7 @@ def data_regions(source: Source) -> dict[str, list[tuple[int, int, str]]]:
                 rel = str(Path(extent.file).relative_to(root))
                 regions.setdefault(rel, []).append((start, start + record.nbytes, name))
     elif source.label == "TF .data":
-        from varstore.convert import _tf_bundle_format as fmt
+        from varstore.formats import _tf_bundle_format as fmt
 
         index = (source.src / "model.ckpt.index").read_bytes()
         for key, value in fmt.read_table(index, "index"):

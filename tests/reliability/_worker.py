@@ -14,7 +14,7 @@ process (a C library abort, a segfault) or hung. A case:
      "op": "truncate" | "flip" | "none", "offset": byte, "bit": 0-7,
      "modes": ["read"] and optionally "restore", "cli"}
 
-"read" opens with varstore.convert.open_checkpoint and reads every variable
+"read" opens with varstore.open_checkpoint and reads every variable
 (varstore checkpoints check crc32c on each read); "restore" restores a
 varstore checkpoint into zero arrays; "cli" runs `varstore verify`. Each
 mode's outcome is "typed" (a VarstoreError: its class and message), "exact"
@@ -49,7 +49,7 @@ def _digest(value: np.ndarray) -> list[Any]:
 
 def read_all(path: Path) -> dict[str, list[Any]]:
     """Opens any checkpoint varstore reads and returns {name: [dtype, shape, sha256]} of every variable."""
-    from varstore.convert import open_checkpoint
+    from varstore import open_checkpoint
 
     reader = open_checkpoint(path)
     try:
@@ -59,7 +59,7 @@ def read_all(path: Path) -> dict[str, list[Any]]:
 
 
 def _restore_all(path: Path, baseline: dict[str, list[Any]]) -> dict[str, list[Any]]:
-    from varstore.checkpoint import restore
+    from varstore import restore
 
     target = {name: np.zeros(tuple(shape), dtype=_dtype(dtype)) for name, (dtype, shape, _) in baseline.items()}
     restore(path, target)

@@ -34,7 +34,8 @@ time.sleep(30)
 
 def test_readers_ignore_hdf5_write_locks(tmp_path: Path) -> None:
     """varstore opens checkpoints with locking=False: a process holding HDF5's write lock does not block reads."""
-    from varstore.checkpoint import open_varstore as open_checkpoint, save
+    from varstore import save
+    from varstore.checkpoint import open_varstore as open_checkpoint
 
     path = save(tmp_path / "m.h5", {"w": np.arange(10.0)})
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True)
@@ -49,11 +50,12 @@ def test_readers_ignore_hdf5_write_locks(tmp_path: Path) -> None:
 
 def test_saving_works_with_hdf5_file_locking_off(tmp_path: Path) -> None:
     """HDF5_USE_FILE_LOCKING=FALSE (the NFS switch) is honoured by the writer; the manager's .lock still applies."""
-    code = ("import numpy as np; from varstore.checkpoint import CheckpointManager; "
+    code = ("import numpy as np; from varstore import CheckpointManager; "
             f"CheckpointManager({str(tmp_path)!r}, format='h5').save({{'w': np.arange(3.0)}}, step=5)")
     env = dict(os.environ, HDF5_USE_FILE_LOCKING="FALSE")
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
-    from varstore.checkpoint import CheckpointManager, open_varstore as open_checkpoint
+    from varstore import CheckpointManager
+    from varstore.checkpoint import open_varstore as open_checkpoint
 
     manager = CheckpointManager(tmp_path, format="h5")
     assert manager.latest.name == "ckpt-5.h5"
@@ -64,7 +66,7 @@ def test_saving_works_with_hdf5_file_locking_off(tmp_path: Path) -> None:
 def test_second_writer_waits_then_fails_with_a_clear_error(tmp_path: Path) -> None:
     import fcntl
 
-    from varstore.checkpoint import CheckpointManager
+    from varstore import CheckpointManager
     from varstore.errors import CheckpointLockedError
 
     tmp_path.mkdir(exist_ok=True)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from varstore.checkpoint import open_varstore
-from varstore.checkpoint import save
-from varstore.convert import open_checkpoint
+from varstore import save
+from varstore import open_checkpoint
 from varstore.errors import InvalidNameError, UnsafeFormatError, VarstoreError
 
 from . import _hostile as hostile

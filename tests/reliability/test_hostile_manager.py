@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from varstore.checkpoint import CheckpointManager, atomic, save
+from varstore import CheckpointManager, save
+from varstore.checkpoint import atomic
 from varstore.errors import CorruptCheckpointError, PathOutsideCheckpointError
 
 from ._hostile_run import changed_paths, run_hostile, tree_state

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import varstore
-from varstore.checkpoint import save
+from varstore import save
 from varstore.checkpoint.byte_ranges import check_disjoint
-from varstore.convert import convert, open_checkpoint
+from varstore import convert, open_checkpoint
 from varstore.errors import (CorruptCheckpointError, UnknownVariableError, UnsafeCheckpointError,
                              ValueTooLargeError, VarstoreError)
 

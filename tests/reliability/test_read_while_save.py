@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from varstore.checkpoint import open_varstore, save
+from varstore import save
+from varstore.checkpoint import open_varstore
 from varstore.checkpoint.load import load_varstore
 from varstore.errors import CheckpointReplacedError
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from varstore.checkpoint import CheckpointManager, save
+from varstore import CheckpointManager, save
 from varstore.errors import SpecialFileError
 
 from ._hostile_run import run_hostile

@@ -151,5 +151,5 @@ def test_storage_imports_nothing_above_it() -> None:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             for name in names:
-                assert not name.startswith(("varstore.checkpoint", "varstore.backends", "varstore.convert",
+                assert not name.startswith(("varstore.checkpoint", "varstore.backends", "varstore.formats",
                                             "varstore.variables", "varstore.scopes")), f"{path.name} imports {name}"

@@ -9,7 +9,7 @@ faults the new arrays in ahead of the reads (residency.py). Packed variables tha
 at least half of the blob's bytes are returned as views of it (no copy
 each). Memory: the arrays, plus the packed blob (at most 256 MiB, packed
 layout only) while it runs. The
-public entry point for every format is varstore.load (varstore/convert/load.py).
+public entry point for every format is varstore.load (varstore/formats/load.py).
 Never writes.
 """
 
@@ -27,7 +27,7 @@ from varstore.checkpoint.packed import packed_views
 from varstore.checkpoint.read_engine import PACKED_CACHE_BYTES, check_packed
 from varstore.checkpoint.reader import VarstoreReader, open_varstore
 from varstore.checkpoint.residency import populated
-from varstore.checkpoint.restore import restore
+from varstore.checkpoint.restoration import restore
 
 __all__ = ["load_varstore", "select_names"]
 

@@ -28,11 +28,12 @@ from typing import Any
 
 from varstore.backends import FORMATS, format_for_path
 from varstore.checkpoint import atomic
+from varstore.checkpoint.manifest import DEFAULT_PACK_THRESHOLD_BYTES
 from varstore.checkpoint.detection import is_varstore_checkpoint
 from varstore.checkpoint.remote_manager import remote_directory
 from varstore.checkpoint.plan import entries_from
 from varstore.checkpoint.reader import open_varstore
-from varstore.checkpoint.restore import RestoreResult, reader_still_needed, restore, targets_of
+from varstore.checkpoint.restoration import RestoreResult, reader_still_needed, restore, targets_of
 from varstore.checkpoint.snapshot import SaveHandle, save_async
 from varstore.checkpoint.writer import save
 from varstore.errors import (CheckpointError, CheckpointLockedError, CorruptCheckpointError, NotACheckpointError,
@@ -253,8 +254,9 @@ class CheckpointManager:
 
     # -- saving
     def save(self, target: Any, step: int, *, metadata: dict[str, Any] | None = None,
-             blocking: bool = True, max_snapshot_bytes: int | None = None,
-             **save_options: Any) -> Path | str | SaveHandle:
+             blocking: bool = True, max_snapshot_bytes: int | None = None, checksum: bool = True,
+             pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES, layout: str | None = None,
+             durable: bool = True) -> Path | str | SaveHandle:
         """Saves `target` as "<checkpoint_name>-<step>", updates "latest", applies retention.
 
         Args:
@@ -266,7 +268,7 @@ class CheckpointManager:
             retention then run in a background thread, which holds the lock, so
             the next save waits for this one.
           max_snapshot_bytes: with blocking=False, bound on snapshot copies (bytes).
-          **save_options: checksum, pack_threshold_bytes, layout, durable (see save).
+          checksum, pack_threshold_bytes, layout, durable: as varstore.save.
 
         Returns:
           The checkpoint's path, or a SaveHandle when `blocking` is False.
@@ -299,7 +301,8 @@ class CheckpointManager:
                 handle = save_async(Path(final), entries_from(target), step=step, metadata=metadata,
                                     format=self.format, max_snapshot_bytes=max_snapshot_bytes,
                                     after=after, storage=None if self._remote is None else self._remote.storage,
-                                    **save_options)
+                                    checksum=checksum, pack_threshold_bytes=pack_threshold_bytes, layout=layout,
+                                    durable=durable)
             except BaseException:
                 unlock()
                 raise
@@ -309,7 +312,8 @@ class CheckpointManager:
             self._sweep()
             self._state()  # a damaged or hostile pointer fails the save before anything is written
             save(final, target, step=step, metadata=metadata, format=self.format,
-                 storage_options=self._storage_options, **save_options)
+                 storage_options=self._storage_options, checksum=checksum,
+                 pack_threshold_bytes=pack_threshold_bytes, layout=layout, durable=durable)
             self._after_save(final, step)
         return final
 

@@ -181,7 +181,7 @@ class VarstoreReader(CheckpointReader):
         except VarstoreError:
             raise NotACheckpointError(
                 f"'{self.path}' is a {self._backend.description} but not a varstore checkpoint (no "
-                f"varstore_format attribute); open it with varstore.convert.open_checkpoint") from None
+                f"varstore_format attribute); open it with varstore.open_checkpoint") from None
         raise CorruptCheckpointError(
             f"'{self.path}' holds a varstore manifest ({MANIFEST_PATH}) but its root attribute "
             f"varstore_format is {found!r}, not {self.format!r}: its root metadata is damaged; "

@@ -3,7 +3,7 @@
 Without `comm` and without partitioned variables these are
 varstore.checkpoint's save / restore / CheckpointManager, and restore also
 reads every other registered format (`open_for_restore`: varstore's own
-containers directly, the rest through varstore.convert's registry). With `comm` (an
+containers directly, the rest through varstore.formats' registry). With `comm` (an
 mpi4py communicator or a varstore.distributed.Communicator), or a store
 holding partitioned variables, they run the collective save (save.py: each
 partitioned variable as ONE global array) and restore (restore.py: each
@@ -14,7 +14,8 @@ lock, retention and the "latest" pointer and broadcasts what it chose.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,9 +23,10 @@ from varstore.checkpoint import atomic
 from varstore.checkpoint import manager as _manager
 from varstore.checkpoint.reader import VarstoreReader
 from varstore.checkpoint.reader_api import CheckpointReader
-from varstore.checkpoint.restore import RestoreResult, restore_and_release
-from varstore.checkpoint.restore import restore as _restore_one
+from varstore.checkpoint.restoration import RestoreResult, restore_and_release
+from varstore.checkpoint.restoration import restore as _restore_one
 from varstore.checkpoint.snapshot import SaveHandle
+from varstore.checkpoint.manifest import DEFAULT_PACK_THRESHOLD_BYTES
 from varstore.checkpoint.writer import save as _save_one
 from varstore.distributed.agree import agree
 from varstore.distributed.communicator import Communicator, as_communicator
@@ -42,14 +44,18 @@ def _partitioned(target: Any) -> bool:
     return any(getattr(v, "save_slice_info", None) is not None for v in variables())
 
 
-def save(path: os.PathLike[str] | str, target: Any, *, comm: Any = None, check_replicas: bool = False,
-         **options: Any) -> Path | str | SaveHandle:
+def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
+         metadata: Mapping[str, Any] | None = None, format: str | None = None, checksum: bool = True,
+         pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES, blocking: bool = True,
+         max_snapshot_bytes: int | None = None, overwrite: bool = False, layout: str | None = None,
+         storage_options: Mapping[str, object] | None = None, durable: bool = True,
+         comm: Any = None, check_replicas: bool = False) -> Path | str | SaveHandle:
     """Saves variables to an HDF5 file or Zarr v3 directory, atomically and checksummed; collectively with `comm`.
 
     Args:
-      path, target, **options: as varstore.checkpoint.save (step, metadata,
-        format, checksum, pack_threshold_bytes, blocking, max_snapshot_bytes,
-        overwrite, layout).
+      path, target, step, metadata, format, checksum, pack_threshold_bytes, blocking,
+        max_snapshot_bytes, overwrite, layout, storage_options, durable: as the
+        one-process engine (varstore/checkpoint/writer.py, save: every argument documented there).
       comm: None (one process), an mpi4py communicator (MPI.COMM_WORLD or a
         sub-communicator) or a varstore.distributed.Communicator. Collective:
         every rank calls save with its own store; each writes the variables
@@ -68,12 +74,18 @@ def save(path: os.PathLike[str] | str, target: Any, *, comm: Any = None, check_r
       (DistributedMismatchError when the ranks' stores differ).
     """
     if comm is None and not check_replicas and not _partitioned(target):
-        return _save_one(path, target, **options)
-    unsupported = sorted(set(options) - {"step", "metadata", "format", "overwrite", "checksum"})
-    if unsupported or options.get("checksum") is False:
-        raise TypeError(f"a collective save (comm=, or partitioned variables) does not take {unsupported or ['checksum=False']}")
-    options.pop("checksum", None)
-    return save_collective(path, target, comm, check_replicas=check_replicas, **options)
+        return _save_one(path, target, step=step, metadata=metadata, format=format, checksum=checksum,
+                         pack_threshold_bytes=pack_threshold_bytes, blocking=blocking,
+                         max_snapshot_bytes=max_snapshot_bytes, overwrite=overwrite, layout=layout,
+                         storage_options=storage_options, durable=durable)
+    given = {"checksum": checksum is not True, "pack_threshold_bytes": pack_threshold_bytes != DEFAULT_PACK_THRESHOLD_BYTES,
+             "blocking": blocking is not True, "max_snapshot_bytes": max_snapshot_bytes is not None,
+             "layout": layout is not None, "storage_options": storage_options is not None, "durable": durable is not True}
+    unsupported = sorted(name for name, set_ in given.items() if set_)
+    if unsupported:
+        raise TypeError(f"a collective save (comm=, or partitioned variables) does not take {unsupported}")
+    return save_collective(path, target, comm, check_replicas=check_replicas, step=step,
+                           metadata=None if metadata is None else dict(metadata), format=format, overwrite=overwrite)
 
 
 def _own_format(format: str | None) -> bool:
@@ -96,7 +108,7 @@ def open_for_restore(path: os.PathLike[str] | str, format: str | None = None,
     A varstore HDF5 file or Zarr v3 directory opens directly (the converter
     registry is not imported); anything else that is not one (a TF prefix,
     its `.index`, a directory with a TF `checkpoint` file, .safetensors, a
-    PyTorch .pt, .npz, Keras, ...) goes to varstore.convert.open_checkpoint,
+    PyTorch .pt, .npz, Keras, ...) goes to the registry (varstore.formats.open_any),
     as tf.compat.v1.train.Saver.restore reads a TF checkpoint into the graph.
 
     Args:
@@ -115,9 +127,9 @@ def open_for_restore(path: os.PathLike[str] | str, format: str | None = None,
         except (NotACheckpointError, CheckpointNotFoundError):
             if format is not None:
                 raise
-    from varstore.convert import open_checkpoint
+    from varstore.formats import open_any
 
-    return open_checkpoint(path, format, storage_options=storage_options)
+    return open_any(path, format, storage_options=storage_options)
 
 
 def restore(path: os.PathLike[str] | str | CheckpointReader, target: Any, *, comm: Any = None,
@@ -200,7 +212,7 @@ def restore(path: os.PathLike[str] | str | CheckpointReader, target: Any, *, com
 
 def _raise_if_foreign(path: os.PathLike[str] | str, err: Exception) -> None:
     """Raises UnsupportedFormatError when `path`, not a varstore checkpoint, is one the registry reads."""
-    from varstore.convert import detect_format
+    from varstore.formats import detect_format
     from varstore.errors import VarstoreError
 
     try:
@@ -225,16 +237,31 @@ class CheckpointManager(_manager.CheckpointManager):
       comm: None, or a communicator (see varstore.save).
     """
 
-    def __init__(self, directory: os.PathLike[str] | str, max_to_keep: int | None = 5, *, comm: Any = None,
-                 **options: Any) -> None:
-        super().__init__(directory, max_to_keep, **options)
+    def __init__(self, directory: os.PathLike[str] | str, max_to_keep: int | None = 5,
+                 keep_every_n_hours: float | None = None, format: str = "h5", checkpoint_name: str = "ckpt",
+                 lock_timeout_s: float | None = 60.0, clock: Callable[[], float] = time.time,
+                 storage_options: Mapping[str, object] | None = None, *, comm: Any = None) -> None:
+        super().__init__(directory, max_to_keep, keep_every_n_hours, format, checkpoint_name, lock_timeout_s, clock,
+                         storage_options)
         self.comm: Communicator | None = None if comm is None else as_communicator(comm)
 
-    def save(self, target: Any, step: int, **options: Any) -> Any:
-        """As varstore.checkpoint.CheckpointManager.save; collective with `comm` (blocking only)."""
+    def save(self, target: Any, step: int, *, metadata: dict[str, Any] | None = None, blocking: bool = True,
+             max_snapshot_bytes: int | None = None, checksum: bool = True,
+             pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES, layout: str | None = None,
+             durable: bool = True) -> Path | str | SaveHandle:
+        """As the one-process manager's save (varstore/checkpoint/manager.py); collective with `comm`
+        (blocking, checksummed, default layout only: TypeError names what else was given)."""
         comm = self.comm
         if comm is None and not _partitioned(target):
-            return super().save(target, step, **options)
+            return super().save(target, step, metadata=metadata, blocking=blocking,
+                                max_snapshot_bytes=max_snapshot_bytes, checksum=checksum,
+                                pack_threshold_bytes=pack_threshold_bytes, layout=layout, durable=durable)
+        given = {"blocking": blocking is not True, "max_snapshot_bytes": max_snapshot_bytes is not None,
+                 "checksum": checksum is not True, "layout": layout is not None, "durable": durable is not True,
+                 "pack_threshold_bytes": pack_threshold_bytes != DEFAULT_PACK_THRESHOLD_BYTES}
+        unsupported = sorted(name for name, set_ in given.items() if set_)
+        if unsupported:
+            raise TypeError(f"a collective save (comm=, or partitioned variables) does not take {unsupported}")
         comm = comm or as_communicator(None)
         step = int(cast(int, comm.bcast(int(step))))  # rank 0 owns numbering
         final = Path(cast(str, comm.bcast(str(self.directory / f"{self.checkpoint_name}-{step}{self._suffix}"))))
@@ -247,7 +274,7 @@ class CheckpointManager(_manager.CheckpointManager):
 
         try:
             agree(comm, prepare)
-            save_collective(final, target, comm, step=step, format=self.format, **options)
+            save_collective(final, target, comm, step=step, format=self.format, metadata=metadata)
             agree(comm, lambda: self._after_save(final, step) if comm.rank == 0 else None)
         finally:
             if lock is not None:

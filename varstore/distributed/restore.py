@@ -23,7 +23,7 @@ import numpy as np
 from varstore.checkpoint._batch import paused_gc
 from varstore.checkpoint.reader import VarstoreReader, open_varstore
 from varstore.checkpoint.regions import RegionSource
-from varstore.checkpoint.restore import PendingResolver, covered_targets, map_names
+from varstore.checkpoint.restoration import PendingResolver, covered_targets, map_names
 from varstore.checkpoint.restore_result import Consumption, RestoreResult, strict_restore_error
 from varstore.distributed.agree import agree
 from varstore.distributed.checks import check_structure

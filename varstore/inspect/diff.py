@@ -129,7 +129,7 @@ class CheckpointDiff:
 def _open(checkpoint: CheckpointReader | os.PathLike[str] | str) -> tuple[CheckpointReader, bool]:
     if isinstance(checkpoint, CheckpointReader):
         return checkpoint, False
-    from varstore.convert import open_checkpoint  # convert sits above checkpoint; import late
+    from varstore._open import open_checkpoint  # the formats sit above checkpoint; import late
 
     return open_checkpoint(Path(checkpoint)), True
 
@@ -199,7 +199,7 @@ def diff_checkpoints(a: CheckpointReader | os.PathLike[str] | str,
 
     Args:
       a, b: open CheckpointReaders, or paths opened with
-        `varstore.convert.open_checkpoint` (and closed again here).
+        `varstore.open_checkpoint` (and closed again here).
       rtol: relative tolerance (unitless, >= 0).
       atol: absolute tolerance (in the variable's units, >= 0).
       names: compare only these names (the others are ignored on both sides);

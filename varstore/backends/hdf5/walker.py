@@ -4,7 +4,7 @@ Lists every dataset with its shape, dtype and attributes, and every object
 that is not a plain array (soft, dangling and external links, compound,
 variable-length, reference, opaque and virtual datasets, named datatypes)
 with the reason it is not read. Reads one dataset at a time. Never follows
-external links, never writes. The importers in varstore.convert (keras.py,
+external links, never writes. The importers in varstore.formats (keras.py,
 generic.py) use it so they never import h5py themselves; it knows nothing
 about variables, names rules or checkpoints.
 """

@@ -4,7 +4,7 @@ Lists every array with its shape, dtype, chunking and attributes, and every
 array that is not a plain fixed-size array (variable-length strings,
 structured or object dtypes) with the reason it is not read. Reads one array
 at a time. Symbolic links leading outside the hierarchy are listed as
-skipped and never followed. The importer varstore.convert.generic uses it so it never imports
+skipped and never followed. The importer varstore.formats.generic uses it so it never imports
 zarr itself; it knows nothing about variables or checkpoints.
 """
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from varstore.convert._restricted_pickle import DType, TensorRef
+from varstore.formats._restricted_pickle import DType, TensorRef
 from varstore.errors import CorruptCheckpointError, UnsafeCheckpointError
 
 __all__ = ["flatten", "MAX_ITEMS", "MAX_NAME_CHARS", "MAX_NAME_LENGTH", "MAX_DEPTH"]

@@ -1,6 +1,6 @@
-"""Open any registered checkpoint format read-only, and convert between formats, streaming.
+"""open_any (open_checkpoint's registry path) for every registered format, convert between formats (streaming), detect_format.
 
-`open_checkpoint(path)` detects the format through varstore.convert.registry
+`open_any(path)` (varstore.open_checkpoint's registry path) detects the format through varstore.formats.registry
 (varstore HDF5/Zarr, TensorFlow bundle, Keras 3/2, safetensors, npz, plain
 HDF5/Zarr, and any format registered at run time) and returns a lazy
 CheckpointReader with the same keys()/info()/[name] interface for all.
@@ -29,13 +29,13 @@ from varstore import dtypes as _dtypes
 from varstore._limits import max_bytes as _max_bytes
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry
-from varstore.convert import registry as _registry
-from varstore.convert.registry import FormatEntry, WriteRequest, register_format, unregister_format
-from varstore.convert.rename import rename_pairs, rewrite
+from varstore.formats import registry as _registry
+from varstore.formats.registry import FormatEntry, WriteRequest, register_format, unregister_format
+from varstore.formats.rename import rename_pairs, rewrite
 from varstore.errors import ConversionError, UnsupportedFormatError
 from varstore.storage import is_remote, object_store_for, storage_for, url_from_path
 
-__all__ = ["open_checkpoint", "convert", "ConvertReport", "detect_format", "READ_FORMATS", "WRITE_FORMATS",
+__all__ = ["open_any", "convert", "ConvertReport", "detect_format", "READ_FORMATS", "WRITE_FORMATS",
            "FormatEntry", "WriteRequest", "register_format", "unregister_format", "formats"]
 
 
@@ -50,7 +50,7 @@ def __getattr__(name: str) -> Any:
 
 
 def formats() -> tuple[FormatEntry, ...]:
-    """Every registered checkpoint format, in detection order (see varstore.convert.registry)."""
+    """Every registered checkpoint format, in detection order (see varstore.formats.registry)."""
     return _registry.formats()
 
 
@@ -87,7 +87,7 @@ def _open_remote(url: os.PathLike[str] | str, format: str | None,
         fmt = {"varstore-hdf5": "h5", "varstore-zarr": "zarr"}.get(name)
         return open_varstore(key, fmt, storage_options=storage_options)
     if name == "safetensors" and not options:
-        from varstore.convert.safetensors import SafetensorsReader
+        from varstore.formats.safetensors import SafetensorsReader
 
         object_name = storage.name_of(key)
         size = storage.size(object_name)
@@ -98,12 +98,13 @@ def _open_remote(url: os.PathLike[str] | str, format: str | None,
         f"(.h5, .zarr) and .safetensors; copy the file to a local disk to open it")
 
 
-def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
+def open_any(path: os.PathLike[str] | str, format: str | None = None, *,
                     storage_options: Mapping[str, object] | None = None,
                     **options: Any) -> CheckpointReader:
-    """Opens a checkpoint of any registered format, read-only and lazily.
+    """Opens a checkpoint of any registered format, read-only and lazily: varstore.open_checkpoint's
+    path through the registry (the public function opens varstore's own checkpoints without it).
 
-    Detection looks at the path once (varstore.convert.probe.Probe): a
+    Detection looks at the path once (varstore.formats.probe.Probe): a
     varstore HDF5 file is told by its index header alone; any other HDF5 file
     is walked once and that walk is handed to the Keras or plain-HDF5 reader.
 
@@ -306,7 +307,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
     cast = _dtypes.as_dtype(dtype) if dtype is not None else None
     if cast is not None and not _dtypes.is_floating(cast):
         raise ConversionError(f"dtype={dtype!r} is not a floating-point dtype; convert casts floats only")
-    with open_checkpoint(src, from_format, storage_options=storage_options, **options) as reader:
+    with open_any(src, from_format, storage_options=storage_options, **options) as reader:
         names = reader.filter(filter) if filter is not None else reader.keys()
         plan: list[tuple[str, str, np.dtype, np.dtype, Any]] = []
         seen: dict[str, str] = {}

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
-from varstore.convert._confine import inside
+from varstore.formats._confine import inside
 from varstore.errors import (
     CorruptCheckpointError,
     MissingDependencyError,
@@ -32,7 +32,7 @@ from varstore.errors import (
 )
 
 if TYPE_CHECKING:
-    from varstore.convert.probe import Probe
+    from varstore.formats.probe import Probe
 
 __all__ = ["OrbaxReader", "sniff", "open_reader", "NAME", "ALIASES", "SUFFIXES", "DESCRIPTION"]
 

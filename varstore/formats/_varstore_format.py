@@ -1,8 +1,8 @@
 """varstore's own HDF5 files and Zarr v3 directories as registry formats: open and write through the checkpoint layer.
 
 Adapts `varstore.checkpoint.open_varstore` and `save_entries` to the
-registry's open/write signatures (varstore.convert.registry). Knows nothing
-of the on-disk layout; sniffing is in varstore.convert.detect.
+registry's open/write signatures (varstore.formats.registry). Knows nothing
+of the on-disk layout; sniffing is in varstore.formats.detect.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from varstore.storage import url_from_path
 if TYPE_CHECKING:
     from varstore.checkpoint.entry import SaveEntry
     from varstore.checkpoint.reader_api import CheckpointReader
-    from varstore.convert.probe import Probe
-    from varstore.convert.format_entry import WriteRequest
+    from varstore.formats.probe import Probe
+    from varstore.formats.format_entry import WriteRequest
 
 __all__ = ["open_reader", "write_hdf5", "write_zarr"]
 

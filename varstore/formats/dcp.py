@@ -24,10 +24,10 @@ import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo, checked_out
-from varstore.convert._restricted_pickle import DType, Record, unpickle
-from varstore.convert.pytorch import TorchBlob
-from varstore.convert._confine import inside
-from varstore.convert._coverage import check_coverage
+from varstore.formats._restricted_pickle import DType, Record, unpickle
+from varstore.formats.pytorch import TorchBlob
+from varstore.formats._confine import inside
+from varstore.formats._coverage import check_coverage
 from varstore.storage.special_files import open_for_reading
 from varstore.errors import (
     CorruptCheckpointError,
@@ -37,7 +37,7 @@ from varstore.errors import (
 )
 
 if TYPE_CHECKING:
-    from varstore.convert.probe import Probe
+    from varstore.formats.probe import Probe
 
 __all__ = ["DCPReader", "sniff", "open_reader", "NAME", "ALIASES", "SUFFIXES", "DESCRIPTION"]
 
@@ -225,7 +225,7 @@ class DCPReader(CheckpointReader):
             finally:
                 blob.close()
         else:
-            from varstore.convert.safetensors import SafetensorsReader
+            from varstore.formats.safetensors import SafetensorsReader
 
             embedded = SafetensorsReader(path, base=chunk.offset)
             try:

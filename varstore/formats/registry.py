@@ -8,7 +8,7 @@ that reads it.
 
 Adding a format (one module plus one entry):
 
-1. Write `varstore/convert/<format>.py` with two module-level functions:
+1. Write `varstore/formats/<format>.py` with two module-level functions:
    `sniff(probe: Probe) -> Path | None` (look only at what the Probe holds:
    `head`, `tail`, `size`, `is_dir`, `zip_names`, `is_hdf5`/`hdf5()`, `read_at`;
    return the path to open, or None; raise UnsafeFormatError for a file it
@@ -17,12 +17,12 @@ Adding a format (one module plus one entry):
    the user named the format; use it only to reuse what it already opened).
    Optionally `write_checkpoint(path, entries, request) -> Sequence[str]`
    (returns notes) for a destination format. Import FormatEntry/WriteRequest
-   from varstore.convert.format_entry and Probe from varstore.convert.probe,
+   from varstore.formats.format_entry and Probe from varstore.formats.probe,
    never this module (that would be an import cycle). Keep the module's
    top-level imports light (stdlib, numpy, varstore.errors,
    varstore.checkpoint.reader_api): sniffing imports it; heavy or optional
    dependencies go inside functions.
-2. Here, add a loader `def _<format>() -> ModuleType: from varstore.convert
+2. Here, add a loader `def _<format>() -> ModuleType: from varstore.formats
    import <format>; return <format>` and one `FormatEntry(name=...,
    description=..., suffixes=(...), sniff=lazy(_<format>, "sniff"),
    open=lazy(_<format>, "open_reader"), order=...)` in `_BUILTIN`. `lazy`
@@ -48,8 +48,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from varstore.convert.format_entry import FormatEntry, WriteRequest
-from varstore.convert.probe import Probe
+from varstore.formats.format_entry import FormatEntry, WriteRequest
+from varstore.formats.probe import Probe
 from varstore.errors import CheckpointNotFoundError, NotACheckpointError, UnsupportedFormatError
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class _Lazy:
 def lazy(load: Callable[[], ModuleType], attribute: str) -> Any:
     """A function that calls `load()` on first use and forwards to its `attribute`.
 
-    `load` is a function holding one literal import (`from varstore.convert
+    `load` is a function holding one literal import (`from varstore.formats
     import keras; return keras`), so nothing is imported when the table is
     built and tests/test_layering.py still sees the import. Typed Any so it
     fits the sniff, open and write slots alike.
@@ -103,92 +103,92 @@ def lazy(load: Callable[[], ModuleType], attribute: str) -> Any:
 
 # One loader per format module: the literal imports the layering test reads.
 def _detect() -> ModuleType:
-    from varstore.convert import detect
+    from varstore.formats import detect
     return detect
 
 
 def _varstore_format() -> ModuleType:
-    from varstore.convert import _varstore_format as module
+    from varstore.formats import _varstore_format as module
     return module
 
 
 def _keras() -> ModuleType:
-    from varstore.convert import keras
+    from varstore.formats import keras
     return keras
 
 
 def _generic() -> ModuleType:
-    from varstore.convert import generic
+    from varstore.formats import generic
     return generic
 
 
 def _tf_checkpoint() -> ModuleType:
-    from varstore.convert import tf_checkpoint
+    from varstore.formats import tf_checkpoint
     return tf_checkpoint
 
 
 def _safetensors() -> ModuleType:
-    from varstore.convert import safetensors
+    from varstore.formats import safetensors
     return safetensors
 
 
 def _npz() -> ModuleType:
-    from varstore.convert import npz
+    from varstore.formats import npz
     return npz
 
 
 def _pytorch() -> ModuleType:
-    from varstore.convert import pytorch
+    from varstore.formats import pytorch
     return pytorch
 
 
 def _sharded_safetensors() -> ModuleType:
-    from varstore.convert import sharded_safetensors
+    from varstore.formats import sharded_safetensors
     return sharded_safetensors
 
 
 def _dcp() -> ModuleType:
-    from varstore.convert import dcp
+    from varstore.formats import dcp
     return dcp
 
 
 def _orbax() -> ModuleType:
-    from varstore.convert import orbax
+    from varstore.formats import orbax
     return orbax
 
 
 def _keras_sharded() -> ModuleType:
-    from varstore.convert import keras_sharded
+    from varstore.formats import keras_sharded
     return keras_sharded
 
 
 def _gguf() -> ModuleType:
-    from varstore.convert import gguf
+    from varstore.formats import gguf
     return gguf
 
 
 def _gguf_writer() -> ModuleType:
-    from varstore.convert import gguf_writer
+    from varstore.formats import gguf_writer
     return gguf_writer
 
 
 def _orbax_writer() -> ModuleType:
-    from varstore.convert import orbax_writer
+    from varstore.formats import orbax_writer
     return orbax_writer
 
 
 def _dcp_writer() -> ModuleType:
-    from varstore.convert import dcp_writer
+    from varstore.formats import dcp_writer
     return dcp_writer
 
 
 def _tf_writer() -> ModuleType:
-    from varstore.convert import tf_writer
+    from varstore.formats import tf_writer
     return tf_writer
 
 
 def _pytorch_writer() -> ModuleType:
-    from varstore.convert import pytorch_writer
+    from varstore.formats import pytorch_writer
     return pytorch_writer
 
 

@@ -26,7 +26,7 @@ from varstore.errors import ConversionError, UnsupportedDtypeError
 
 if TYPE_CHECKING:
     from varstore.checkpoint.entry import SaveEntry
-    from varstore.convert.format_entry import WriteRequest
+    from varstore.formats.format_entry import WriteRequest
 
 __all__ = ["write_pytorch", "write_checkpoint"]
 

@@ -1,11 +1,11 @@
 """The built-in formats' sniff functions: does a Probe hold this format, from its magic bytes?
 
-One function per built-in format of varstore.convert.registry, each
+One function per built-in format of varstore.formats.registry, each
 `sniff(probe) -> Path | None`: the path to open (a TF bundle's prefix, else
 the probed path) or None. Varstore's own HDF5 files are told by their index
 header (one read, the probe's head), foreign HDF5 files by one walk shared by
 the Keras 3, Keras 2 and plain-HDF5 checks. Pickles that are no torch.save file
-(the PyTorch reader, varstore.convert.pytorch, claims those) are refused with
+(the PyTorch reader, varstore.formats.pytorch, claims those) are refused with
 UnsafeFormatError without unpickling anything. Reads only what the probe holds; opens no reader; the registry
 decides the order and the suffix fallback.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from varstore.convert.probe import HDF5_SIGNATURE, Probe
+from varstore.formats.probe import HDF5_SIGNATURE, Probe
 from varstore.errors import CorruptCheckpointError, NotACheckpointError, UnsafeFormatError
 
 __all__ = [
@@ -91,7 +91,7 @@ def sniff_varstore_zarr(probe: Probe) -> Path | None:
 def _keras_layout(probe: Probe) -> str | None:
     if not probe.is_file or not probe.is_hdf5:
         return None
-    from varstore.convert.keras import keras_layout
+    from varstore.formats.keras import keras_layout
 
     return keras_layout(probe.hdf5())
 
@@ -104,7 +104,7 @@ def sniff_keras3(probe: Probe) -> Path | None:
     """
     names = probe.zip_names
     if names is not None:
-        from varstore.convert.keras import KERAS_WEIGHTS_MEMBER
+        from varstore.formats.keras import KERAS_WEIGHTS_MEMBER
 
         return probe.path if KERAS_WEIGHTS_MEMBER in names else None
     return probe.path if _keras_layout(probe) == "keras3" else None
@@ -135,7 +135,7 @@ def sniff_tf(probe: Probe) -> Path | None:
     Raises:
       CheckpointNotFoundError / CorruptCheckpointError: a state file names a missing bundle / none.
     """
-    from varstore.convert.tf_checkpoint import resolve_prefix
+    from varstore.formats.tf_checkpoint import resolve_prefix
 
     if probe.is_dir:  # a TF SavedModel directory, or its variables/ folder: the variables bundle in it
         if (probe.path / "saved_model.pb").is_file() and (probe.path / "variables" / "variables.index").is_file():
@@ -169,7 +169,7 @@ def sniff_npz(probe: Probe) -> Path | None:
 
 
 def sniff_pickle(probe: Probe) -> Path | None:
-    """Refuses pickle-based files no reader claims; runs (from varstore.convert.pytorch.sniff) after every
+    """Refuses pickle-based files no reader claims; runs (from varstore.formats.pytorch.sniff) after every
     other format's magic bytes were tried and the file is no torch.save file.
 
     Raises:

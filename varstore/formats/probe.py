@@ -1,7 +1,7 @@
 """What format detection may look at, read once: a path's kind, size, first bytes, zip directory, HDF5 walk.
 
 A Probe is made once per detection and handed to every format's sniff
-function in turn (see varstore.convert.registry), so a file is opened once
+function in turn (see varstore.formats.registry), so a file is opened once
 however many formats look at it: the head (first 4 KiB) is read
 when the probe is made, the tail, zip directory and HDF5 walk only when a
 sniff first asks, and then cached. The HDF5 walk can be handed on to the

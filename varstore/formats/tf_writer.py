@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from varstore import dtypes as _dtypes
-from varstore.convert._tf_bundle_format import TABLE_MAGIC, crc32c, encode_tensor_name_slice, mask_crc
+from varstore.formats._tf_bundle_format import TABLE_MAGIC, crc32c, encode_tensor_name_slice, mask_crc
 from varstore.errors import CheckpointExistsError, ConversionError, UnsupportedDtypeError
 
 if TYPE_CHECKING:
     from varstore.checkpoint.entry import SaveEntry
-    from varstore.convert.format_entry import WriteRequest
+    from varstore.formats.format_entry import WriteRequest
 
 __all__ = ["write_tf_checkpoint", "write_checkpoint", "fixed_size_slices", "TF_DTYPE_ENUMS"]
 

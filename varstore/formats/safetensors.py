@@ -30,8 +30,8 @@ from varstore.errors import (ConversionError, CorruptCheckpointError, UnknownVar
                              UnsupportedDtypeError)
 
 if TYPE_CHECKING:
-    from varstore.convert.probe import Probe
-    from varstore.convert.format_entry import WriteRequest
+    from varstore.formats.probe import Probe
+    from varstore.formats.format_entry import WriteRequest
 
 __all__ = ["SafetensorsReader", "write_safetensors", "SAFETENSORS_DTYPES", "open_reader", "write_checkpoint"]
 
@@ -293,7 +293,7 @@ def open_reader(path: Path, *, probe: Probe | None = None, **options: Any) -> Sa
 def write_checkpoint(path: Path, entries: Sequence[SaveEntry], request: WriteRequest) -> Sequence[str]:
     """The registry's write for "safetensors": write_safetensors with __metadata__ naming the source.
 
-    `request` is a varstore.convert.format_entry.WriteRequest; the metadata holds
+    `request` is a varstore.formats.format_entry.WriteRequest; the metadata holds
     format "np" and source_metadata(request).
     """
     if request.options:

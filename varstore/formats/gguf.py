@@ -28,11 +28,11 @@ import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo, checked_out
-from varstore.convert import _gguf_quants
+from varstore.formats import _gguf_quants
 from varstore.errors import ConversionError, CorruptCheckpointError, NotACheckpointError, UnknownVariableError
 
 if TYPE_CHECKING:
-    from varstore.convert.probe import Probe
+    from varstore.formats.probe import Probe
 
 __all__ = ["GGUFReader", "GGML_TYPES", "sniff", "open_reader", "NAME", "ALIASES", "SUFFIXES", "DESCRIPTION"]
 

@@ -26,13 +26,13 @@ import numpy.typing as npt
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo
-from varstore.convert.safetensors import SafetensorsReader, write_safetensors
-from varstore.convert._confine import inside
+from varstore.formats.safetensors import SafetensorsReader, write_safetensors
+from varstore.formats._confine import inside
 from varstore.errors import ConversionError, CorruptCheckpointError, NotACheckpointError, UnknownVariableError
 
 if TYPE_CHECKING:
-    from varstore.convert.format_entry import WriteRequest
-    from varstore.convert.probe import Probe
+    from varstore.formats.format_entry import WriteRequest
+    from varstore.formats.probe import Probe
 
 __all__ = ["ShardedSafetensorsReader", "write_sharded_safetensors", "parse_size", "find_index",
            "sniff", "open_reader", "NAME", "ALIASES", "SUFFIXES", "DESCRIPTION", "INDEX_NAME"]
@@ -240,12 +240,12 @@ def write_checkpoint(path: Path, entries: Sequence[SaveEntry], request: WriteReq
 
     `request.options["max_shard_size"]` sets the shard size (default 5GB);
     each shard's __metadata__ holds format "pt" and
-    varstore.convert.safetensors.source_metadata(request).
+    varstore.formats.safetensors.source_metadata(request).
 
     Raises:
       ConversionError: an unknown option or a bad size (before any tensor is read).
     """
-    from varstore.convert.safetensors import source_metadata
+    from varstore.formats.safetensors import source_metadata
 
     unknown = sorted(set(request.options) - {"max_shard_size"})
     if unknown:

@@ -2,7 +2,7 @@
 
 Plain frozen dataclasses and the call signatures of a format's sniff, open
 and write functions. Imports no format and no reader; the table of formats
-and detection live in varstore.convert.registry.
+and detection live in varstore.formats.registry.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from varstore.checkpoint.entry import SaveEntry
     from varstore.checkpoint.reader_api import CheckpointReader
-    from varstore.convert.probe import Probe
+    from varstore.formats.probe import Probe
 
 __all__ = ["FormatEntry", "WriteRequest", "SniffFunction", "OpenFunction", "WriteFunction", "parse_write_options"]
 
@@ -69,7 +69,7 @@ def parse_write_options(items: Sequence[str]) -> dict[str, Any]:
 
 
 class SniffFunction(Protocol):
-    """sniff(probe) -> the path to open, or None (see varstore.convert.registry)."""
+    """sniff(probe) -> the path to open, or None (see varstore.formats.registry)."""
 
     def __call__(self, probe: Probe) -> Path | None: ...
 

@@ -26,14 +26,14 @@ import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo, checked_out
-from varstore.convert._pickle_tree import flatten
-from varstore.convert._restricted_pickle import StorageRef, TensorRef, scan_pickle, unpickle
-from varstore.convert._zip_members import ZIP_ERRORS, check_method, read_member, stored_data_start
+from varstore.formats._pickle_tree import flatten
+from varstore.formats._restricted_pickle import StorageRef, TensorRef, scan_pickle, unpickle
+from varstore.formats._zip_members import ZIP_ERRORS, check_method, read_member, stored_data_start
 from varstore.errors import (CorruptCheckpointError, NotACheckpointError, UnknownVariableError,
                              UnsafeCheckpointError, UnsupportedFormatError)
 
 if TYPE_CHECKING:
-    from varstore.convert.probe import Probe
+    from varstore.formats.probe import Probe
 
 __all__ = ["TorchReader", "TorchBlob", "sniff", "open_reader", "is_torch_zip", "is_legacy_torch",
            "NAME", "ALIASES", "SUFFIXES", "DESCRIPTION"]
@@ -382,7 +382,7 @@ def sniff(probe: Probe) -> Path | None:
     pickle no format claimed is judged here: refused, or named not a checkpoint.
 
     Raises:
-      UnsafeFormatError: a pickle that is no torch.save file, or a zip of pickles (varstore.convert.detect.sniff_pickle).
+      UnsafeFormatError: a pickle that is no torch.save file, or a zip of pickles (varstore.formats.detect.sniff_pickle).
       NotACheckpointError: a zip archive that is neither Keras, npz nor PyTorch.
       UnsupportedFormatError: a TorchScript archive (a program, not a state dict).
     """
@@ -398,7 +398,7 @@ def sniff(probe: Probe) -> Path | None:
             f"torch.save(torch.jit.load(path).state_dict(), 'model.pt') and read that")
     if names is not None and is_torch_zip_names(names):
         return probe.path
-    from varstore.convert.detect import sniff_pickle
+    from varstore.formats.detect import sniff_pickle
 
     return sniff_pickle(probe)
 

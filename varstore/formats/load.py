@@ -54,9 +54,9 @@ def load(path: os.PathLike[str] | str, names: list[str] | None = None, filter: s
       UnsafeCheckpointError: a varstore manifest whose variables' byte ranges overlap.
       Everything open_checkpoint raises.
     """
-    from varstore.convert import open_checkpoint
+    from varstore.formats import open_any
 
-    reader = open_checkpoint(path, format, **options)
+    reader = open_any(path, format, **options)
     try:
         if isinstance(reader, VarstoreReader):
             return load_varstore(reader, names, filter)

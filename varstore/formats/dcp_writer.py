@@ -21,7 +21,7 @@ from varstore.errors import CheckpointExistsError, ConversionError, MissingDepen
 
 if TYPE_CHECKING:
     from varstore.checkpoint.entry import SaveEntry
-    from varstore.convert.format_entry import WriteRequest
+    from varstore.formats.format_entry import WriteRequest
 
 __all__ = ["write_dcp", "write_checkpoint"]
 

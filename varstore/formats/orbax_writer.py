@@ -29,7 +29,7 @@ from varstore.errors import (
 
 if TYPE_CHECKING:
     from varstore.checkpoint.entry import SaveEntry
-    from varstore.convert.format_entry import WriteRequest
+    from varstore.formats.format_entry import WriteRequest
 
 __all__ = ["write_orbax", "write_checkpoint", "nested_tree"]
 

@@ -23,11 +23,11 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
-from varstore.convert._confine import inside
-from varstore.convert._coverage import check_coverage
+from varstore.formats._confine import inside
+from varstore.formats._coverage import check_coverage
 from varstore.storage.special_files import open_for_reading
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
-from varstore.convert import _tf_bundle_format as fmt
+from varstore.formats import _tf_bundle_format as fmt
 from varstore.errors import (
     ChecksumError,
     CheckpointNotFoundError,
@@ -38,8 +38,8 @@ from varstore.errors import (
 )
 
 if TYPE_CHECKING:
-    from varstore.convert.probe import Probe
-    from varstore.convert.format_entry import WriteRequest
+    from varstore.formats.probe import Probe
+    from varstore.formats.format_entry import WriteRequest
 
 __all__ = ["TFCheckpointReader", "resolve_prefix", "ATTRIBUTES_SUFFIX", "OBJECT_GRAPH_KEY", "open_reader"]
 

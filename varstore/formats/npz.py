@@ -23,12 +23,12 @@ import numpy.typing as npt
 from varstore import dtypes as _dtypes
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
-from varstore.convert._zip_members import check_method
+from varstore.formats._zip_members import check_method
 from varstore.errors import ConversionError, CorruptCheckpointError, UnknownVariableError, UnsafeFormatError
 
 if TYPE_CHECKING:
-    from varstore.convert.probe import Probe
-    from varstore.convert.format_entry import WriteRequest
+    from varstore.formats.probe import Probe
+    from varstore.formats.format_entry import WriteRequest
 
 __all__ = ["NpzReader", "write_npz", "open_reader", "write_checkpoint"]
 
@@ -76,7 +76,7 @@ class NpzReader(CheckpointReader):
         self._members: dict[str, tuple[str, tuple[int, ...], np.dtype, bool]] = {}
         pickles = [n for n in self._zip.namelist() if n.endswith(".pkl")]
         if pickles:
-            from varstore.convert.detect import TORCH_ADVICE
+            from varstore.formats.detect import TORCH_ADVICE
 
             self._zip.close()
             raise UnsafeFormatError(

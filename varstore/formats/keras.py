@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from varstore.backends.hdf5.walker import HDF5Walker
-from varstore.convert._zip_members import ZIP_ERRORS, bounded_chunks, check_method, read_member, stored_data_start
-from varstore.convert.generic import WalkerReader
+from varstore.formats._zip_members import ZIP_ERRORS, bounded_chunks, check_method, read_member, stored_data_start
+from varstore.formats.generic import WalkerReader
 from varstore.checkpoint.reader_api import SkippedEntry
 from varstore.errors import (CorruptCheckpointError, NotACheckpointError, UnsafeCheckpointError, ValueTooLargeError,
                              VarstoreError)
 
 if TYPE_CHECKING:
-    from varstore.convert.probe import Probe
+    from varstore.formats.probe import Probe
 
 __all__ = ["Keras3Reader", "Keras2Reader", "keras_layout", "open_keras", "KERAS_WEIGHTS_MEMBER",
            "open_keras3", "open_keras2", "open_reader"]

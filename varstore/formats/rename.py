@@ -1,7 +1,7 @@
 """Name rewriting for convert: OLD=NEW prefix rules and separator mapping, parsed in one place.
 
 `parse_rename_rule` is the one parser of "OLD=NEW" text, used by
-`varstore.convert.convert(rename=...)` and by the CLI's `--rename`;
+`varstore.formats.convert(rename=...)` and by the CLI's `--rename`;
 `rewrite` applies `--separator` (every SEP becomes "/") and then the first
 matching prefix rule, as TF's assignment_map. Pure string work: no I/O.
 """

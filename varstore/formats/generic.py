@@ -27,7 +27,7 @@ from varstore.errors import UnknownVariableError
 
 if TYPE_CHECKING:
     from varstore.backends.hdf5.walker import HDF5Walker
-    from varstore.convert.probe import Probe
+    from varstore.formats.probe import Probe
 
 __all__ = ["WalkerReader", "GenericHDF5Reader", "GenericZarrReader", "open_hdf5", "open_zarr"]
 
