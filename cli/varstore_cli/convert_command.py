@@ -1,7 +1,7 @@
 """varstore convert: copy a checkpoint into another format, with --filter, --rename, --separator, --dtype, a progress bar.
 
 Parses the options (`--rename` through the library's one OLD=NEW parser),
-calls `varstore.formats.convert`, and prints a summary or the
+calls `varstore.convert`, and prints a summary or the
 varstore.convert/1 JSON document. The only CLI module that draws a tqdm bar;
 never catches library errors (main.py does).
 """
