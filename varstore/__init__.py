@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from varstore._open import open_checkpoint
     from varstore.formats import ConvertReport, convert, detect_format
     from varstore.formats.load import load
-    from varstore.formats.registry import FormatEntry, register_format, unregister_format
+    from varstore.formats.registry import FormatEntry, format_entry, register_format, unregister_format
     from varstore.inspect import CheckpointDiff, ScopeNode, VariableStats, diff_checkpoints, scope_tree, variable_stats
     from varstore.checkpoint.managed import is_manager_directory, latest_checkpoint, list_checkpoints
     from varstore.formats.format_entry import parse_write_options
@@ -124,7 +124,7 @@ _LAZY: dict[str, Callable[[], ModuleType]] = {
     "CheckpointReader": _reader_api, "SkippedEntry": _reader_api, "VariableInfo": _reader_api,
     "convert": _convert, "ConvertReport": _convert, "detect_format": _convert,
     "open_checkpoint": _open,  # own checkpoints without the converter registry; others through convert
-    "FormatEntry": _registry, "register_format": _registry, "unregister_format": _registry,
+    "FormatEntry": _registry, "format_entry": _registry, "register_format": _registry, "unregister_format": _registry,
     "load": _load,
     "CheckpointDiff": _inspect, "VariableStats": _inspect, "diff_checkpoints": _inspect,
     "scope_tree": _inspect, "variable_stats": _inspect, "ScopeNode": _inspect,
@@ -153,7 +153,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = list(_CORE_NAMES) + list(errors.__all__) + [
-    "ScopeNode", "latest_checkpoint", "list_checkpoints", "is_manager_directory", "read_format_names",
+    "format_entry", "ScopeNode", "latest_checkpoint", "list_checkpoints", "is_manager_directory", "read_format_names",
     "write_format_names", "parse_rename_rule", "parse_write_options", "parse_storage_options", "is_url",
     "dtypes",
     "errors",

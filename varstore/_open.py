@@ -2,10 +2,9 @@
 
 A fresh process that opens a varstore checkpoint and reads one array should
 pay for the checkpoint reader only (issue 11, target 6). This module
-recognises varstore's own containers with the same first checks the
-registry's varstore entries make (the HDF5 index header; a Zarr v3 root
-whose `varstore_format` attribute is "varstore-zarr") and hands them to
-`open_varstore`; everything else (foreign formats, URLs, `format=`, reader
+recognises varstore's own containers with the check the registry's varstore
+entries make first (varstore.checkpoint.detection.own_container) and hands
+them to `open_varstore`; everything else (foreign formats, URLs, `format=`, reader
 options, a registry changed at run time) goes to
 `varstore.formats.open_any` (the registry's path). Reads
 at most 512 bytes or one zarr.json; never writes, never imports h5py, zarr
@@ -14,9 +13,7 @@ or the converters itself.
 
 from __future__ import annotations
 
-import json
 import os
-import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,35 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from varstore.checkpoint.reader_api import CheckpointReader
 
-__all__ = ["open_checkpoint", "own_container"]
-
-
-def own_container(path: os.PathLike[str] | str) -> str | None:
-    """"h5" or "zarr" when `path` is certainly a varstore checkpoint of that container, else None.
-
-    "h5": a file that starts with a valid varstore index header (what the
-    registry's varstore-hdf5 sniff decides on alone). "zarr": a directory
-    whose zarr.json is a Zarr v3 group with varstore_format "varstore-zarr".
-    None says nothing (a damaged or foreign file): the registry decides.
-    """
-    try:
-        mode = os.stat(path).st_mode
-        if stat.S_ISREG(mode):
-            from varstore.checkpoint.manifest import INDEX_HEADER_BYTES, decode_index_header
-
-            with open(path, "rb") as handle:
-                head = handle.read(INDEX_HEADER_BYTES)
-            return "h5" if decode_index_header(head) is not None else None
-        if stat.S_ISDIR(mode):
-            with open(os.path.join(path, "zarr.json"), "rb") as handle:
-                root = json.loads(handle.read(1 << 20))
-            if (isinstance(root, dict) and root.get("zarr_format") == 3 and root.get("node_type") == "group"
-                    and isinstance(root.get("attributes"), dict)
-                    and root["attributes"].get("varstore_format") == "varstore-zarr"):
-                return "zarr"
-    except (OSError, ValueError, RecursionError):  # JSON nested too deep: the registry's readers say so
-        pass
-    return None
+__all__ = ["open_checkpoint"]
 
 
 def _registry_unchanged() -> bool:
@@ -81,6 +50,8 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
     from varstore.storage import is_remote  # the URL rules only (no object-store client)
 
     if format is None and storage_options is None and set(options) <= {"max_bytes"} and not is_remote(path):
+        from varstore.checkpoint.detection import own_container
+
         container = own_container(path)
         if container is not None and _registry_unchanged():
             from varstore._limits import max_bytes

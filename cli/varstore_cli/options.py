@@ -106,13 +106,13 @@ def with_latest_on_a_bucket(url: str, call: Callable[[str], Any]) -> Any:
 
 
 def reader_options(path: str, format: str | None, skip_object_arrays: bool) -> dict[str, Any]:
-    """open_checkpoint options: skip_object_arrays only where the file is an npz (other readers take none)."""
+    """open_checkpoint options: skip_object_arrays only where the format's reader takes it (its registry entry)."""
     if not skip_object_arrays:
         return {}
-    from varstore import detect_format
+    from varstore import detect_format, format_entry
 
-    kind = (format or "").lower() or detect_format(path)
-    return {"skip_object_arrays": True} if kind == "npz" else {}
+    entry = format_entry(format or detect_format(path))
+    return {"skip_object_arrays": True} if "skip_object_arrays" in entry.read_options else {}
 
 
 def _remember_storage_options(ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> None:

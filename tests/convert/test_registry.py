@@ -199,7 +199,7 @@ def test_builtin_names_aliases_and_order() -> None:
         "keras3-sharded": "keras3-sharded", "keras-sharded": "keras3-sharded",
         "pytorch": "pytorch", "torch": "pytorch", "pt": "pytorch", "pth": "pytorch"}
     assert WRITE_FORMATS == {"h5": "h5", "hdf5": "h5", "varstore-hdf5": "h5", "zarr": "zarr",
-                             "varstore-zarr": "zarr", "safetensors": "safetensors", "npz": "npz",
+                             "zarr3": "zarr", "varstore-zarr": "zarr", "safetensors": "safetensors", "npz": "npz",
                              "safetensors-sharded": "safetensors-sharded", "hf-sharded": "safetensors-sharded",
                              "sharded-safetensors": "safetensors-sharded", "gguf": "gguf", "ggml": "gguf",
                              "pt": "pt", "pytorch": "pt", "torch": "pt", "pth": "pt",

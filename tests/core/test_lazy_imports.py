@@ -79,7 +79,7 @@ def test_a_fresh_process_reads_its_own_checkpoints_without_registry_core_or_writ
 
 
 def test_open_checkpoint_still_goes_through_the_registry_when_it_must(tmp_path: Path) -> None:
-    from varstore._open import own_container
+    from varstore.checkpoint.detection import own_container
     from varstore.formats.registry import FormatEntry, register_format, unregister_format
     from varstore.errors import UnsupportedFormatError
 

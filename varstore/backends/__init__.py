@@ -21,6 +21,7 @@ __all__ = [
     "FORMATS",
     "get_backend",
     "format_for_path",
+    "container_names",
 ]
 
 
@@ -28,6 +29,12 @@ __all__ = [
 FORMATS = {"h5": (".h5", ".hdf5"), "zarr": (".zarr",)}
 _ALIASES = {"h5": "h5", "hdf5": "h5", "varstore-hdf5": "h5", "zarr": "zarr", "zarr3": "zarr",
             "varstore-zarr": "zarr"}
+
+
+def container_names(container: str) -> tuple[str, ...]:
+    """Every name of varstore's container `container` ("h5" or "zarr"), the container's own first
+    ("h5", "hdf5", "varstore-hdf5"): what format= / --to accept for it (the format registry reads this)."""
+    return tuple(name for name, key in _ALIASES.items() if key == container)
 
 
 def get_backend(name: str) -> Backend:

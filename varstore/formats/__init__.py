@@ -14,7 +14,6 @@ shows progress through the `progress` callback.
 from __future__ import annotations
 
 import dataclasses
-import io
 import os
 import shutil
 import tempfile
@@ -33,7 +32,7 @@ from varstore.formats import registry as _registry
 from varstore.formats.registry import FormatEntry, WriteRequest, register_format, unregister_format
 from varstore.formats.rename import rename_pairs, rewrite
 from varstore.errors import ConversionError, UnsupportedFormatError
-from varstore.storage import is_remote, object_store_for, storage_for, url_from_path
+from varstore.storage import is_remote, object_store_for, url_from_path
 
 __all__ = ["open_any", "convert", "ConvertReport", "detect_format", "READ_FORMATS", "WRITE_FORMATS",
            "FormatEntry", "WriteRequest", "register_format", "unregister_format", "formats"]
@@ -73,29 +72,14 @@ def detect_format(path: os.PathLike[str] | str) -> str:
 
 def _open_remote(url: os.PathLike[str] | str, format: str | None,
                  storage_options: Mapping[str, object] | None, options: dict[str, Any]) -> CheckpointReader:
-    """open_checkpoint for an object-store URL: varstore's formats, and safetensors through ranged GETs."""
-    from varstore.checkpoint.reader import open_varstore
-
+    """open_any for an object-store URL: the registry entry with `open_url` that the name or suffix picks."""
     storage, key = object_store_for(url, storage_options)
-    suffix = Path(key).suffix.lower()
-    if format is not None:
-        name = _registry.reader_format(format).name
-    else:
-        name = {".h5": "varstore", ".hdf5": "varstore", ".zarr": "varstore", "": "varstore",
-                ".safetensors": "safetensors"}.get(suffix, suffix)
-    if name in ("varstore", "varstore-hdf5", "varstore-zarr") and not options:
-        fmt = {"varstore-hdf5": "h5", "varstore-zarr": "zarr"}.get(name)
-        return open_varstore(key, fmt, storage_options=storage_options)
-    if name == "safetensors" and not options:
-        from varstore.formats.safetensors import SafetensorsReader
-
-        object_name = storage.name_of(key)
-        size = storage.size(object_name)
-        return SafetensorsReader(key, size=size,
-                                 opener=lambda: io.BufferedReader(storage.open_reader(object_name), 1 << 16))
-    raise UnsupportedFormatError(
-        f"cannot open {key} as {name or 'this format'}: on an object store varstore reads its own checkpoints "
-        f"(.h5, .zarr) and .safetensors; copy the file to a local disk to open it")
+    entry = _registry.url_format(key, format)
+    if options:
+        raise UnsupportedFormatError(f"cannot open {key} with reader options {sorted(options)}: on an object store "
+                                     f"readers take none; copy the file to a local disk to pass them")
+    assert entry.open_url is not None  # url_format gives only entries that open URLs
+    return entry.open_url(key, storage, storage_options)
 
 
 def open_any(path: os.PathLike[str] | str, format: str | None = None, *,

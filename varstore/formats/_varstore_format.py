@@ -2,23 +2,25 @@
 
 Adapts `varstore.checkpoint.open_varstore` and `save_entries` to the
 registry's open/write signatures (varstore.formats.registry). Knows nothing
-of the on-disk layout; sniffing is in varstore.formats.detect.
+of the on-disk layout; sniff_hdf5 / sniff_zarr tell its files from others by the index header.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from varstore.storage import url_from_path
+from varstore.errors import CorruptCheckpointError
 
 if TYPE_CHECKING:
     from varstore.checkpoint.entry import SaveEntry
     from varstore.checkpoint.reader_api import CheckpointReader
     from varstore.formats.probe import Probe
     from varstore.formats.format_entry import WriteRequest
+    from varstore.storage import ObjectStore
 
 __all__ = ["open_reader", "write_hdf5", "write_zarr"]
 
@@ -39,6 +41,13 @@ def open_reader(path: Path, *, probe: Probe | None = None, **options: Any) -> Ch
     if walker is not None:
         walker.close()
     return open_varstore(path, format="zarr" if probe.is_dir else "h5", **options)
+
+
+def open_url(key: str, storage: ObjectStore, storage_options: Mapping[str, object] | None) -> CheckpointReader:
+    """A varstore checkpoint at object-store `key`: HDF5 or Zarr by its suffix, else by what is stored there."""
+    from varstore.checkpoint import open_varstore
+
+    return open_varstore(key, None, storage_options=storage_options)
 
 
 def _write(path: Path, entries: Sequence[SaveEntry], request: WriteRequest, fmt: str) -> Sequence[str]:
@@ -65,3 +74,45 @@ def write_hdf5(path: Path, entries: Sequence[SaveEntry], request: WriteRequest) 
 def write_zarr(path: Path, entries: Sequence[SaveEntry], request: WriteRequest) -> Sequence[str]:
     """Writes a varstore Zarr v3 checkpoint with save_entries; metadata records the source (converted_from)."""
     return _write(path, entries, request, "zarr")
+
+
+#: Root attribute and manifest dataset every varstore HDF5 file has (docs/checkpoint-format.md).
+_HDF5_FORMAT = "varstore-hdf5"
+_MANIFEST = "_varstore/manifest"
+
+
+def sniff_hdf5(probe: Probe) -> Path | None:
+    """A varstore HDF5 file: its 512-byte index header (no HDF5 parsing), else the root attributes.
+
+    The header alone decides for files varstore wrote (time to first array
+    matters); a file whose header is damaged is recognised from the shared
+    HDF5 walk (root attribute varstore_format, or the manifest dataset).
+    """
+    if not probe.is_file:
+        return None
+    from varstore.checkpoint.detection import own_container
+
+    if own_container(probe.path, probe.head) == "h5":
+        return probe.path
+    if not probe.is_hdf5:
+        return None
+    try:
+        walker = probe.hdf5()
+    except CorruptCheckpointError:
+        # h5py cannot walk it: ask the checkpoint layer, whose reader then says what is damaged
+        from varstore.checkpoint import is_varstore_checkpoint
+
+        return probe.path if is_varstore_checkpoint(probe.path) else None
+    if walker.root_attrs.get("varstore_format") == _HDF5_FORMAT or any(
+            d.path == _MANIFEST for d in walker.datasets):
+        return probe.path
+    return None
+
+
+def sniff_zarr(probe: Probe) -> Path | None:
+    """A varstore Zarr v3 directory (asked of varstore.checkpoint.is_varstore_checkpoint)."""
+    if not probe.is_dir or not (probe.path / "zarr.json").is_file():
+        return None
+    from varstore.checkpoint import is_varstore_checkpoint
+
+    return probe.path if is_varstore_checkpoint(probe.path) else None

@@ -39,12 +39,8 @@ from varstore.errors import (
 if TYPE_CHECKING:
     from varstore.formats.probe import Probe
 
-__all__ = ["DCPReader", "sniff", "open_reader", "NAME", "ALIASES", "SUFFIXES", "DESCRIPTION"]
+__all__ = ["DCPReader", "sniff", "open_reader"]
 
-NAME = "dcp"
-ALIASES = ("torch-dcp", "distcp")
-SUFFIXES = (".distcp",)
-DESCRIPTION = "PyTorch Distributed Checkpoint directory (.metadata + .distcp files)"
 _MAX_METADATA = 256 << 20
 
 
@@ -75,7 +71,7 @@ class DCPReader(CheckpointReader):
     Each variable's attributes list its chunks ("file", "offsets", "sizes").
     """
 
-    format = NAME
+    format = "dcp"
 
     def __init__(self, path: os.PathLike[str] | str) -> None:
         """Unpickles `.metadata` (restricted) and checks every chunk's file and bounds; reads no tensor bytes.

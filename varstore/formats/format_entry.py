@@ -16,8 +16,9 @@ if TYPE_CHECKING:
     from varstore.checkpoint.entry import SaveEntry
     from varstore.checkpoint.reader_api import CheckpointReader
     from varstore.formats.probe import Probe
+    from varstore.storage import ObjectStore
 
-__all__ = ["FormatEntry", "WriteRequest", "SniffFunction", "OpenFunction", "WriteFunction", "parse_write_options"]
+__all__ = ["FormatEntry", "WriteRequest", "SniffFunction", "OpenFunction", "OpenURLFunction", "WriteFunction", "parse_write_options"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +81,13 @@ class OpenFunction(Protocol):
     def __call__(self, path: Path, *, probe: Probe | None = None, **options: Any) -> CheckpointReader: ...
 
 
+class OpenURLFunction(Protocol):
+    """open_url(key, storage, storage_options) -> a CheckpointReader over an object on a bucket (ranged GETs)."""
+
+    def __call__(self, key: str, storage: ObjectStore, storage_options: Mapping[str, object] | None
+                 ) -> CheckpointReader: ...
+
+
 class WriteFunction(Protocol):
     """write(path, entries, request) -> notes about how values were stored."""
 
@@ -102,12 +110,18 @@ class FormatEntry:
       open: `open(path, *, probe=None, **options) -> CheckpointReader`; None
         for a write-only format.
       write: `write(path, entries, request) -> notes`; None for a read-only format.
+      open_url: `open_url(key, storage, storage_options) -> CheckpointReader` for a checkpoint
+        on an object store (URL support); None: the format is read from local paths only.
+        A URL without `format=` goes to the entry whose `suffixes` or write suffixes end it
+        (no suffix: varstore's own).
       write_names: names `to_format=` / `--to` accept for `write`, the first
         being the one reports use ("h5"); default: (name, *aliases).
       write_suffixes: destination endings that pick `write` (".h5"); default: `suffixes`.
       write_options: the option names `write` understands in `request.options`
         ("max_shard_size"); `convert` refuses others, and when the caller
         names no destination format, the one writer taking all given options is used.
+      read_options: the reader options `open` understands besides max_bytes ("skip_object_arrays"
+        for npz): what a caller such as the CLI may pass for this format and no other.
       order: detection order, lowest first (varstore's own formats 10, HDF5
         family 20-30, directories 40, magic-byte file formats 50-69, refusals 90).
       refuses: True for a format varstore recognises only to refuse (pickles): its
@@ -122,9 +136,11 @@ class FormatEntry:
     sniff: SniffFunction | None = None
     open: OpenFunction | None = None
     write: WriteFunction | None = None
+    open_url: OpenURLFunction | None = None
     write_names: tuple[str, ...] = ()
     write_suffixes: tuple[str, ...] | None = None
     write_options: tuple[str, ...] = ()
+    read_options: tuple[str, ...] = ()
     order: int = 50
     refuses: bool = False
 

@@ -169,3 +169,18 @@ def open_hdf5(path: Path, *, probe: Probe | None = None, **options: Any) -> Gene
 def open_zarr(path: Path, *, probe: Probe | None = None, **options: Any) -> GenericZarrReader:
     """The registry's open for "zarr": a GenericZarrReader (options are ignored)."""
     return GenericZarrReader(path)
+
+
+_ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray", ".zmetadata")
+
+
+def sniff_hdf5(probe: Probe) -> Path | None:
+    """Any other HDF5 file (signature at byte 0, 512, 1024, ...)."""
+    return probe.path if probe.is_file and probe.is_hdf5 else None
+
+
+def sniff_zarr(probe: Probe) -> Path | None:
+    """A Zarr v2 or v3 hierarchy: a directory with zarr.json, .zgroup, .zarray or .zmetadata."""
+    if probe.is_dir and any((probe.path / marker).is_file() for marker in _ZARR_MARKERS):
+        return probe.path
+    return None

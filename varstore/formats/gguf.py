@@ -34,12 +34,8 @@ from varstore.errors import ConversionError, CorruptCheckpointError, NotACheckpo
 if TYPE_CHECKING:
     from varstore.formats.probe import Probe
 
-__all__ = ["GGUFReader", "GGML_TYPES", "sniff", "open_reader", "NAME", "ALIASES", "SUFFIXES", "DESCRIPTION"]
+__all__ = ["GGUFReader", "GGML_TYPES", "sniff", "open_reader"]
 
-NAME = "gguf"
-ALIASES = ("ggml",)
-SUFFIXES = (".gguf",)
-DESCRIPTION = "GGUF (llama.cpp); quantized tensors as raw blocks, or float32 with dequantize=True"
 
 #: ggml type id -> (name, elements per block, bytes per block, numpy dtype name or None when quantized).
 GGML_TYPES: dict[int, tuple[str, int, int, str | None]] = {
@@ -163,7 +159,7 @@ class GGUFReader(CheckpointReader):
     "ggml_type" and "ggml_ne" (for quantized types "raw_blocks" and the logical "shape").
     """
 
-    format = NAME
+    format = "gguf"
 
     def __init__(self, path: os.PathLike[str] | str, dequantize: bool = False) -> None:
         """Parses the header (key-values and tensor table); reads no tensor bytes.

@@ -351,3 +351,26 @@ def open_keras2(path: Path, *, probe: Probe | None = None, **options: Any) -> Ke
 def open_reader(path: Path, *, probe: Probe | None = None, **options: Any) -> WalkerReader:
     """The registry's open for "keras": whichever Keras layout the file has (see open_keras)."""
     return open_keras(path)
+
+
+def _keras_layout(probe: Probe) -> str | None:
+    if not probe.is_file or not probe.is_hdf5:
+        return None
+    return keras_layout(probe.hdf5())
+
+
+def sniff_keras3(probe: Probe) -> Path | None:
+    """A Keras 3 `.weights.h5` (layers/.../vars/<i> layout) or a `.keras` zip (holds model.weights.h5).
+
+    Raises:
+      CorruptCheckpointError: an HDF5 signature, but h5py cannot walk the file.
+    """
+    names = probe.zip_names
+    if names is not None:
+        return probe.path if KERAS_WEIGHTS_MEMBER in names else None
+    return probe.path if _keras_layout(probe) == "keras3" else None
+
+
+def sniff_keras2(probe: Probe) -> Path | None:
+    """A legacy Keras 2 `.h5` (a layer_names attribute on the root or on "model_weights")."""
+    return probe.path if _keras_layout(probe) == "keras2" else None

@@ -26,12 +26,10 @@ from varstore.errors import CorruptCheckpointError, NotACheckpointError, Unknown
 if TYPE_CHECKING:
     from varstore.formats.probe import Probe
 
-__all__ = ["KerasShardedReader", "sniff", "open_reader", "NAME", "ALIASES", "SUFFIXES", "DESCRIPTION"]
+__all__ = ["KerasShardedReader", "sniff", "open_reader"]
 
-NAME = "keras3-sharded"
-ALIASES = ("keras-sharded",)
-SUFFIXES = (".weights.json",)
-DESCRIPTION = "Keras 3 sharded weights (.weights.json index + .weights.h5 shards)"
+#: The file-name ending of the index this format opens (its registry entry's suffix).
+_INDEX_SUFFIXES = (".weights.json",)
 _MAX_INDEX = 64 << 20
 
 
@@ -42,7 +40,7 @@ class KerasShardedReader(CheckpointReader):
     the user's layer name, from the groups' `name` attributes).
     """
 
-    format = NAME
+    format = "keras3-sharded"
 
     def __init__(self, path: os.PathLike[str] | str) -> None:
         """Reads the index and walks every shard (no variable bytes).
@@ -57,7 +55,7 @@ class KerasShardedReader(CheckpointReader):
 
         super().__init__(Path(path))
         label = f"Keras sharded weights index '{self.path}'"
-        if not self.path.name.endswith(SUFFIXES):
+        if not self.path.name.endswith(_INDEX_SUFFIXES):
             raise NotACheckpointError(f"'{self.path}' is not a Keras .weights.json index")
         try:
             if self.path.stat().st_size > _MAX_INDEX:
@@ -133,7 +131,7 @@ class KerasShardedReader(CheckpointReader):
 
 def sniff(probe: Probe) -> Path | None:
     """The path when the probed file is a `.weights.json` index."""
-    return probe.path if probe.is_file and probe.name.endswith(SUFFIXES) else None
+    return probe.path if probe.is_file and probe.name.endswith(_INDEX_SUFFIXES) else None
 
 
 def open_reader(path: os.PathLike[str] | str, *, probe: Probe | None = None,

@@ -76,7 +76,7 @@ class NpzReader(CheckpointReader):
         self._members: dict[str, tuple[str, tuple[int, ...], np.dtype, bool]] = {}
         pickles = [n for n in self._zip.namelist() if n.endswith(".pkl")]
         if pickles:
-            from varstore.formats.detect import TORCH_ADVICE
+            from varstore.formats.pickles import TORCH_ADVICE
 
             self._zip.close()
             raise UnsafeFormatError(
@@ -236,3 +236,13 @@ def write_checkpoint(path: Path, entries: Sequence[SaveEntry], request: WriteReq
     """The registry's write for "npz": write_npz, uncompressed; returns its notes (arrays stored as bits)."""
     _, notes = write_npz(path, entries)
     return notes
+
+
+def sniff(probe: Probe) -> Path | None:
+    """An .npz: a zip with .npy members (or an empty zip named .npz)."""
+    names = probe.zip_names
+    if names is None:
+        return None
+    if any(n.endswith(".npy") for n in names) or not names and probe.suffix == ".npz":
+        return probe.path
+    return None

@@ -34,12 +34,8 @@ from varstore.errors import (
 if TYPE_CHECKING:
     from varstore.formats.probe import Probe
 
-__all__ = ["OrbaxReader", "sniff", "open_reader", "NAME", "ALIASES", "SUFFIXES", "DESCRIPTION"]
+__all__ = ["OrbaxReader", "sniff", "open_reader"]
 
-NAME = "orbax"
-ALIASES = ("jax-orbax",)
-SUFFIXES: tuple[str, ...] = ()
-DESCRIPTION = "Orbax checkpoint (OCDBT via tensorstore, or per-array Zarr)"
 _ARRAY_TYPES = ("jax.Array", "np.ndarray", "scalar")
 _MAX_METADATA = 64 << 20
 
@@ -72,7 +68,7 @@ class OrbaxReader(CheckpointReader):
     dotted param name; leaves that are not arrays are listed in `skipped`.
     """
 
-    format = NAME
+    format = "orbax"
 
     def __init__(self, path: os.PathLike[str] | str) -> None:
         """Reads `_METADATA` and each array's `.zarray` (no array bytes).

@@ -35,13 +35,8 @@ from varstore.errors import (CorruptCheckpointError, NotACheckpointError, Unknow
 if TYPE_CHECKING:
     from varstore.formats.probe import Probe
 
-__all__ = ["TorchReader", "TorchBlob", "sniff", "open_reader", "is_torch_zip", "is_legacy_torch",
-           "NAME", "ALIASES", "SUFFIXES", "DESCRIPTION"]
+__all__ = ["TorchReader", "TorchBlob", "sniff", "open_reader", "is_torch_zip", "is_legacy_torch"]
 
-NAME = "pytorch"
-ALIASES = ("torch", "pt", "pth")
-SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
-DESCRIPTION = "PyTorch torch.save file (zip or legacy), read through a restricted unpickler"
 
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 #: The first bytes of a legacy torch.save file: PROTO 2, LONG1 of 10 bytes holding the magic number.
@@ -308,7 +303,7 @@ class TorchReader(CheckpointReader):
     None otherwise (a state dict does not record it).
     """
 
-    format = NAME
+    format = "pytorch"
 
     def __init__(self, path: os.PathLike[str] | str) -> None:
         """Parses the pickle (restricted) and locates every storage; reads no tensor bytes.
@@ -382,7 +377,7 @@ def sniff(probe: Probe) -> Path | None:
     pickle no format claimed is judged here: refused, or named not a checkpoint.
 
     Raises:
-      UnsafeFormatError: a pickle that is no torch.save file, or a zip of pickles (varstore.formats.detect.sniff_pickle).
+      UnsafeFormatError: a pickle that is no torch.save file, or a zip of pickles (varstore.formats.pickles.sniff).
       NotACheckpointError: a zip archive that is neither Keras, npz nor PyTorch.
       UnsupportedFormatError: a TorchScript archive (a program, not a state dict).
     """
@@ -398,7 +393,7 @@ def sniff(probe: Probe) -> Path | None:
             f"torch.save(torch.jit.load(path).state_dict(), 'model.pt') and read that")
     if names is not None and is_torch_zip_names(names):
         return probe.path
-    from varstore.formats.detect import sniff_pickle
+    from varstore.formats.pickles import sniff as sniff_pickle
 
     return sniff_pickle(probe)
 

@@ -48,6 +48,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from varstore.backends import FORMATS, container_names
 from varstore.formats.format_entry import FormatEntry, WriteRequest
 from varstore.formats.probe import Probe
 from varstore.errors import CheckpointNotFoundError, NotACheckpointError, UnsupportedFormatError
@@ -66,6 +67,8 @@ __all__ = [
     "reader_format",
     "writer_format",
     "writer_for_path",
+    "url_format",
+    "format_entry",
     "detect",
     "read_names",
     "write_names",
@@ -102,9 +105,9 @@ def lazy(load: Callable[[], ModuleType], attribute: str) -> Any:
 
 
 # One loader per format module: the literal imports the layering test reads.
-def _detect() -> ModuleType:
-    from varstore.formats import detect
-    return detect
+def _pickles() -> ModuleType:
+    from varstore.formats import pickles
+    return pickles
 
 
 def _varstore_format() -> ModuleType:
@@ -194,34 +197,34 @@ def _pytorch_writer() -> ModuleType:
 
 _BUILTIN: tuple[FormatEntry, ...] = (
     FormatEntry("varstore-hdf5", "varstore HDF5 checkpoint (.h5)", aliases=("varstore",),
-                sniff=lazy(_detect, "sniff_varstore_hdf5"), open=lazy(_varstore_format, "open_reader"),
-                write=lazy(_varstore_format, "write_hdf5"), write_names=("h5", "hdf5", "varstore-hdf5"),
-                write_suffixes=(".h5", ".hdf5"), order=10),
+                sniff=lazy(_varstore_format, "sniff_hdf5"), open=lazy(_varstore_format, "open_reader"),
+                write=lazy(_varstore_format, "write_hdf5"), open_url=lazy(_varstore_format, "open_url"),
+                write_names=container_names("h5"), write_suffixes=FORMATS["h5"], order=10),
     FormatEntry("varstore-zarr", "varstore Zarr v3 checkpoint directory (.zarr)",
-                sniff=lazy(_detect, "sniff_varstore_zarr"), open=lazy(_varstore_format, "open_reader"),
-                write=lazy(_varstore_format, "write_zarr"), write_names=("zarr", "varstore-zarr"),
-                write_suffixes=(".zarr",), order=11),
+                sniff=lazy(_varstore_format, "sniff_zarr"), open=lazy(_varstore_format, "open_reader"),
+                write=lazy(_varstore_format, "write_zarr"), open_url=lazy(_varstore_format, "open_url"),
+                write_names=container_names("zarr"), write_suffixes=FORMATS["zarr"], order=11),
     FormatEntry("keras3", "Keras 3 .weights.h5 or .keras archive", suffixes=(".keras",),
-                sniff=lazy(_detect, "sniff_keras3"), open=lazy(_keras, "open_keras3"), order=20),
+                sniff=lazy(_keras, "sniff_keras3"), open=lazy(_keras, "open_keras3"), order=20),
     FormatEntry("keras2", "Keras 2 .h5 (save_weights or whole-model save)",
-                sniff=lazy(_detect, "sniff_keras2"), open=lazy(_keras, "open_keras2"), order=21),
+                sniff=lazy(_keras, "sniff_keras2"), open=lazy(_keras, "open_keras2"), order=21),
     FormatEntry("keras", "Keras weights in either layout (by name only; detection says keras3 or keras2)",
                 open=lazy(_keras, "open_reader"), order=22),
     FormatEntry("hdf5", "any HDF5 file: datasets are variables", aliases=("h5",),
-                suffixes=(".h5", ".hdf5", ".he5"), sniff=lazy(_detect, "sniff_hdf5"),
+                suffixes=(".h5", ".hdf5", ".he5"), sniff=lazy(_generic, "sniff_hdf5"),
                 open=lazy(_generic, "open_hdf5"), order=30),
     FormatEntry("zarr", "any Zarr v2/v3 group: arrays are variables",
-                sniff=lazy(_detect, "sniff_zarr"), open=lazy(_generic, "open_zarr"), order=40),
+                sniff=lazy(_generic, "sniff_zarr"), open=lazy(_generic, "open_zarr"), order=40),
     FormatEntry("tf", "TensorFlow checkpoint (bundle prefix, .index, or directory)", aliases=("tensorflow",),
-                sniff=lazy(_detect, "sniff_tf"), open=lazy(_tf_checkpoint, "open_reader"),
+                sniff=lazy(_tf_checkpoint, "sniff"), open=lazy(_tf_checkpoint, "open_reader"),
                 write=lazy(_tf_writer, "write_checkpoint"), write_suffixes=(".ckpt", ".index"),
-                write_options=("partitions",), order=50),
+                write_options=("partitions",), read_options=("strip_attributes",), order=50),
     FormatEntry("safetensors", "safetensors file", suffixes=(".safetensors",),
-                sniff=lazy(_detect, "sniff_safetensors"), open=lazy(_safetensors, "open_reader"),
-                write=lazy(_safetensors, "write_checkpoint"), order=60),
+                sniff=lazy(_safetensors, "sniff"), open=lazy(_safetensors, "open_reader"),
+                write=lazy(_safetensors, "write_checkpoint"), open_url=lazy(_safetensors, "open_url"), order=60),
     FormatEntry("npz", "NumPy .npz archive (no object arrays)", suffixes=(".npz",),
-                sniff=lazy(_detect, "sniff_npz"), open=lazy(_npz, "open_reader"),
-                write=lazy(_npz, "write_checkpoint"), order=61),
+                sniff=lazy(_npz, "sniff"), open=lazy(_npz, "open_reader"),
+                write=lazy(_npz, "write_checkpoint"), read_options=("skip_object_arrays",), order=61),
     FormatEntry("orbax", "Orbax checkpoint directory (OCDBT via tensorstore, or per-array Zarr)",
                 aliases=("jax-orbax",), sniff=lazy(_orbax, "sniff"), open=lazy(_orbax, "open_reader"),
                 write=lazy(_orbax_writer, "write_checkpoint"), write_suffixes=(), order=42),
@@ -236,7 +239,8 @@ _BUILTIN: tuple[FormatEntry, ...] = (
                 write_options=("max_shard_size",), order=46),
     FormatEntry("gguf", "GGUF file (llama.cpp); quantized tensors as raw blocks, or float32 with dequantize",
                 aliases=("ggml",), suffixes=(".gguf",), sniff=lazy(_gguf, "sniff"), open=lazy(_gguf, "open_reader"),
-                write=lazy(_gguf_writer, "write_checkpoint"), write_options=("gguf_type",), order=65),
+                write=lazy(_gguf_writer, "write_checkpoint"), write_options=("gguf_type",),
+                read_options=("dequantize",), order=65),
     FormatEntry("keras3-sharded", "Keras 3 sharded weights (.weights.json index + .weights.h5 shards)",
                 aliases=("keras-sharded",), suffixes=(".weights.json",), sniff=lazy(_keras_sharded, "sniff"),
                 open=lazy(_keras_sharded, "open_reader"), order=66),
@@ -246,7 +250,7 @@ _BUILTIN: tuple[FormatEntry, ...] = (
                 write=lazy(_pytorch_writer, "write_checkpoint"), write_names=("pt", "pytorch", "torch", "pth"),
                 write_suffixes=(".pt", ".pth"), order=69),
     FormatEntry("pickle", "other Python pickles (.pkl/.pickle): refused, never unpickled",
-                suffixes=(".pkl", ".pickle"), open=lazy(_detect, "refuse_pickle"), order=90, refuses=True),
+                suffixes=(".pkl", ".pickle"), open=lazy(_pickles, "refuse"), order=90, refuses=True),
 )
 
 _registry: list[FormatEntry] = list(_BUILTIN)
@@ -331,6 +335,44 @@ def reader_format(name: str) -> FormatEntry:
             return entry
     accepted = sorted({_key(n) for e in formats() if e.reads and not e.refuses for n in (e.name, *e.aliases)})
     raise UnsupportedFormatError(f"unknown checkpoint format {name!r}: use one of {', '.join(accepted)}")
+
+
+def format_entry(name: str) -> FormatEntry:
+    """The registered format called `name` (canonical name or alias of a reader, else a write name).
+
+    Raises:
+      UnsupportedFormatError: no format has that name.
+    """
+    try:
+        return reader_format(name)
+    except UnsupportedFormatError:
+        return writer_format(name)
+
+
+def url_format(key: str, name: str | None = None) -> FormatEntry:
+    """The format that opens object-store key `key`: the one named `name` (format=), else the entry with
+    `open_url` whose suffixes (reading or writing) end the key; a key without a suffix is varstore's own.
+
+    Raises:
+      UnsupportedFormatError: that format cannot be read from an object store (naming the key and
+        the formats that can).
+    """
+    lowered = key.lower().rstrip("/")
+    found: FormatEntry | None
+    if name is not None:
+        found = reader_format(name)
+    elif "." not in lowered.rsplit("/", 1)[-1]:
+        found = formats()[0] if own_formats_first() else next((e for e in formats() if e.open_url), None)
+    else:
+        found = next((e for e in formats() if e.open_url is not None
+                      and lowered.endswith(tuple(e.suffixes) + e.suffixes_for_writing())), None)
+    if found is None or found.open_url is None:
+        able = sorted({s for e in formats() if e.open_url is not None for s in (*e.suffixes, *e.suffixes_for_writing())})
+        raise UnsupportedFormatError(
+            f"cannot open {key} as {found.name if found else 'this format'}: on an object store varstore reads "
+            f"{', '.join(able)} ({', '.join(e.name for e in formats() if e.open_url)}); copy the file to a local "
+            f"disk to open it")
+    return found
 
 
 def writer_format(name: str) -> FormatEntry:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -30,6 +30,7 @@ from varstore.errors import (ConversionError, CorruptCheckpointError, UnknownVar
                              UnsupportedDtypeError)
 
 if TYPE_CHECKING:
+    from varstore.storage import ObjectStore
     from varstore.formats.probe import Probe
     from varstore.formats.format_entry import WriteRequest
 
@@ -314,3 +315,21 @@ def source_metadata(request: WriteRequest) -> dict[str, str]:
     if non_tensor:
         meta["non_tensor"] = json.dumps(non_tensor, sort_keys=True)
     return meta
+
+
+def sniff(probe: Probe) -> Path | None:
+    """A safetensors file: an 8-byte little-endian header length, then a JSON object."""
+    if probe.is_file and probe.size >= 9 and len(probe.head) >= 9:  # a short read is no safetensors file
+        (length,) = struct.unpack("<Q", probe.head[:8])
+        if 2 <= length <= probe.size - 8 and probe.head[8:9] == b"{":
+            return probe.path
+    return None
+
+
+def open_url(key: str, storage: ObjectStore, storage_options: Mapping[str, object] | None) -> CheckpointReader:
+    """A .safetensors object on a bucket, read with ranged GETs (its header, then each tensor's bytes)."""
+    import io
+
+    name = storage.name_of(key)
+    size = storage.size(name)
+    return SafetensorsReader(key, size=size, opener=lambda: io.BufferedReader(storage.open_reader(name), 1 << 16))

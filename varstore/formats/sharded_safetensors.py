@@ -35,12 +35,10 @@ if TYPE_CHECKING:
     from varstore.formats.probe import Probe
 
 __all__ = ["ShardedSafetensorsReader", "write_sharded_safetensors", "parse_size", "find_index",
-           "sniff", "open_reader", "NAME", "ALIASES", "SUFFIXES", "DESCRIPTION", "INDEX_NAME"]
+           "sniff", "open_reader", "INDEX_NAME"]
 
-NAME = "safetensors-sharded"
-ALIASES = ("hf-sharded", "sharded-safetensors")
-SUFFIXES = (".safetensors.index.json",)
-DESCRIPTION = "HuggingFace sharded safetensors (model.safetensors.index.json + shards)"
+#: The file-name ending of the index this format opens (its registry entry's suffix).
+_INDEX_SUFFIXES = (".safetensors.index.json",)
 INDEX_NAME = "model.safetensors.index.json"
 _MAX_INDEX = 64 << 20
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -68,10 +66,10 @@ def parse_size(text: str | int) -> int:
 
 def find_index(path: Path) -> Path | None:
     """The index for `path`: itself, the one in a directory, or the sibling index naming this shard."""
-    if path.is_file() and path.name.endswith(SUFFIXES):
+    if path.is_file() and path.name.endswith(_INDEX_SUFFIXES):
         return path
     if path.is_dir():
-        found = sorted(p for p in path.iterdir() if p.name.endswith(SUFFIXES) and p.is_file())
+        found = sorted(p for p in path.iterdir() if p.name.endswith(_INDEX_SUFFIXES) and p.is_file())
         return found[0] if found else None
     if path.is_file() and path.name.endswith(".safetensors"):
         for candidate in sorted(path.parent.glob("*.safetensors.index.json")):
@@ -95,7 +93,7 @@ class ShardedSafetensorsReader(CheckpointReader):
     `attributes["shard"]` names its file.
     """
 
-    format = NAME
+    format = "safetensors-sharded"
 
     def __init__(self, path: os.PathLike[str] | str) -> None:
         """Reads the index and every shard's header (no tensor bytes).
@@ -258,7 +256,7 @@ def write_checkpoint(path: Path, entries: Sequence[SaveEntry], request: WriteReq
 def sniff(probe: Probe) -> Path | None:
     """The index path when the probed path is an index, a directory holding one, or a shard an index names."""
     path = probe.path
-    if probe.is_dir or probe.name.endswith(SUFFIXES):
+    if probe.is_dir or probe.name.endswith(_INDEX_SUFFIXES):
         return find_index(path)
     if probe.is_file and path.name.endswith(".safetensors") and re.search(r"-\d{5}-of-\d{5}\.safetensors$", path.name):
         return find_index(path)

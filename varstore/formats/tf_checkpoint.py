@@ -36,6 +36,7 @@ from varstore.errors import (
     SpecialFileError,
     UnknownVariableError,
 )
+import struct
 
 if TYPE_CHECKING:
     from varstore.formats.probe import Probe
@@ -422,3 +423,26 @@ class TFCheckpointReader(CheckpointReader):
 def open_reader(path: Path, *, probe: Probe | None = None, **options: Any) -> TFCheckpointReader:
     """The registry's open for "tf": a TFCheckpointReader of the bundle prefix (options: strip_attributes)."""
     return TFCheckpointReader(path, **options)
+
+
+_TABLE_MAGIC = struct.pack("<Q", 0xDB4775248B80FB57)  # a LevelDB table's last 8 bytes (the .index)
+
+
+def sniff(probe: Probe) -> Path | None:
+    """A TF tensor bundle: its prefix (need not exist), .index, a .data shard, a directory with a
+    `checkpoint` state file (its latest), or a SavedModel directory (saved_model.pb +
+    variables/variables.index) or its variables/ folder (its variables bundle). Returns the bundle prefix.
+
+    Raises:
+      CheckpointNotFoundError / CorruptCheckpointError: a state file names a missing bundle / none.
+    """
+    if probe.is_dir:  # a TF SavedModel directory, or its variables/ folder: the variables bundle in it
+        if (probe.path / "saved_model.pb").is_file() and (probe.path / "variables" / "variables.index").is_file():
+            return probe.path / "variables" / "variables"
+        if (probe.path / "variables.index").is_file():
+            return probe.path / "variables"
+    if probe.is_file and not (probe.tail[-8:] == _TABLE_MAGIC or probe.suffix == ".index"
+                              or ".data-" in probe.name):
+        return None
+    prefix = resolve_prefix(probe.path)
+    return Path(prefix) if prefix is not None else None
