@@ -82,7 +82,8 @@ class JaxCommunicator:
         return gathered if self._rank == root else None
 
     def allreduce(self, value: Reducible, op: ReduceOp = "sum") -> Reducible:
-        reduce: Callable[..., Any] | None = {"sum": np.sum, "max": np.max, "min": np.min}.get(op)
+        reductions: dict[str, Callable[..., Any]] = {"sum": np.sum, "max": np.max, "min": np.min}
+        reduce = reductions.get(op)
         if reduce is None:
             raise CommunicatorError(f"allreduce op must be 'sum', 'max' or 'min', got {op!r}")
         if isinstance(value, np.ndarray):
