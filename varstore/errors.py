@@ -49,6 +49,7 @@ __all__ = [
     "DistributedMismatchError",
     "ReplicaDivergenceError",
     "CommunicatorError",
+    "CollectiveError",
     "ObjectStoreError",
     "ObjectNotFoundError",
     "ObjectChangedError",
@@ -259,6 +260,11 @@ class ReplicaDivergenceError(VarstoreError, RuntimeError):
 class CommunicatorError(VarstoreError, TypeError):
     """Something that is neither an mpi4py communicator nor a varstore.distributed.Communicator was
     passed as `comm`, or a collective got a message it cannot send (not JSON-compatible)."""
+
+
+class CollectiveError(VarstoreError, RuntimeError):
+    """A collective operation failed in the transport: a peer rank died or the process group's timeout
+    passed; the save in progress is not committed (the previous checkpoint stays the latest)."""
 
 
 # ---------------------------------------------------------- object storage

@@ -12,7 +12,13 @@ list/tuple indices as "0", "1" ("params/encoder/kernel",
 shape are recorded in the checkpoint metadata (docs/checkpoint-format.md
 section 12). The same array object at two paths is stored once (an alias).
 
-The only module that imports jax; `import varstore` never imports this
+Sharded arrays (a NamedSharding / PositionalSharding over several devices,
+or `comm=` for one process per host under jax.distributed) are saved shard
+by shard, each box once, into ONE global array per leaf, and restored into
+the template's sharding reading only each addressable box's byte ranges
+(varstore/_jax_sharded.py).
+
+The only module (with its helpers varstore/_jax_*.py) that imports jax; `import varstore` never imports this
 module. Files, checksums and atomicity are varstore.checkpoint's.
 """
 
@@ -35,6 +41,8 @@ except ImportError as err:  # pragma: no cover - exercised only without jax
     raise MissingDependencyError("varstore.jax needs JAX: pip install 'varstore[jax]'") from err
 
 from varstore import _framework_tree as _tree
+from varstore import _jax_sharded as _sharded
+from varstore._jax_communicator import JaxCommunicator
 from varstore import dtypes as _dtypes
 from varstore.checkpoint import VarstoreReader
 from varstore.checkpoint.restoration import restore as _restore
@@ -48,7 +56,7 @@ from varstore.errors import (
     UnsupportedDtypeError,
 )
 
-__all__ = ["save", "restore", "load"]
+__all__ = ["save", "restore", "load", "JaxCommunicator"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -107,12 +115,15 @@ def _entry(name: str, value: Any) -> SaveEntry:
 def save(path: PathLike, tree: Any, *, step: int | None = None, metadata: Mapping[str, Any] | None = None,
          format: str | None = None, checksum: bool = True, pack_threshold_bytes: int | None = None,
          overwrite: bool = False, layout: str | None = None, durable: bool = True,
-         storage_options: Mapping[str, object] | None = None) -> Path | str:
+         storage_options: Mapping[str, object] | None = None, comm: Any = None) -> Path | str:
     """Saves a pytree of jax arrays (and NumPy arrays, Python scalars) as a varstore checkpoint.
 
     bfloat16 and float8 arrays are stored bit-exactly (as all dtypes of
-    varstore.dtypes.SUPPORTED_NAMES). Sharded arrays are gathered to the host
-    one at a time as they are written (fully addressable arrays only).
+    varstore.dtypes.SUPPORTED_NAMES). A tree holding sharded arrays (a
+    sharding over more than one device), or any tree with `comm`, is saved
+    shard by shard: each addressable shard with replica_id 0 is written once
+    from its host memory into ONE global array per leaf (plain h5py reads
+    whole arrays); with `comm` every process calls save with its own tree.
 
     Args:
       path: "x.h5" (HDF5 file) or "x.zarr" (Zarr v3 directory); replaced atomically.
@@ -130,6 +141,10 @@ def save(path: PathLike, tree: Any, *, step: int | None = None, metadata: Mappin
         the new checkpoint; a power loss may keep neither), as varstore.save.
       storage_options: object-store settings for an s3://, gs:// or az:// `path`
         (endpoint, region, credentials), as varstore.save.
+      comm: None (this process), or the job's communicator when several
+        processes share the arrays (jax.distributed): every process calls save.
+        A sharded save takes local paths and the default pack, layout, checksum
+        and durability options only.
 
     Returns:
       The final path.
@@ -138,9 +153,17 @@ def save(path: PathLike, tree: Any, *, step: int | None = None, metadata: Mappin
       UnsupportedDtypeError: a dtype varstore cannot store (int4, float8_e4m3fnuz ...).
       InvalidNameError: a key that is not str/int, or two paths giving one name.
       InvalidMetadataError: a leaf that is neither an array nor a JSON scalar.
+      DistributedMismatchError: with `comm`, the processes' trees differ.
     """
     flat = _tree.flatten(tree, _classify)
     meta = _tree.check_user_metadata(metadata, str(path))
+    if comm is not None or any(_sharded.is_sharded(v) for v in flat.arrays.values()):
+        changed = {"checksum": checksum is not True, "pack_threshold_bytes": pack_threshold_bytes is not None,
+                   "layout": layout is not None, "durable": durable is not True,
+                   "storage_options": storage_options is not None}
+        if any(changed.values()):
+            raise TypeError(f"a sharded save does not take {sorted(k for k, v in changed.items() if v)}")
+        return _sharded.save_sharded(path, flat, meta, comm, step=step, format=format, overwrite=overwrite)
     return _tree.save_flat(
         path, flat, meta, entry=_entry, step=step, format=format, checksum=checksum,
         pack_threshold_bytes=pack_threshold_bytes, overwrite=overwrite, layout=layout, durable=durable,
@@ -188,8 +211,14 @@ def _rebuild(template: Any, path: str, leaf: Any) -> Any:
 
 def restore(path: PathLike | VarstoreReader, like: Any, *, strict: bool = True, verify: bool = True,
             format: str | None = None,
-         storage_options: Mapping[str, object] | None = None) -> Any:
+         storage_options: Mapping[str, object] | None = None, comm: Any = None) -> Any:
     """Reads a checkpoint into a new pytree shaped like `like` (jax arrays are immutable).
+
+    Template leaves with a sharding over several devices (NamedSharding,
+    PositionalSharding; jax.ShapeDtypeStruct(shape, dtype, sharding=...)) are
+    read box by box: each distinct addressable box once, only its byte
+    ranges, whatever sharding (or number of processes) wrote the checkpoint,
+    then placed on its devices. With `comm`, every process calls restore.
 
     Each array leaf of the template (jax.Array, jax.ShapeDtypeStruct or NumPy
     array) names a checkpoint value by its key path; the result has the
@@ -206,6 +235,7 @@ def restore(path: PathLike | VarstoreReader, like: Any, *, strict: bool = True, 
       verify: check every value's crc32c.
       format: "h5"/"zarr", or None to detect.
       storage_options: object-store settings for a URL `path`, as varstore.restore.
+      comm: as `save`.
 
     Returns:
       The new pytree.
@@ -233,7 +263,13 @@ def restore(path: PathLike | VarstoreReader, like: Any, *, strict: bool = True, 
                 missing=missing, unexpected=unexpected)
         buffers: dict[str, np.ndarray] = {}
         reads: dict[str, np.ndarray] = {}
+        placed: dict[str, Any] = {}
+        if comm is not None or any(_sharded.is_sharded(v) for v in flat.arrays.values()):
+            found = {name: source for name, source in sources.items() if source is not None}
+            placed = _sharded.restore_sharded(reader.path, flat.arrays, found, comm, verify=verify, format=format)
         for name, template in flat.arrays.items():
+            if placed:
+                break
             source = sources[name]
             if source is None:
                 continue  # a scalar recorded in the skeleton, placed as an array below
@@ -265,6 +301,8 @@ def restore(path: PathLike | VarstoreReader, like: Any, *, strict: bool = True, 
             reader.close()
 
     def leaf(path_: str, old: Any) -> Any:
+        if path_ in placed:
+            return placed[path_]
         if path_ in buffers:
             value = buffers[path_]
         elif path_ in values and _is_array(old):

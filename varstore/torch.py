@@ -6,6 +6,8 @@
     sd = vst.load("ckpt/model.h5", device="cuda:0")     # dict of tensors
     vst.save("ckpt/all.h5", {"model": model.state_dict(), "optimizer": opt.state_dict()})
     opt.load_state_dict(vst.load("ckpt/all.h5")["optimizer"])
+    vst.save("ckpt/fsdp.h5", {"model": model.state_dict(), "optimizer": opt.state_dict()})  # every rank: DTensors
+    vst.restore("ckpt/fsdp.h5", {"model": model.state_dict(), ...})   # any world size, mesh, placements
 
 Names: a flat state dict keeps torch's own keys ("encoder.layer.0.weight");
 each level of nesting becomes a scope ("model/encoder.layer.0.weight",
@@ -15,7 +17,13 @@ containers' shape go into the checkpoint metadata (docs/checkpoint-format.md
 section 12), so `load` gives back the same structure. Tensors that are the
 same memory (tied weights) are stored once and recorded as aliases.
 
-The only module (with its helper varstore/_torch_convert.py) that imports
+Sharded state (DTensors: FSDP2, tensor parallel) is saved and restored by
+every rank of a torch.distributed job (varstore/_torch_sharded.py): each
+leaf ONE global array, each rank writing and reading only its shards.
+Importing this module lets `comm=` take torch.distributed process groups
+everywhere (varstore/_torch_communicator.py).
+
+The only module (with its helpers varstore/_torch_*.py) that imports
 torch; `import varstore` never imports this module. The checkpoint format,
 atomic writes and checksums are varstore.checkpoint's; this module only maps
 tensors to NumPy views and back.
@@ -40,15 +48,21 @@ except ImportError as err:  # pragma: no cover - exercised only without torch
 
 from varstore import _framework_tree as _tree
 from varstore import _torch_convert as _convert
+from varstore import _torch_sharded as _sharded
 from varstore import dtypes as _dtypes
+from varstore._torch_communicator import TorchCommunicator, is_process_group
 from varstore.checkpoint import VarstoreReader
 from varstore.checkpoint.restore_result import RestoreResult
 from varstore.checkpoint.restoration import restore as _restore
 from varstore.checkpoint.entry import SaveEntry
 from varstore.checkpoint.name_hints import missing_with_hints
+from varstore.distributed.communicator import register_communicator
+from varstore.distributed.shards import ShardedState
 from varstore.errors import DtypeMismatchError, RestoreError, ShapeMismatchError
 
-__all__ = ["save", "restore", "load", "RestoreResult"]
+__all__ = ["save", "restore", "load", "sharded_state", "TorchCommunicator", "RestoreResult"]
+
+register_communicator(is_process_group, TorchCommunicator)
 
 PathLike = Union[str, "os.PathLike[str]"]
 #: A state: a (nested) mapping, list or tuple of tensors, NumPy arrays and JSON scalars.
@@ -85,8 +99,16 @@ def save(path: PathLike, state: Any, *, step: int | None = None,
          metadata: Mapping[str, Any] | None = None, format: str | None = None, checksum: bool = True,
          pack_threshold_bytes: int | None = None,
          overwrite: bool = False, layout: str | None = None, durable: bool = True,
-         storage_options: Mapping[str, object] | None = None) -> Path | str:
+         storage_options: Mapping[str, object] | None = None, comm: Any = None) -> Path | str:
     """Saves a state dict (or a nested state: model + optimizer + epoch) as a varstore checkpoint.
+
+    A state holding DTensors (FSDP2 fully_shard parameters and optimizer
+    state, distribute_tensor results on any DeviceMesh with Shard(d) /
+    Replicate() placements), or any state with `comm`, is saved collectively:
+    EVERY rank calls save with its own state; each rank writes only its local
+    shards, a shard replicated on several ranks is written once, and every
+    leaf is stored as ONE global array (plain h5py reads whole tensors);
+    plain tensors are taken as held whole by every rank.
 
     CPU tensors are written straight from their memory (NumPy views, no copy);
     CUDA tensors are copied to the host one at a time as they are written.
@@ -111,9 +133,13 @@ def save(path: PathLike, state: Any, *, step: int | None = None,
         the new checkpoint; a power loss may keep neither), as varstore.save.
       storage_options: object-store settings for an s3://, gs:// or az:// `path`
         (endpoint, region, credentials), as varstore.save.
+      comm: the job's ranks: a torch.distributed ProcessGroup (dist.group.WORLD),
+        any varstore communicator, or None (the default process group when the
+        state holds DTensors; one process otherwise). A collective save takes
+        local paths and the default pack, layout, checksum and durability options only.
 
     Returns:
-      The final path.
+      The final path (the same on every rank).
 
     Raises:
       UnsupportedDtypeError: a tensor dtype varstore cannot store (complex32,
@@ -121,14 +147,29 @@ def save(path: PathLike, state: Any, *, step: int | None = None,
       InvalidNameError: a key that is not str/int, or two keys giving one name.
       InvalidMetadataError: a leaf that is not a tensor, array or JSON scalar,
         or a reserved metadata key.
+      PartitionError: a DTensor with a Partial or _StridedShard placement.
+      DistributedMismatchError: the ranks' states differ (names, global shapes, dtypes).
+      CollectiveError: a peer rank died or the process group timed out; nothing is committed.
     """
     flat = _tree.flatten(_state_of(state), _classify)
     meta = _tree.check_user_metadata(metadata, str(path))
+    if comm is not None or _sharded.has_dtensors(flat.arrays):
+        _collective_only(checksum=checksum, pack_threshold_bytes=pack_threshold_bytes, layout=layout,
+                         durable=durable, storage_options=storage_options)
+        return _sharded.save_sharded(path, flat, meta, comm, step=step, format=format, overwrite=overwrite)
     return _tree.save_flat(
         path, flat, meta, entry=_entry, step=step, format=format, checksum=checksum,
         pack_threshold_bytes=pack_threshold_bytes, overwrite=overwrite, layout=layout, durable=durable,
         storage_options=storage_options,
         alias_key=lambda value: _convert.alias_key(value) if isinstance(value, torch.Tensor) else None)
+
+
+def _collective_only(**options: Any) -> None:
+    defaults = {"checksum": True, "pack_threshold_bytes": None, "layout": None, "durable": True,
+                "storage_options": None, "lazy": False}
+    refused = sorted(k for k, v in options.items() if v != defaults[k])
+    if refused:
+        raise TypeError(f"a sharded save or restore (DTensors, or comm=) does not take {refused}")
 
 
 def _check(reader: VarstoreReader, name: str, source: str, tensor: torch.Tensor) -> None:
@@ -150,8 +191,14 @@ def _check(reader: VarstoreReader, name: str, source: str, tensor: torch.Tensor)
 
 def restore(path: PathLike | VarstoreReader, target: Any, *, strict: bool = True, verify: bool = True,
             format: str | None = None,
-            storage_options: Mapping[str, object] | None = None) -> RestoreResult:
+            storage_options: Mapping[str, object] | None = None, comm: Any = None) -> RestoreResult:
     """Restores a checkpoint into existing tensors, in place, as nn.Module.load_state_dict.
+
+    A target holding DTensors (or any target with `comm`) is restored
+    collectively: EVERY rank calls restore; each fills its local shards in
+    place, reading only their byte ranges of the stored global arrays, from a
+    checkpoint written by any number of ranks with any mesh and placements,
+    or by one process (Shard(0) on 2 ranks -> Shard(1) on 4, 4 -> 1, 1 -> 2).
 
     Every tensor keeps its memory (same `data_ptr()`) and device: CPU tensors
     are filled through NumPy views of their own memory; CUDA tensors (and a
@@ -169,18 +216,25 @@ def restore(path: PathLike | VarstoreReader, target: Any, *, strict: bool = True
       verify: check every value's crc32c.
       format: "h5"/"zarr", or None to detect.
       storage_options: object-store settings for a URL `path`, as varstore.restore.
+      comm: as `save` (None with DTensors: the default process group).
 
     Returns:
-      RestoreResult: restored, missing and unexpected names.
+      RestoreResult: restored, missing and unexpected names (the same on every rank).
 
     Raises:
       RestoreError: strict and the names differ (lists them all).
       ShapeMismatchError / DtypeMismatchError: naming the tensor, the file and both
         shapes or dtypes (the dtype must be equal or 'same_kind' castable).
       ChecksumError: damaged bytes (see varstore.restore for what was written then).
+      CollectiveError: a peer rank died or the process group timed out.
     """
     flat = _tree.flatten(_state_of(target), _classify)
     tensors = {name: value for name, value in flat.arrays.items() if isinstance(value, torch.Tensor)}
+    if comm is not None or _sharded.has_dtensors(tensors):
+        if isinstance(path, VarstoreReader):
+            path = path.path
+        _collective_only(storage_options=storage_options)
+        return _sharded.restore_sharded(path, tensors, comm, strict=strict, verify=verify, format=format)
     reader, owned = _tree.open_reader(path, format, storage_options)
     try:
         return _restore_into(reader, tensors, strict, verify)
@@ -226,6 +280,26 @@ def _restore_into(reader: VarstoreReader, tensors: dict[str, torch.Tensor], stri
             tensor.copy_(_convert.from_host(value))
     restored = [name for name, source in sources.items() if source is not None]
     return RestoreResult(restored, missing, unexpected)
+
+
+def sharded_state(state: Any, comm: Any = None) -> ShardedState:
+    """Every rank's shards of a (DTensor) state as one structure, for vs.CheckpointManager(comm=...).
+
+        manager = vs.CheckpointManager("ckpts", comm=dist.group.WORLD)
+        shards = vst.sharded_state({"model": model.state_dict()})
+        manager.save(shards, step)           # every rank; restore_latest(shards) fills them in place
+
+    Collective (every rank calls it). The structure's values are views of the
+    CPU tensors' memory (CUDA tensors: use save / restore); the checkpoint's
+    names are the state's flattened names, as `save` writes them (without the
+    skeleton of non-tensor leaves and without alias detection).
+
+    Raises:
+      DistributedMismatchError: the ranks disagree about a global shape or dtype.
+      PartitionError: a DTensor with a Partial or _StridedShard placement.
+    """
+    flat = _tree.flatten(_state_of(state), _classify)
+    return _sharded.state_for_manager(flat.arrays, comm)
 
 
 def load(path: PathLike | VarstoreReader, *, device: str | torch.device | None = None, verify: bool = True,

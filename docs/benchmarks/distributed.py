@@ -13,6 +13,8 @@ Reports wall time (slowest rank, between barriers), aggregate GB/s (checkpoint b
 time), peak RSS per rank (ru_maxrss; in brackets its value before the save/restore) and
 bytes written per rank (the manifest's record).
 
+Sharded framework state (FSDP2 against DCP, JAX against Orbax): distributed_frameworks.py.
+
     python docs/benchmarks/distributed.py            # prints the markdown table
     python docs/benchmarks/distributed.py --scale 0.1  # a quick look
 """

@@ -23,7 +23,7 @@ from varstore.placement import task_index
 
 __all__ = ["describe_structure", "check_structure", "replica_checksums", "check_replicas"]
 
-_FIELDS = ("shape", "dtype", "task", "slice")
+_FIELDS = ("shape", "dtype", "task", "slice", "holders")
 _MAX_NAMED = 10
 
 
@@ -32,7 +32,8 @@ def describe_structure(store: Any) -> dict[str, dict[str, Any]]:
 
     `task` is the "/job:*/task:K" placement (None: replicated); `slice` is
     [full name, full shape, offset] for a part of a partitioned variable, else
-    None. The device label (cpu:0 / gpu:0) is left out: ranks may differ there.
+    None; `holders`, only for a shard some ranks hold (distributed/shards.py),
+    lists them. The device label (cpu:0 / gpu:0) is left out: ranks may differ there.
     """
     described: dict[str, dict[str, Any]] = {}
     for variable in store.variables():
@@ -43,6 +44,9 @@ def describe_structure(store: Any) -> dict[str, dict[str, Any]]:
             "task": variable.task,
             "slice": None if info is None else [info.full_name, list(info.full_shape), list(info.var_offset)],
         }
+        holders = getattr(variable, "holders", ())
+        if holders:
+            described[variable.name]["holders"] = list(holders)
     return described
 
 
@@ -64,7 +68,7 @@ def _first_difference(descriptions: list[dict[str, dict[str, Any]]]) -> str:
             return (f"variable '{name}' exists on {_ranks(having)} but not on {_ranks(lacking)}; every rank must "
                     f"create the same variables in the same scopes")
         for field in _FIELDS:
-            values = [json.dumps(d[name][field]) for d in descriptions]
+            values = [json.dumps(d[name].get(field)) for d in descriptions]
             if len(set(values)) > 1:
                 groups: dict[str, list[int]] = {}
                 for rank, value in enumerate(values):

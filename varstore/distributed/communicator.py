@@ -3,7 +3,9 @@
 `Communicator` is the Protocol (rank, size, barrier, bcast, allgather,
 gather, allreduce, split); `MPICommunicator` implements it over ANY mpi4py
 communicator (COMM_WORLD, a Split() sub-communicator, ...), `SingleProcess`
-for one process. torch.distributed or jax.distributed would be one more class.
+for one process. Framework adapters register their own (varstore.torch:
+a torch.distributed process group) with `register_communicator`, so
+`as_communicator` takes their objects without this layer importing them.
 
 Messages are JSON-compatible values (None, bool, int, float, str, lists, dicts
 with str keys) sent as UTF-8 bytes through MPI's buffer operations: nothing is
@@ -14,6 +16,7 @@ first use of MPICommunicator). Knows nothing about variables or checkpoints.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Literal, Protocol, Union, runtime_checkable
 
 import numpy as np
@@ -21,7 +24,8 @@ import numpy.typing as npt
 
 from varstore.errors import CommunicatorError, MissingDependencyError
 
-__all__ = ["Message", "ReduceOp", "Communicator", "SingleProcess", "MPICommunicator", "as_communicator"]
+__all__ = ["Message", "ReduceOp", "Communicator", "SingleProcess", "MPICommunicator", "as_communicator",
+           "register_communicator", "encode_message", "decode_message"]
 
 #: A JSON-compatible value: what bcast / allgather / gather carry.
 Message = Union[None, bool, int, float, str, list, dict]  # type: ignore[type-arg]
@@ -62,7 +66,12 @@ class Communicator(Protocol):
         """A communicator of the ranks that passed the same `color`, ordered by (`key`, rank), as MPI_Comm_split."""
 
 
-def _encode(message: Message) -> bytes:
+def encode_message(message: Message) -> bytes:
+    """`message` as UTF-8 JSON, what every communicator sends (never a pickle).
+
+    Raises:
+      CommunicatorError: the message is not JSON-compatible.
+    """
     try:
         return json.dumps(message, separators=(",", ":"), allow_nan=True).encode("utf-8")
     except (TypeError, ValueError) as err:
@@ -71,7 +80,8 @@ def _encode(message: Message) -> bytes:
             f"str keys), got {type(message).__name__}: convert arrays with .tolist() first") from err
 
 
-def _decode(data: bytes) -> Message:
+def decode_message(data: bytes) -> Message:
+    """The message `encode_message` made (empty bytes: None)."""
     return json.loads(data.decode("utf-8")) if data else None
 
 
@@ -96,16 +106,16 @@ class SingleProcess:
     def bcast(self, message: Message, root: int = 0) -> Message:
         """`message` (a copy)."""
         self._check_root(root)
-        return _decode(_encode(message))
+        return decode_message(encode_message(message))
 
     def allgather(self, message: Message) -> list[Message]:
         """[`message`] (a copy)."""
-        return [_decode(_encode(message))]
+        return [decode_message(encode_message(message))]
 
     def gather(self, message: Message, root: int = 0) -> list[Message] | None:
         """[`message`] (a copy)."""
         self._check_root(root)
-        return [_decode(_encode(message))]
+        return [decode_message(encode_message(message))]
 
     def allreduce(self, value: Reducible, op: ReduceOp = "sum") -> Reducible:
         """`value` (a copy for arrays)."""
@@ -163,16 +173,16 @@ class MPICommunicator:
         self.comm.Barrier()
 
     def bcast(self, message: Message, root: int = 0) -> Message:
-        data = _encode(message) if self.rank == root else b""
+        data = encode_message(message) if self.rank == root else b""
         length = np.array([len(data)], dtype=np.int64)
         self.comm.Bcast(length, root=root)
         buffer = np.frombuffer(data, dtype=np.uint8).copy() if self.rank == root \
             else np.empty(int(length[0]), dtype=np.uint8)
         self.comm.Bcast(buffer, root=root)
-        return _decode(buffer.tobytes())
+        return decode_message(buffer.tobytes())
 
     def _gathered(self, message: Message, root: int | None) -> list[Message] | None:
-        data = np.frombuffer(_encode(message), dtype=np.uint8)
+        data = np.frombuffer(encode_message(message), dtype=np.uint8)
         lengths = np.empty(self.size, dtype=np.int64)
         self.comm.Allgather(np.array([data.size], dtype=np.int64), lengths)
         counts = [int(n) for n in lengths]
@@ -187,7 +197,7 @@ class MPICommunicator:
             self.comm.Gatherv(data, spec if self.rank == root else None, root=root)
             if self.rank != root:
                 return None
-        return [_decode(receive[d:d + n].tobytes()) for d, n in zip(displacements, counts)]
+        return [decode_message(receive[d:d + n].tobytes()) for d, n in zip(displacements, counts)]
 
     def allgather(self, message: Message) -> list[Message]:
         result = self._gathered(message, None)
@@ -218,8 +228,24 @@ class MPICommunicator:
         return f"MPICommunicator(rank={self.rank}, size={self.size})"
 
 
+#: (claims, make) pairs of the framework adapters, in registration order (register_communicator).
+_ADAPTERS: list[tuple[Callable[[Any], bool], Callable[[Any], Communicator]]] = []
+
+
+def register_communicator(claims: Callable[[Any], bool], make: Callable[[Any], Communicator]) -> None:
+    """Lets `as_communicator` accept a framework's group objects: `make(comm)` for every `comm` that `claims(comm)`.
+
+    varstore.torch registers torch.distributed process groups on import
+    (varstore/_torch_communicator.py). Registering the same pair twice is a no-op.
+    """
+    if (claims, make) not in _ADAPTERS:
+        _ADAPTERS.append((claims, make))
+
+
 def as_communicator(comm: Any) -> Communicator:
-    """A Communicator for `comm`: itself when it already is one, MPICommunicator for an mpi4py communicator, SingleProcess for None.
+    """A Communicator for `comm`: itself when it already is one, MPICommunicator for an mpi4py communicator,
+    a registered adapter's for a framework's group (a torch.distributed ProcessGroup once varstore.torch is
+    imported), SingleProcess for None.
 
     Raises:
       CommunicatorError: anything else. MissingDependencyError: see MPICommunicator.
@@ -230,8 +256,13 @@ def as_communicator(comm: Any) -> Communicator:
         return comm
     if type(comm).__module__.startswith("mpi4py"):
         return MPICommunicator(comm)
+    for claims, make in _ADAPTERS:
+        if claims(comm):
+            return make(comm)
     if isinstance(comm, Communicator):
         return comm
+    hint = "; import varstore.torch first, which teaches varstore torch.distributed process groups" \
+        if type(comm).__module__.startswith("torch") else ""
     raise CommunicatorError(
-        f"comm must be an mpi4py communicator (e.g. MPI.COMM_WORLD) or a varstore.distributed.Communicator, "
-        f"got {type(comm).__name__}")
+        f"comm must be an mpi4py communicator (e.g. MPI.COMM_WORLD), a torch.distributed process group or a "
+        f"varstore.distributed.Communicator, got {type(comm).__name__}{hint}")

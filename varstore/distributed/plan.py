@@ -48,6 +48,9 @@ class VariableLayout:
       array: the global array it belongs to (the full name for a part, else `name`).
       array_shape: the global array's shape.
       offset: where the variable starts in the array (zeros when unpartitioned).
+      holders: the ranks that hold a copy besides `owner` (a shard replicated
+        over some ranks, distributed/shards.py): each reads it on restore,
+        only `owner` writes it. Empty for store variables.
     """
 
     name: str
@@ -57,6 +60,7 @@ class VariableLayout:
     array: str
     array_shape: tuple[int, ...]
     offset: tuple[int, ...]
+    holders: tuple[int, ...] = ()
 
     @property
     def nbytes(self) -> int:
@@ -69,11 +73,13 @@ def layouts_of(store: Any) -> list[VariableLayout]:
     for v in store.variables():
         info = v.save_slice_info
         dtype = dtypes.dtype_name(v.dtype)
+        holders = tuple(getattr(v, "holders", ()))
         if info is None:
-            out.append(VariableLayout(v.name, v.shape, dtype, v.owner_rank, v.name, v.shape, (0,) * len(v.shape)))
+            out.append(VariableLayout(v.name, v.shape, dtype, v.owner_rank, v.name, v.shape, (0,) * len(v.shape),
+                                      holders))
         else:
             out.append(VariableLayout(v.name, v.shape, dtype, v.owner_rank, info.full_name, info.full_shape,
-                                      info.var_offset))
+                                      info.var_offset, holders))
     return out
 
 
@@ -266,7 +272,7 @@ def plan_restore(saved: Mapping[str, tuple[Sequence[int], str]], layouts: Sequen
       rank: the restoring rank.
 
     Returns:
-      The RestorePlan: reads of exactly the regions `rank` holds (owned and replicated variables).
+      The RestorePlan: reads of exactly the regions `rank` holds (owned, replicated, and those it is a holder of).
 
     Raises:
       ShapeMismatchError: a variable's global shape differs from the stored array's (names both).
@@ -291,7 +297,7 @@ def plan_restore(saved: Mapping[str, tuple[Sequence[int], str]], layouts: Sequen
             raise DtypeMismatchError(f"cannot restore variable '{layout.name}': the checkpoint's array "
                                      f"'{layout.array}' has dtype {dtypes.dtype_name(stored)}, the variable has "
                                      f"{dtypes.dtype_name(wanted)}")
-        if layout.owner is None or layout.owner == rank:
+        if layout.owner is None or layout.owner == rank or rank in layout.holders:
             reads.append(ReadItem(layout.name, layout.array, layout.offset, layout.shape))
     unexpected = tuple(sorted(set(saved) - used))
     return RestorePlan(rank, tuple(reads), tuple(missing), unexpected)

@@ -45,7 +45,7 @@ from varstore.distributed.checks import check_structure
 from varstore.distributed.communicator import Communicator, as_communicator
 from varstore.distributed.crc import crc32c_of_runs
 from varstore.distributed.plan import SavePlan, WriteItem, byte_runs, layouts_of, plan_save
-from varstore.errors import VarstoreError
+from varstore.errors import CollectiveError, VarstoreError
 from varstore.storage import storage_for
 
 __all__ = ["save_collective", "CHECKSUM_RULE"]
@@ -203,6 +203,8 @@ def save_collective(path: os.PathLike[str] | str, store: Any, comm: Any = None, 
             _save_rank0(communicator, store, plan, fmt, final, records, planned, overwrite)
         else:
             _save_other(communicator, store, plan, fmt)
+    except CollectiveError:
+        raise  # the transport broke (a peer died): there is no one to wait for
     except VarstoreError:
         communicator.barrier()  # every rank raised at the same step; return once rank 0 has cleaned up
         raise
