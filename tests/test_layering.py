@@ -47,7 +47,7 @@ ALLOWED = {
 # The core: never imports checkpoint/, backends/, formats/, inspect/, storage/, distributed/ (also implied by the layers).
 CORE = {"variables", "scopes", "initializers", "initializers_v1", "collections", "devices", "device_transfers", "placement", "_naming",
         "_array_interop", "dtypes", "errors", "_version", "_core_api", "partitioning", "ownership",
-        "values", "value_sources", "variable_batches", "_assignment",
+        "values", "value_sources", "_variable_state", "variable_batches", "_assignment",
         "_variable_scope", "reuse", "default_store", "partitioners"}
 ABOVE_CORE = ("checkpoint", "backends", "formats", "inspect", "storage", "distributed")
 

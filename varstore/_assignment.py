@@ -17,6 +17,7 @@ from varstore._array_interop import ArrayInterop
 from varstore.errors import DtypeMismatchError, ShapeMismatchError
 from varstore.values import convert_value, is_python_value
 from varstore.variable_batches import MATERIALIZE_LOCK
+from varstore._variable_state import VariableState
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -32,8 +33,7 @@ class Assignable:
     _dtype: np.dtype
     _device: str
     _task: str | None
-    _buffer: Any
-    _source: Any
+    _state: VariableState
 
     def _materialize(self) -> Any:  # pragma: no cover - implemented by Variable
         raise NotImplementedError
@@ -80,10 +80,10 @@ class Assignable:
         if self._task is not None:
             ownership.check_holds(self, "assign to")
         with MATERIALIZE_LOCK:
-            if self._buffer is None:
-                self._buffer = devices.empty(self._shape, self._dtype, self._device)
-            self._source = None
-            devices.copy_into(self._buffer, arr)
+            if self._state.buffer is None:
+                self._state.buffer = devices.empty(self._shape, self._dtype, self._device)
+            self._state.settle()
+            devices.copy_into(self._state.buffer, arr)
         return self
 
     def _update(self, delta: Any, ufunc: np.ufunc, op: str) -> Self:

@@ -69,9 +69,7 @@ def bound_rank(store: Any) -> tuple[int, int] | None:
 
 
 def _release(variable: Any) -> None:
-    variable._buffer = None
-    variable._source = None
-    variable._view = variable._view_of = None
+    variable._state.release()
 
 
 def attach(store: Any, variable: Any) -> None:

@@ -124,7 +124,7 @@ class _GlobalValue:
     def _all_local_parts_done(self, current: SaveSliceInfo) -> bool:
         for ref in self.parts:
             part = ref()
-            if part is None or part._save_slice_info == current:
+            if part is None or part.save_slice_info == current:
                 continue
             if part.is_owned and not part.is_initialized:
                 return False

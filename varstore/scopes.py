@@ -354,7 +354,7 @@ class VariableStore:
             full, shape, dtype, init_spec, lambda name: self._pending_source(name, slice_info))
         var = lazy_variable(full, full_shape, dt, initializer, trainable, device)
         if slice_info is not None:
-            var._save_slice_info = slice_info
+            var._set_save_slice_info(slice_info)
         if source is not None:
             var.restore_from(source)
         self._namer.claim(full)

@@ -30,6 +30,7 @@ from varstore.placement import DeviceSpec
 
 # Re-exported for the checkpoint engine (checkpoint/writer.py, checkpoint/restoration.py import these names from
 # here; they live in value_sources.py, values.py and variable_batches.py). New code imports them from there.
+from varstore._variable_state import VariableState
 from varstore.value_sources import ValueSource, check_restorable
 from varstore.values import convert_value
 from varstore.variable_batches import MATERIALIZE_LOCK, host_views, restore_many
@@ -164,9 +165,7 @@ class Variable(Assignable, ArrayInterop):
     """
 
     _collection_names: list[str]
-    _buffer: Any  # NumPy or CuPy array, None until materialized
-    _view: Any  # cached read-only view of _buffer (host_view), valid while _view_of is _buffer
-    _view_of: Any
+    _state: VariableState  # the value: buffer (None until materialized), pending restore, cached host view
     _task: str | None  # "/job:NAME/task:K" or None
     _binding: ownership.Binding  # the rank binding of the store the variable joined
     _save_slice_info: Any  # partitioning.SaveSliceInfo of a part, else None
@@ -183,7 +182,7 @@ class Variable(Assignable, ArrayInterop):
         shape = tuple(int(d) for d in value.shape)
         self._setup(full_name, shape, np.dtype(value.dtype), trainable, None)
         self._device, self._task = _choose_device(full_name, shape, self._dtype, device)
-        self._buffer = devices.to_device(value, self._device, copy=True)
+        self._state.buffer = devices.to_device(value, self._device, copy=True)
         registry.track_variable(self, collections, trainable, weak=True)  # a store bound to a rank drops others' values
 
     def _setup(self, name: str, shape: tuple[int, ...], dtype: np.dtype, trainable: bool,
@@ -193,10 +192,7 @@ class Variable(Assignable, ArrayInterop):
         self._dtype = dtypes.as_dtype(dtype)
         self._trainable = bool(trainable)
         self._initializer = initializer
-        self._source: ValueSource | None = None
-        self._buffer = None
-        self._view = None
-        self._view_of = None
+        self._state = VariableState()
         self._device = "cpu:0"
         self._task = None
         self._binding = ownership.UNBOUND
@@ -248,6 +244,11 @@ class Variable(Assignable, ArrayInterop):
         """For a part of a partitioned variable: its `partitioning.SaveSliceInfo` (full name, full shape, offset, shape); else None."""
         return self._save_slice_info
 
+    def _set_save_slice_info(self, info: Any) -> None:
+        """Marks this variable as a part of a partitioned variable (a partitioning.SaveSliceInfo), as TF's
+        Variable._set_save_slice_info; the partitioned store calls it once, when it makes the part."""
+        self._save_slice_info = info
+
     @property
     def trainable(self) -> bool:
         """Whether the variable is meant to be trained."""
@@ -261,26 +262,28 @@ class Variable(Assignable, ArrayInterop):
     @property
     def is_initialized(self) -> bool:
         """True once the value is allocated and filled (initializer run, value assigned or restored)."""
-        return self._buffer is not None and self._source is None
+        return self._state.buffer is not None and self._state.source is None
 
     @property
     def is_allocated(self) -> bool:
         """True once the variable has memory for its value (it may still wait for a pending restore)."""
-        return self._buffer is not None
+        return self._state.buffer is not None
 
     @property
     def is_restore_pending(self) -> bool:
         """True while a ValueSource waits to fill this variable on first use."""
-        return self._source is not None
+        return self._state.source is not None
 
     # ---------------------------------------------------------- materialize
     def _materialize(self) -> Any:
         """Returns the live buffer, running the initializer or the pending restore first if needed."""
-        if self._buffer is not None and self._source is None:
-            return self._buffer
+        state = self._state
+        buffer = state.buffer
+        if buffer is not None and state.source is None:
+            return buffer
         with _materialize_lock:
-            if self._buffer is not None and self._source is None:
-                return self._buffer
+            if self._state.buffer is not None and self._state.source is None:
+                return self._state.buffer
             if self._task is not None:
                 ownership.check_holds(self, "read")
             stack = _init_stack.variables
@@ -292,14 +295,14 @@ class Variable(Assignable, ArrayInterop):
                         f"give one of them an initializer that does not read the others")
             stack.append(self)
             try:
-                if self._source is not None:
-                    self._fill_from(self._source)
-                    self._source = None
+                if self._state.source is not None:
+                    self._fill_from(self._state.source)
+                    self._state.settle()
                 else:
                     self._run_initializer()
             finally:
                 stack.pop()
-            return self._buffer
+            return self._state.buffer
 
     def _run_initializer(self) -> None:
         init = self._initializer
@@ -329,7 +332,7 @@ class Variable(Assignable, ArrayInterop):
             # A fresh host array nobody else references (refcount: this frame only): adopt it as the
             # buffer instead of copying, so materializing never holds two copies of a variable (the
             # freed temporaries stayed in the malloc heap: ~100 MiB of RSS for a 1.2 GB model).
-            self._buffer = value
+            self._state.buffer = value
             return
         buffer = devices.empty(self._shape, self._dtype, self._device)
         try:
@@ -338,7 +341,7 @@ class Variable(Assignable, ArrayInterop):
             raise DtypeMismatchError(
                 f"the initializer of {what} returned dtype {value.dtype}, which does not cast "
                 f"('same_kind') to the variable's dtype {self._dtype.name}") from err
-        self._buffer = buffer
+        self._state.buffer = buffer
 
     def _fill_from(self, source: ValueSource) -> None:
         """Fills the buffer from `source`: in place when allocated (same data pointer, host or GPU).
@@ -347,17 +350,17 @@ class Variable(Assignable, ArrayInterop):
         asynchronous host-to-device copy (device_transfers); inside a restore's
         batch the copy finishes when the batch ends.
         """
-        if self._buffer is not None and not devices.is_device_array(self._buffer):
-            source.read_into(self._buffer)
+        if self._state.buffer is not None and not devices.is_device_array(self._state.buffer):
+            source.read_into(self._state.buffer)
             return
         if not devices.is_gpu(self._device):
             host = np.empty(self._shape, dtype=self._dtype)
             source.read_into(host)
-            self._buffer = devices.to_device(host, self._device)
+            self._state.buffer = devices.to_device(host, self._device)
             return
         # a GPU variable: read into pinned staging, then one async copy (device_transfers)
-        self._buffer = device_transfers.fill_on_device(source.read_into, self._shape, self._dtype,
-                                                       self._device, self._buffer)
+        self._state.buffer = device_transfers.fill_on_device(source.read_into, self._shape, self._dtype,
+                                                       self._device, self._state.buffer)
 
     def initialize(self) -> Variable:
         """Materializes the value now (initializer or pending restore), as running tf's v.initializer once.
@@ -402,17 +405,17 @@ class Variable(Assignable, ArrayInterop):
 
         Materializes first. Used by save, which must not double memory.
         """
-        buf = self._buffer
-        if buf is None or self._source is not None:
+        buf = self._state.buffer
+        if buf is None or self._state.source is not None:
             buf = self._materialize()
-        if self._view_of is buf:
-            cached: npt.NDArray[Any] = self._view
+        if self._state.view_of is buf:
+            cached: npt.NDArray[Any] = self._state.view
             return cached
         if type(buf) is not np.ndarray and devices.is_device_array(buf):
             return device_transfers.to_host(buf)
         view: npt.NDArray[Any] = buf.view()
         view.setflags(write=False)  # as flags.writeable = False, without a flags object (~0.15 us)
-        self._view, self._view_of = view, buf  # the same buffer for life: the view stays valid
+        self._state.remember_view(view)  # the same buffer for life: the view stays valid
         return view
 
     # -------------------------------------------------------------- restore
@@ -431,16 +434,16 @@ class Variable(Assignable, ArrayInterop):
         """
         check_restorable(self, source)
         with _materialize_lock:
-            if self._buffer is not None and not lazy:
+            if self._state.buffer is not None and not lazy:
                 self._fill_from(source)
-                self._source = None
+                self._state.settle()
             else:
-                self._source = source
+                self._state.defer(source)
 
     # ---------------------------------------------------------------- misc
     def __repr__(self) -> str:
         if self.is_initialized:
-            value = np.array2string(devices.to_host(self._buffer), separator=", ", threshold=20)
+            value = np.array2string(devices.to_host(self._state.buffer), separator=", ", threshold=20)
             value = f", numpy={value}"
         else:
             value = ", <not initialized>"

@@ -177,7 +177,7 @@ def test_packed_values_into_uninitialized_variables_are_own_copies(ckpt: Path) -
         got = made[name].numpy()
         np.testing.assert_array_equal(got, value)
         assert got.dtype == value.dtype and got.shape == value.shape
-    buffers = [made[name]._buffer for name in values if name != "big"]
+    buffers = [made[name]._state.buffer for name in values if name != "big"]
     # each owns its memory: no variable keeps the packed blob (or a neighbour) alive
     assert all(b.flags.owndata and b.flags.c_contiguous and b.flags.writeable for b in buffers)
     made["slot/04"].assign(np.full((2, 3), -1, np.float32))
@@ -219,10 +219,10 @@ def test_packed_values_replace_a_pending_lazy_restore_in_place(ckpt: Path, tmp_p
     store, made, calls = _never_store(values)
     slot = made["slot/03"]
     slot.assign(np.ones((2, 3), np.float32))
-    pointer = slot._buffer.ctypes.data
+    pointer = slot._state.buffer.ctypes.data
     restore(other, store, lazy=True)
     assert slot.is_allocated and slot.is_restore_pending
     restore(ckpt, store)  # eager: the packed value replaces the pending one, in the same buffer
-    assert not slot.is_restore_pending and slot._buffer.ctypes.data == pointer
+    assert not slot.is_restore_pending and slot._state.buffer.ctypes.data == pointer
     np.testing.assert_array_equal(slot.numpy(), values["slot/03"])
     assert calls == [] and store.report_uninitialized() == []

@@ -71,7 +71,7 @@ def restored(ckpt: Path, ring: str) -> Callable[[float | None], dict[str, Any]]:
     def run(fill: float | None) -> dict[str, Any]:
         save(ckpt, _VALUES, pack_threshold_bytes=0)
         store, made = _gpu_store(_VALUES, fill=fill)
-        made["pointers before"] = {name: v._buffer.data.ptr for name, v in made.items() if v.is_allocated}
+        made["pointers before"] = {name: v._state.buffer.data.ptr for name, v in made.items() if v.is_allocated}
         restore(ckpt, store)
         return made
     return run
@@ -82,8 +82,8 @@ def test_restore_into_allocated_gpu_variables_fills_the_same_device_buffers(rest
     pointers = made.pop("pointers before")
     for name, value in _VALUES.items():
         v = made[name]
-        assert v.device == "gpu:0" and isinstance(v._buffer, cp.ndarray)
-        assert v._buffer.data.ptr == pointers[name], name
+        assert v.device == "gpu:0" and isinstance(v._state.buffer, cp.ndarray)
+        assert v._state.buffer.data.ptr == pointers[name], name
         np.testing.assert_array_equal(v.numpy(), value, err_msg=name)
 
 
@@ -92,8 +92,8 @@ def test_restore_into_unallocated_gpu_variables_reads_straight_to_the_device(res
     assert made.pop("pointers before") == {}
     for name, value in _VALUES.items():
         v = made[name]
-        assert v.is_allocated and isinstance(v._buffer, cp.ndarray), name
-        np.testing.assert_array_equal(cp.asnumpy(v._buffer), value, err_msg=name)
+        assert v.is_allocated and isinstance(v._state.buffer, cp.ndarray), name
+        np.testing.assert_array_equal(cp.asnumpy(v._state.buffer), value, err_msg=name)
 
 
 def test_lazy_restore_reads_each_gpu_variable_at_first_use(ckpt: Path, small_ring: None) -> None:

@@ -32,7 +32,7 @@ class ArraySource:
 
 def test_default_placement_is_gpu0_for_supported_dtypes(store, cp):
     v = Variable([1.0, 2.0], store=store)
-    assert v.device == "gpu:0" and isinstance(v._buffer, cp.ndarray)
+    assert v.device == "gpu:0" and isinstance(v._state.buffer, cp.ndarray)
     assert store.get_variable("w", [3]).device == "gpu:0"
     assert Variable(np.zeros(2, vs.initializers.Zeros()((1,), "bfloat16").dtype), store=store).device == "cpu:0"
     with vs.device("cpu:0"):
@@ -41,11 +41,11 @@ def test_default_placement_is_gpu0_for_supported_dtypes(store, cp):
 
 def test_assign_is_in_place_on_the_gpu(store, cp):
     v = Variable(np.zeros((4, 4), np.float32), store=store)
-    pointer = v._buffer.data.ptr
+    pointer = v._state.buffer.data.ptr
     v.assign(np.ones((4, 4)))
     v.assign_add(cp.ones((4, 4), dtype=cp.float32))
     v.assign_sub(1)
-    assert v._buffer.data.ptr == pointer
+    assert v._state.buffer.data.ptr == pointer
     assert v.numpy().tolist() == np.ones((4, 4)).tolist()
     assert isinstance(v.read_value(), cp.ndarray) and isinstance(v.numpy(), np.ndarray)
     host = v.host_view()
@@ -54,9 +54,9 @@ def test_assign_is_in_place_on_the_gpu(store, cp):
 
 def test_restore_from_into_a_gpu_variable(store, cp):
     v = Variable(np.zeros(3, np.float32), name="w", store=store)
-    pointer = v._buffer.data.ptr
+    pointer = v._state.buffer.data.ptr
     v.restore_from(ArraySource(np.array([1.0, 2.0, 3.0])))
-    assert v._buffer.data.ptr == pointer and v.numpy().tolist() == [1.0, 2.0, 3.0]
+    assert v._state.buffer.data.ptr == pointer and v.numpy().tolist() == [1.0, 2.0, 3.0]
     lazy = store.get_variable("lazy", [2])
     lazy.restore_from(ArraySource(np.array([5.0, 6.0], np.float32)))
     assert lazy.numpy().tolist() == [5.0, 6.0] and lazy.device == "gpu:0"
@@ -66,7 +66,7 @@ def test_dlpack_exports_the_device_buffer(store, cp):
     v = Variable([1.0, 2.0, 3.0], store=store)
     assert v.__dlpack_device__() == (2, 0)
     view = cp.from_dlpack(v)
-    assert view.data.ptr == v._buffer.data.ptr
+    assert view.data.ptr == v._state.buffer.data.ptr
     v.assign_add(1.0)
     assert view.get().tolist() == [2.0, 3.0, 4.0]
 
@@ -89,5 +89,5 @@ def test_eager_restore_into_uninitialized_gpu_variables_lands_on_the_device(stor
     w = store.get_variable("w", [2, 3])
     assert w.device == "gpu:0" and not w.is_allocated
     vs.restore(path, store)
-    assert w.is_initialized and isinstance(w._buffer, cp.ndarray)
-    assert cp.asnumpy(w._buffer).tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert w.is_initialized and isinstance(w._state.buffer, cp.ndarray)
+    assert cp.asnumpy(w._state.buffer).tolist() == [[0, 1, 2], [3, 4, 5]]

@@ -27,7 +27,7 @@ class CountingInitializer:
 def test_get_variable_allocates_nothing_until_first_use(store):
     count = CountingInitializer(2.0)
     big = store.get_variable("big", [1024, 1024, 64], initializer=count)  # 256 MiB if it were allocated
-    assert count.calls == 0 and not big.is_initialized and big._buffer is None
+    assert count.calls == 0 and not big.is_initialized and big._state.buffer is None
     assert big.shape == (1024, 1024, 64) and big.nbytes == 2**28
     assert store.report_uninitialized() == ["big"]
     assert repr(big) == "<varstore.Variable 'big' shape=(1024, 1024, 64) dtype=float32 device=cpu:0, <not initialized>>"

@@ -62,7 +62,7 @@ def test_restore_many_gives_unmaterialized_variables_own_copies_of_blob_views() 
     step = np.arange(3, dtype=np.int64)[1:2].reshape(())  # a 0-d view, as packed scalars are
     for adopt in (False, True):
         restore_many(variables + [scalar], list(blob.reshape(3, 2, 2)) + [step], adopt=adopt)
-        buffers = [v._buffer for v in variables + [scalar]]
+        buffers = [v._state.buffer for v in variables + [scalar]]
         assert all(type(b) is np.ndarray and b.flags.owndata and b.flags.c_contiguous for b in buffers)
         assert [v.numpy().ravel().tolist() for v in variables] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
         assert scalar.numpy().shape == () and int(scalar.numpy()) == 1 and scalar.dtype == np.int64
@@ -70,7 +70,7 @@ def test_restore_many_gives_unmaterialized_variables_own_copies_of_blob_views() 
         assert variables[1].numpy().ravel().tolist() == [4, 5, 6, 7]
         blob[:] = np.arange(12)
         for v in variables + [scalar]:
-            v._buffer = None  # back to no memory for the second pass
+            v._state.buffer = None  # back to no memory for the second pass
 
 
 def test_restore_many_validates_everything_first() -> None:

@@ -68,7 +68,7 @@ def test_initialize_with_a_rank_holds_only_owned_and_replicated_variables():
         a.numpy()
     with pytest.raises(vs.NotOwnedError, match="cannot assign to variable 'a' on rank 1"):
         a.assign(np.zeros((2, 2)))
-    assert a._buffer is None
+    assert a._state.buffer is None
 
 
 def test_binding_releases_values_of_variables_owned_elsewhere():
@@ -141,7 +141,7 @@ def test_an_eager_variable_of_another_rank_keeps_no_copy():
         theirs = vs.Variable([1.0, 2.0], name="theirs", store=store)
     with vs.device("/job:ps/task:0"):
         mine = vs.Variable([3.0], name="mine", store=store)
-    assert theirs._buffer is None and not theirs.is_initialized and theirs.shape == (2,)
+    assert theirs._state.buffer is None and not theirs.is_initialized and theirs.shape == (2,)
     np.testing.assert_array_equal(mine.numpy(), [3.0])
     with pytest.raises(vs.NotOwnedError, match="'theirs' on rank 0"):
         theirs.numpy()
