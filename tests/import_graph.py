@@ -9,7 +9,7 @@ recorded with `target=None` so the tests can refuse it (the graph would not
 see it).
 
 An edge goes to the module named by the import: `from varstore.checkpoint
-import atomic` is an edge to `varstore.checkpoint.atomic` (a submodule);
+import atomic` is an edge to `varstore.checkpoint.publish.atomic` (a submodule);
 `from varstore.checkpoint import save` is an edge to `varstore.checkpoint`
 (the package's `__init__`). The implicit import of a parent package that
 Python performs before a submodule is not an edge: otherwise every package
@@ -35,7 +35,7 @@ class Import:
     """One import statement or call.
 
     Attributes:
-      source: the importing module, e.g. "varstore.checkpoint.writer".
+      source: the importing module, e.g. "varstore.checkpoint.write.writer".
       target: the imported module as written and resolved (internal modules
         resolve to the module or package that exists), None for a dynamic
         import whose name is not a string literal.
@@ -249,7 +249,7 @@ def layer_of(module: str) -> str:
     """The name a module has in the doc's arrow line.
 
     "varstore_cli.*" -> "cli"; "varstore" (the package `__init__`, the public
-    API) -> "varstore"; "varstore.checkpoint.writer" -> "checkpoint" (a
+    API) -> "varstore"; "varstore.checkpoint.write.writer" -> "checkpoint" (a
     subpackage is one layer); "varstore._torch_state" -> "torch" and
     "varstore._jax_arrays" -> "jax" (an adapter's private helpers sit with it);
     "varstore.errors" -> "errors".

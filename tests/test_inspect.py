@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo, checked_out
+from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo, checked_out
 from varstore.dtypes import as_dtype, bfloat16, dtype_name
 from varstore.errors import UnsupportedDtypeError
 from varstore.inspect import (

@@ -216,7 +216,7 @@ def test_the_graph_reports_a_three_module_cycle_in_order(tmp_path: Path) -> None
 def test_layer_names_of_modules() -> None:
     assert graph.layer_of("varstore_cli.main") == "cli"
     assert graph.layer_of("varstore") == "varstore"
-    assert graph.layer_of("varstore.checkpoint.writer") == "checkpoint"
+    assert graph.layer_of("varstore.checkpoint.write.writer") == "checkpoint"
     assert graph.layer_of("varstore._torch_state") == "torch"
     assert graph.layer_of("varstore.jax") == "jax"
     assert graph.layer_of("varstore._naming") == "_naming"

@@ -21,16 +21,16 @@ from varstore.errors import *  # noqa: F401,F403
 if TYPE_CHECKING:
     from varstore import initializers
     from varstore._core_api import *  # noqa: F401,F403
-    from varstore.checkpoint.restore_result import RestoreResult
-    from varstore.checkpoint.snapshot import SaveHandle
+    from varstore.checkpoint.read.restore_result import RestoreResult
+    from varstore.checkpoint.write.snapshot import SaveHandle
     from varstore.distributed.api import CheckpointManager, restore, save  # comm=: one process or every rank
-    from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo
+    from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo
     from varstore._open import open_checkpoint
     from varstore.formats import ConvertReport, convert, detect_format
     from varstore.formats.load import load
     from varstore.formats.registry import FormatEntry, format_entry, register_format, unregister_format
     from varstore.inspect import CheckpointDiff, ScopeNode, VariableStats, diff_checkpoints, scope_tree, variable_stats
-    from varstore.checkpoint.managed import is_manager_directory, latest_checkpoint, list_checkpoints
+    from varstore.checkpoint.manage.managed import is_manager_directory, latest_checkpoint, list_checkpoints
     from varstore.formats.format_entry import parse_write_options
     from varstore.formats.registry import read_names as read_format_names, write_names as write_format_names
     from varstore.formats.rename import parse_rename_rule
@@ -61,11 +61,11 @@ _CORE_NAMES = (
 
 
 def _restore_result() -> ModuleType:
-    return importlib.import_module("varstore.checkpoint.restore_result")
+    return importlib.import_module("varstore.checkpoint.read.restore_result")
 
 
 def _snapshot() -> ModuleType:
-    return importlib.import_module("varstore.checkpoint.snapshot")
+    return importlib.import_module("varstore.checkpoint.write.snapshot")
 
 
 def _distributed_api() -> ModuleType:
@@ -73,7 +73,7 @@ def _distributed_api() -> ModuleType:
 
 
 def _reader_api() -> ModuleType:
-    return importlib.import_module("varstore.checkpoint.reader_api")
+    return importlib.import_module("varstore.checkpoint.read.reader_api")
 
 
 def _convert() -> ModuleType:
@@ -97,7 +97,7 @@ def _inspect() -> ModuleType:
 
 
 def _managed() -> ModuleType:
-    return importlib.import_module("varstore.checkpoint.managed")
+    return importlib.import_module("varstore.checkpoint.manage.managed")
 
 
 def _rename() -> ModuleType:

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Union
 
 from varstore._naming import validate_name
-from varstore.checkpoint.entry import SaveEntry
-from varstore.checkpoint.reader import VarstoreReader, open_varstore
+from varstore.checkpoint.format.entry import SaveEntry
+from varstore.checkpoint.read.reader import VarstoreReader, open_varstore
 from varstore.errors import InvalidMetadataError, InvalidNameError
 
 __all__ = [

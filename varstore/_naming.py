@@ -1,7 +1,7 @@
 """Name rules: validate variable and scope names, join them, and make names unique as a TF1 graph does.
 
 The one definition of a valid name: `scopes.py` applies it to new variables
-and scopes, `checkpoint/manifest.py` to the names a checkpoint stores.
+and scopes, `checkpoint/format/manifest.py` to the names a checkpoint stores.
 Knows nothing about variables, stores or files.
 """
 

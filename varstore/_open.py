@@ -3,7 +3,7 @@
 A fresh process that opens a varstore checkpoint and reads one array should
 pay for the checkpoint reader only (issue 11, target 6). This module
 recognises varstore's own containers with the check the registry's varstore
-entries make first (varstore.checkpoint.detection.own_container) and hands
+entries make first (varstore.checkpoint.read.detection.own_container) and hands
 them to `open_varstore`; everything else (foreign formats, URLs, `format=`, reader
 options, a registry changed at run time) goes to
 `varstore.formats.open_any` (the registry's path). Reads
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from varstore.checkpoint.reader_api import CheckpointReader
+    from varstore.checkpoint.read.reader_api import CheckpointReader
 
 __all__ = ["open_checkpoint"]
 
@@ -50,12 +50,12 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
     from varstore.storage import is_remote  # the URL rules only (no object-store client)
 
     if format is None and storage_options is None and set(options) <= {"max_bytes"} and not is_remote(path):
-        from varstore.checkpoint.detection import own_container
+        from varstore.checkpoint.read.detection import own_container
 
         container = own_container(path)
         if container is not None and _registry_unchanged():
             from varstore._limits import max_bytes
-            from varstore.checkpoint.reader import open_varstore
+            from varstore.checkpoint.read.reader import open_varstore
 
             limit = options.get("max_bytes")
             if limit is not None:

@@ -26,9 +26,9 @@ import torch
 
 from varstore import _framework_tree as _tree
 from varstore import _torch_convert as _convert
-from varstore.checkpoint.restore_result import RestoreResult
-from varstore.checkpoint.name_hints import missing_with_hints
-from varstore.checkpoint.reader import open_varstore
+from varstore.checkpoint.read.restore_result import RestoreResult
+from varstore.checkpoint.read.name_hints import missing_with_hints
+from varstore.checkpoint.read.reader import open_varstore
 from varstore.distributed.agree import agree
 from varstore.distributed.communicator import Communicator, as_communicator
 from varstore.distributed.restore import restore_collective

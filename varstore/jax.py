@@ -45,9 +45,9 @@ from varstore import _jax_sharded as _sharded
 from varstore._jax_communicator import JaxCommunicator
 from varstore import dtypes as _dtypes
 from varstore.checkpoint import VarstoreReader
-from varstore.checkpoint.restoration import restore as _restore
-from varstore.checkpoint.entry import SaveEntry
-from varstore.checkpoint.name_hints import missing_with_hints
+from varstore.checkpoint.read.restoration import restore as _restore
+from varstore.checkpoint.format.entry import SaveEntry
+from varstore.checkpoint.read.name_hints import missing_with_hints
 from varstore.errors import (
     CorruptCheckpointError,
     DtypeMismatchError,

@@ -52,10 +52,10 @@ from varstore import _torch_sharded as _sharded
 from varstore import dtypes as _dtypes
 from varstore._torch_communicator import TorchCommunicator, is_process_group
 from varstore.checkpoint import VarstoreReader
-from varstore.checkpoint.restore_result import RestoreResult
-from varstore.checkpoint.restoration import restore as _restore
-from varstore.checkpoint.entry import SaveEntry
-from varstore.checkpoint.name_hints import missing_with_hints
+from varstore.checkpoint.read.restore_result import RestoreResult
+from varstore.checkpoint.read.restoration import restore as _restore
+from varstore.checkpoint.format.entry import SaveEntry
+from varstore.checkpoint.read.name_hints import missing_with_hints
 from varstore.distributed.communicator import register_communicator
 from varstore.distributed.shards import ShardedState
 from varstore.errors import DtypeMismatchError, RestoreError, ShapeMismatchError

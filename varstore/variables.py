@@ -28,7 +28,7 @@ from varstore.errors import DtypeMismatchError, InitializationCycleError, Initia
 from varstore.initializers import Initializer, InitializerFunction
 from varstore.placement import DeviceSpec
 
-# Re-exported for the checkpoint engine (checkpoint/writer.py, checkpoint/restoration.py import these names from
+# Re-exported for the checkpoint engine (checkpoint/write/writer.py, checkpoint/read/restoration.py import these names from
 # here; they live in value_sources.py, values.py and variable_batches.py). New code imports them from there.
 from varstore._variable_state import VariableState
 from varstore.value_sources import ValueSource, check_restorable

@@ -79,7 +79,7 @@ def _import_everything(system: str) -> None:
 
     _obstore()
     if system.startswith("varstore"):
-        import varstore.checkpoint.remote  # noqa: F401 - loaded on first use otherwise
+        import varstore.checkpoint.publish.remote  # noqa: F401 - loaded on first use otherwise
         vs.save, vs.restore  # noqa: B018 - module __getattr__ imports the save/restore modules
     elif system == "zarr-python":
         import zarr.storage  # noqa: F401

@@ -21,7 +21,8 @@ import zarr
 
 import varstore
 from varstore import dtypes
-from varstore.backends.zarr3.store import METADATA_THREADS, PARALLEL_METADATA_ARRAYS, Zarr3Reader, chunk_file
+from varstore.backends.zarr3.reader import METADATA_THREADS, PARALLEL_METADATA_ARRAYS, Zarr3Reader
+from varstore.backends.zarr3.store import chunk_file
 from varstore import restore, save
 from varstore.checkpoint import open_varstore
 from varstore.errors import CheckpointError, ChecksumError, CorruptCheckpointError

@@ -14,7 +14,7 @@ VALUES = {"dense/kernel": np.arange(8 * 16, dtype=np.float32).reshape(8, 16),
 
 def rewrite_zarr_manifest(path: Path, edit: Callable[[dict[str, Any]], None]) -> None:
     """Applies `edit` to a Zarr checkpoint's manifest document and stores it back (its crc32c updated)."""
-    from varstore.checkpoint.checksum import crc32c_raw
+    from varstore.checkpoint.format.checksum import crc32c_raw
 
     chunk = path / "_varstore/manifest/0"
     document = json.loads(chunk.read_bytes())

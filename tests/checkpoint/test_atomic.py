@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from varstore import save
-from varstore.checkpoint import atomic, open_varstore as open_checkpoint
-from varstore.checkpoint.entry import SaveEntry
-from varstore.checkpoint.writer import save_entries
+from varstore.checkpoint import open_varstore as open_checkpoint
+from varstore.checkpoint.publish import atomic
+from varstore.checkpoint.format.entry import SaveEntry
+from varstore.checkpoint.write.writer import save_entries
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""Recognising own checkpoints (checkpoint/detection.py): the HDF5 index header, the varstore_format attribute."""
+"""Recognising own checkpoints (checkpoint/read/detection.py): the HDF5 index header, the varstore_format attribute."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from tests.checkpoint.damage import VALUES, set_root_attr, wipe_index_header
 from varstore import save
 from varstore.checkpoint import is_varstore_checkpoint, open_varstore as open_checkpoint
-from varstore.checkpoint.detection import detect_container, index_header, manifest_via_index_header
-from varstore.checkpoint.manifest import INDEX_HEADER_BYTES
+from varstore.checkpoint.read.detection import detect_container, index_header, manifest_via_index_header
+from varstore.checkpoint.format.manifest import INDEX_HEADER_BYTES
 from varstore.errors import CheckpointNotFoundError, NotACheckpointError
 from varstore.storage import LocalStorage
 from varstore.errors import CorruptCheckpointError

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from varstore import CheckpointManager, save
-from varstore.checkpoint import atomic, open_varstore
+from varstore.checkpoint import open_varstore
+from varstore.checkpoint.publish import atomic
 from varstore.storage import local
 
 VALUES = {"big": np.arange(3 << 20, dtype=np.float32),  # 12 MiB: written in 8 MiB pieces with write-back

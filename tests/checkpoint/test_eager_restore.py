@@ -11,7 +11,7 @@ from tests.checkpoint.damage import flip_packed
 from varstore.backends import get_backend
 from varstore import restore, save
 from varstore.checkpoint import open_varstore as open_checkpoint
-from varstore.checkpoint.manifest import storage_layout
+from varstore.checkpoint.format.manifest import storage_layout
 from varstore.errors import ChecksumError
 from varstore.scopes import VariableStore
 

@@ -230,7 +230,7 @@ def _data_location(path: Path, name: str) -> tuple[Path, int]:
         record = reader.record(name)
         fmt = "h5" if path.suffix == ".h5" else "zarr"
         store = get_backend(fmt).open_reader(path)
-        from varstore.checkpoint.manifest import storage_layout
+        from varstore.checkpoint.format.manifest import storage_layout
         dtype, shape = storage_layout(record.numpy_dtype, record.shape, fmt == "h5")
         extent = store.raw_extent(record.path, dtype, shape)
         store.close()

@@ -11,8 +11,8 @@ from tests.checkpoint.damage import flip_packed
 from varstore import dtypes as vs_dtypes
 from varstore import save
 from varstore.checkpoint import open_varstore
-from varstore.checkpoint.manifest import format_checksum
-from varstore.checkpoint.reader_api import VariableInfo
+from varstore.checkpoint.format.manifest import format_checksum
+from varstore.checkpoint.read.reader_api import VariableInfo
 from varstore.errors import ChecksumError, UnknownVariableError
 from varstore.scopes import VariableStore
 

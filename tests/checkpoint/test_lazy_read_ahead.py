@@ -84,6 +84,6 @@ def test_packed_loop_and_load_read_the_blob_once_and_check_every_value(tmp_path:
             reader["small/v017"]
     with pytest.raises(ChecksumError, match="small/v017"):
         varstore.load(path)
-    from varstore.checkpoint.load import load_varstore
+    from varstore.checkpoint.read.load import load_varstore
 
     assert load_varstore(path, verify=False)["small/v016"].tolist() == [16, 17, 18, 19, 20]

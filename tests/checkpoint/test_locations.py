@@ -1,4 +1,4 @@
-"""Where variable bytes are (checkpoint/locations.py): claimed sizes are checked against real ones before allocating."""
+"""Where variable bytes are (checkpoint/read/locations.py): claimed sizes are checked against real ones before allocating."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_huge_claim_is_refused_before_allocating(tmp_path: Path, packed: bool) -
 
 
 def test_h5_claim_larger_than_the_file_is_refused(tmp_path: Path) -> None:
-    from varstore.checkpoint.reader import VarstoreReader
+    from varstore.checkpoint.read.reader import VarstoreReader
 
     path = tmp_path / "model.h5"
     save(path, VALUES, pack_threshold_bytes=0)

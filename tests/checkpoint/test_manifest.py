@@ -1,4 +1,4 @@
-"""The manifest (checkpoint/manifest.py): decoding refuses inconsistent columns on open, naming the variable."""
+"""The manifest (checkpoint/format/manifest.py): decoding refuses inconsistent columns on open, naming the variable."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from tests.checkpoint.damage import manifest_bytes, rewrite_zarr_manifest, VALUES
 from varstore import save
 from varstore.checkpoint import open_varstore as open_checkpoint
-from varstore.checkpoint.manifest import decode_manifest_columns
+from varstore.checkpoint.format.manifest import decode_manifest_columns
 from varstore.errors import CorruptCheckpointError
 
 def test_nbytes_disagreeing_with_shape_and_dtype_is_refused_on_open(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from varstore import save
-from varstore.checkpoint.reader import VarstoreReader
+from varstore.checkpoint.read.reader import VarstoreReader
 from varstore import detect_format, open_checkpoint
 
 

@@ -1,13 +1,13 @@
-"""The packed blob (checkpoint/packed.py): one run rule for packing and unpacking, views and checksums."""
+"""The packed blob (checkpoint/format/packed.py): one run rule for packing and unpacking, views and checksums."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from varstore.checkpoint.checksum import crc32c_of
-from varstore.checkpoint.manifest import Record, assign_paths
-from varstore.checkpoint.packed import pack_window, packed_checksum_failure, packed_views, regular_run
+from varstore.checkpoint.format.checksum import crc32c_of
+from varstore.checkpoint.format.manifest import Record, assign_paths
+from varstore.checkpoint.format.packed import pack_window, packed_checksum_failure, packed_views, regular_run
 from varstore.errors import CorruptCheckpointError
 
 

@@ -56,7 +56,7 @@ def test_default_layout_puts_every_small_variable_at_its_name_and_records_it(tmp
 
 
 def test_packed_layout_above_the_threshold_and_both_layouts_read_alike(tmp_path: Path) -> None:
-    from varstore.checkpoint.layout import PER_VARIABLE_MAX_VARIABLES, choose_layout
+    from varstore.checkpoint.format.layout import PER_VARIABLE_MAX_VARIABLES, choose_layout
 
     assert PER_VARIABLE_MAX_VARIABLES >= 4096
     assert choose_layout(None, 4096) == "per-variable" and choose_layout(None, 4097) == "packed"

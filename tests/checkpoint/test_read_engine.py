@@ -1,4 +1,4 @@
-"""The bulk read engine (checkpoint/read_engine.py): the batch path for many small packed variables keeps
+"""The bulk read engine (checkpoint/read/read_engine.py): the batch path for many small packed variables keeps
 every rule of the slow path; validation comes before any write; its threads end with the call."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from varstore import restore, save
 from varstore.checkpoint import open_varstore as open_checkpoint
-from varstore.checkpoint.read_engine import read_into_targets
+from varstore.checkpoint.read.read_engine import read_into_targets
 from varstore.errors import ChecksumError, ShapeMismatchError
 from varstore.scopes import VariableStore
 

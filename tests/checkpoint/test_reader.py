@@ -1,4 +1,4 @@
-"""The lazy reader (checkpoint/reader.py): the manifest's own crc32c guards both ways of reading it."""
+"""The lazy reader (checkpoint/read/reader.py): the manifest's own crc32c guards both ways of reading it."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from varstore.checkpoint import open_varstore as open_checkpoint
 from varstore.errors import CorruptCheckpointError
 
 def test_manifest_crc32c_is_a_root_attribute(ckpt: Path) -> None:
-    from varstore.checkpoint.checksum import crc32c_raw
+    from varstore.checkpoint.format.checksum import crc32c_raw
 
     save(ckpt, VALUES)
     assert int(root_attrs(ckpt)["varstore_manifest_crc32c"]) == crc32c_raw(manifest_bytes(ckpt))

@@ -14,7 +14,8 @@ import pytest
 import varstore as vs
 from tests._bucket import Bucket
 from tests._s3server import S3TestServer
-from varstore.checkpoint import is_varstore_checkpoint, open_varstore, remote
+from varstore.checkpoint import is_varstore_checkpoint, open_varstore
+from varstore.checkpoint.publish import remote
 from varstore.errors import CheckpointExistsError, CheckpointNotFoundError, ObjectChangedError
 from varstore.storage.object_storage import ObjectStorage
 from varstore.storage.object_store import ObjectStoreClient

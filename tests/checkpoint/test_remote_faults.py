@@ -18,7 +18,8 @@ import pytest
 import varstore as vs
 from tests._s3server import DUMMY_CREDENTIALS, S3TestServer, start_s3_server
 from tests.storage._fault_proxy import FaultProxy, Faults
-from varstore.checkpoint import is_varstore_checkpoint, remote
+from varstore.checkpoint import is_varstore_checkpoint
+from varstore.checkpoint.publish import remote
 from varstore.errors import CheckpointNotFoundError, ObjectStoreError
 from varstore.storage.object_storage import ObjectStorage
 

@@ -10,7 +10,7 @@ import pytest
 
 import varstore as vs
 from tests._bucket import Bucket
-from varstore.checkpoint import remote_manager
+from varstore.checkpoint.manage import remote_manager
 
 
 @pytest.mark.parametrize("fmt", ["h5", "zarr"])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import varstore as vs
-from varstore.checkpoint import residency
+from varstore.checkpoint.read import residency
 
 
 def _rss_bytes() -> int:
@@ -92,7 +92,7 @@ def test_load_of_a_large_checkpoint_fills_populated_arrays_exactly(tmp_path, mon
         seen.append(sum(a.nbytes for a in arrays))
         return original(arrays)
 
-    monkeypatch.setattr("varstore.checkpoint.load.populated", counting)
+    monkeypatch.setattr("varstore.checkpoint.read.load.populated", counting)
     loaded = vs.load(path)
     assert seen == [sum(v.nbytes for v in values.values())]  # 20 MiB: over MIN_POPULATE_BYTES
     assert list(loaded) == list(values)
@@ -118,7 +118,7 @@ def test_restore_into_variables_without_memory_populates_their_new_arrays(tmp_pa
         seen.append([a.nbytes for a in arrays])
         return original(arrays)
 
-    monkeypatch.setattr("varstore.checkpoint.read_engine.populated", counting)
+    monkeypatch.setattr("varstore.checkpoint.read.read_engine.populated", counting)
     vs.restore(path, store)
     assert seen == [[4 << 20] * 5]  # every new host array, in read order
     for variable in variables:

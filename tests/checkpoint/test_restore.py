@@ -11,7 +11,7 @@ import pytest
 
 from varstore import CheckpointManager, restore, save
 from varstore.checkpoint import open_varstore as open_checkpoint
-from varstore.checkpoint.reader import CheckpointValue
+from varstore.checkpoint.read.reader import CheckpointValue
 from varstore.errors import DtypeMismatchError, RestoreError, ShapeMismatchError
 from varstore.scopes import VariableStore
 

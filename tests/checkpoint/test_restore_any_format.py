@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import varstore as vs
-from varstore.checkpoint.reader_api import CheckpointReader
+from varstore.checkpoint.read.reader_api import CheckpointReader
 from varstore.errors import CheckpointNotFoundError, RestoreError, ShapeMismatchError
 
 TF_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "tf1_scopes"
@@ -248,7 +248,7 @@ class _LyingReader(CheckpointReader):
         return ["a", "w"]
 
     def info(self, name: str) -> Any:
-        from varstore.checkpoint.variable_info import VariableInfo
+        from varstore.checkpoint.format.variable_info import VariableInfo
 
         return VariableInfo(name=name, shape=(2,), dtype="float32", nbytes=8)
 

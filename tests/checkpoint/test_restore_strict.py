@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import varstore as vs
-from varstore.checkpoint.name_hints import missing_with_hints, suggestions
+from varstore.checkpoint.read.name_hints import missing_with_hints, suggestions
 from varstore.errors import RestoreError
 
 

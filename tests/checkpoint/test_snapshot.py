@@ -11,7 +11,7 @@ import pytest
 
 from varstore import CheckpointManager, SaveHandle, restore, save
 from varstore.checkpoint import open_varstore as open_checkpoint
-from varstore.checkpoint import snapshot as snapshot_module
+from varstore.checkpoint.write import snapshot as snapshot_module
 from varstore.errors import ShapeMismatchError
 from varstore.scopes import VariableStore
 
@@ -87,7 +87,7 @@ def test_snapshot_memory_stays_under_the_bound(tmp_path: Path, monkeypatch: pyte
 
 def test_async_errors_come_from_wait(tmp_path: Path) -> None:
     bad = {"w": np.ones(3)}
-    from varstore.checkpoint.entry import SaveEntry
+    from varstore.checkpoint.format.entry import SaveEntry
     entries = [SaveEntry("w", (4,), np.dtype("float64"), lambda: bad["w"])]
     handle = snapshot_module.save_async(tmp_path / "m.h5", entries)
     with pytest.raises(ShapeMismatchError, match="'w'"):

@@ -1,4 +1,4 @@
-"""VarstoreReader.verify (checkpoint/verify.py): every value read into one reused buffer, read ahead, checked.
+"""VarstoreReader.verify (checkpoint/read/verify.py): every value read into one reused buffer, read ahead, checked.
 
 Pins what `varstore verify` relies on: a clean checkpoint of every dtype and
 layout passes; the first damaged variable in key order is named with the
@@ -19,8 +19,8 @@ from tests.checkpoint.damage import flip_packed, rewrite_zarr_manifest
 from varstore import dtypes
 from varstore import save
 from varstore.checkpoint import open_varstore
-from varstore.checkpoint.manifest import Record
-from varstore.checkpoint.verify import scratch_view
+from varstore.checkpoint.format.manifest import Record
+from varstore.checkpoint.read.verify import scratch_view
 from varstore.errors import ChecksumError, CorruptCheckpointError
 
 

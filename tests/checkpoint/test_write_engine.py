@@ -1,4 +1,4 @@
-"""The bulk write engine and the commit step (checkpoint/write_engine.py, commit.py) go through the Storage seam."""
+"""The bulk write engine and the commit step (checkpoint/write/write_engine.py, commit.py) go through the Storage seam."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 from varstore import save
 from varstore.checkpoint import open_varstore as open_checkpoint
-from varstore.checkpoint.commit import publish
-from varstore.checkpoint.manifest import assign_paths
-from varstore.checkpoint.plan import entries_from, header, plan_records
+from varstore.checkpoint.publish.commit import publish
+from varstore.checkpoint.format.manifest import assign_paths
+from varstore.checkpoint.write.plan import entries_from, header, plan_records
 from varstore.errors import CheckpointError
 from varstore.storage import LocalStorage, StorageWriter
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from varstore.checkpoint import save_entries
-from varstore.checkpoint.entry import SaveEntry
+from varstore.checkpoint.format.entry import SaveEntry
 from varstore_cli.main import cli
 
 

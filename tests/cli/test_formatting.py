@@ -8,7 +8,7 @@ import click
 import numpy as np
 import pytest
 
-from varstore.checkpoint.reader_api import VariableInfo
+from varstore.checkpoint.read.reader_api import VariableInfo
 from varstore.dtypes import bfloat16
 from varstore.errors import ChecksumError
 from varstore.inspect import scope_tree

@@ -141,12 +141,12 @@ def test_bad_rename_is_the_same_error_in_library_and_cli(run: Run, tmp_path: Pat
 
 
 _CLI_PATH = ("varstore/formats", "varstore/backends", "varstore/inspect", "varstore/storage",
-             "varstore/checkpoint/reader.py", "varstore/checkpoint/reader_api.py", "varstore/checkpoint/detection.py",
-             "varstore/checkpoint/locations.py", "varstore/checkpoint/packed.py", "varstore/checkpoint/read_engine.py",
-             "varstore/checkpoint/overwrite.py", "varstore/checkpoint/managed.py",
-             "varstore/checkpoint/manifest.py", "varstore/checkpoint/writer.py", "varstore/checkpoint/plan.py",
-             "varstore/checkpoint/write_engine.py", "varstore/checkpoint/commit.py", "varstore/checkpoint/load.py",
-             "varstore/checkpoint/atomic.py", "varstore/checkpoint/checksum.py", "varstore/dtypes.py")
+             "varstore/checkpoint/read/reader.py", "varstore/checkpoint/read/reader_api.py", "varstore/checkpoint/read/detection.py",
+             "varstore/checkpoint/read/locations.py", "varstore/checkpoint/format/packed.py", "varstore/checkpoint/read/read_engine.py",
+             "varstore/checkpoint/write/overwrite.py", "varstore/checkpoint/manage/managed.py",
+             "varstore/checkpoint/format/manifest.py", "varstore/checkpoint/write/writer.py", "varstore/checkpoint/write/plan.py",
+             "varstore/checkpoint/write/write_engine.py", "varstore/checkpoint/publish/commit.py", "varstore/checkpoint/read/load.py",
+             "varstore/checkpoint/publish/atomic.py", "varstore/checkpoint/format/checksum.py", "varstore/dtypes.py")
 
 
 #: Library-only entry points no CLI command calls (register_format is Python API for plug-in formats).

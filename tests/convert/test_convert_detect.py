@@ -10,8 +10,8 @@ import h5py
 import numpy as np
 import pytest
 
-from varstore.checkpoint.entry import SaveEntry
-from varstore.checkpoint.writer import save_entries
+from varstore.checkpoint.format.entry import SaveEntry
+from varstore.checkpoint.write.writer import save_entries
 from varstore import detect_format, open_checkpoint
 from varstore.errors import (
     CheckpointNotFoundError,

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from varstore.checkpoint.entry import SaveEntry
+from varstore.checkpoint.format.entry import SaveEntry
 from varstore import convert, open_checkpoint
 
 TENSOR = 2 << 20  # bytes per tensor

@@ -12,8 +12,8 @@ import pytest
 from convert_manifests import CHECKPOINT_FIXTURES, expected_dtype, value_sha256, variables
 
 from varstore import dtypes
-from varstore.checkpoint import write_engine
-from varstore.checkpoint.entry import SaveEntry
+from varstore.checkpoint.write import write_engine
+from varstore.checkpoint.format.entry import SaveEntry
 from varstore import ConvertReport, convert, open_checkpoint
 from varstore.formats.safetensors import write_safetensors
 from varstore.errors import UnsupportedDtypeError, UnsupportedFormatError

@@ -19,7 +19,7 @@ import pytest
 from tf_bundle_writer import BundleWriter
 
 import varstore as vs
-from varstore.checkpoint.entry import SaveEntry
+from varstore.checkpoint.format.entry import SaveEntry
 from varstore.errors import CoverageError, PathOutsideCheckpointError, SpecialFileError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))

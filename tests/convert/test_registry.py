@@ -21,8 +21,8 @@ import pytest
 from click.testing import CliRunner
 
 from varstore.checkpoint import save_entries
-from varstore.checkpoint.entry import SaveEntry
-from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo, checked_out
+from varstore.checkpoint.format.entry import SaveEntry
+from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo, checked_out
 from varstore.formats import (
     READ_FORMATS,
     WRITE_FORMATS,

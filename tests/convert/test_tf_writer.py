@@ -11,7 +11,7 @@ from tf_bundle_writer import BundleWriter
 
 import varstore as vs
 from varstore import dtypes
-from varstore.checkpoint.entry import SaveEntry
+from varstore.checkpoint.format.entry import SaveEntry
 from varstore.formats import _tf_bundle_format as fmt
 from varstore.formats.tf_writer import fixed_size_slices, write_tf_checkpoint
 from varstore.errors import CheckpointExistsError, ConversionError

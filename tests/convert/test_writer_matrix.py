@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from varstore import dtypes
-from varstore.checkpoint.entry import SaveEntry
+from varstore.checkpoint.format.entry import SaveEntry
 from varstore import open_checkpoint
 from varstore.formats import registry
 from varstore.formats.format_entry import WriteRequest

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import varstore as vs
-from varstore.checkpoint.entry import SaveEntry
+from varstore.checkpoint.format.entry import SaveEntry
 from varstore.errors import CheckpointExistsError, ConversionError, MissingDependencyError, UnsupportedDtypeError
 
 VALUES = {

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import varstore as vs
-from varstore.checkpoint.entry import SaveEntry
+from varstore.checkpoint.format.entry import SaveEntry
 from varstore.formats.gguf_writer import write_gguf
 from varstore.formats.pytorch_writer import write_pytorch
 from varstore.errors import ConversionError, UnsupportedDtypeError

@@ -60,8 +60,8 @@ def test_core_names_are_loaded_together_on_first_use() -> None:
 
 
 _HEAVY_FOR_A_READ = ("varstore.formats", "varstore.formats.registry", "varstore._core_api", "varstore.variables",
-                     "varstore.scopes", "varstore.checkpoint.remote", "varstore.checkpoint.write_engine",
-                     "varstore.checkpoint.writer", "varstore.storage.object_storage", "h5py", "zarr", "tempfile",
+                     "varstore.scopes", "varstore.checkpoint.publish.remote", "varstore.checkpoint.write.write_engine",
+                     "varstore.checkpoint.write.writer", "varstore.storage.object_storage", "h5py", "zarr", "tempfile",
                      # URL splitting/settings, tree removal (bz2, lzma), threads and pools: not for a local read
                      "varstore.storage._urls", "shutil", "bz2", "lzma", "threading", "concurrent.futures", "logging",
                      "numpy.typing",  # annotations only
@@ -79,7 +79,7 @@ def test_a_fresh_process_reads_its_own_checkpoints_without_registry_core_or_writ
 
 
 def test_open_checkpoint_still_goes_through_the_registry_when_it_must(tmp_path: Path) -> None:
-    from varstore.checkpoint.detection import own_container
+    from varstore.checkpoint.read.detection import own_container
     from varstore.formats.registry import FormatEntry, register_format, unregister_format
     from varstore.errors import UnsupportedFormatError
 
@@ -121,7 +121,7 @@ def test_open_and_read_one_array_runs_no_dataclass_generation(tmp_path: Path) ->
         varstore.save(tmp_path / name, {"a/b": np.arange(6, dtype=np.float32)})
         loaded = _modules_after(f"import varstore as vs\na = vs.open_checkpoint({str(tmp_path / name)!r})['a/b']\n"
                                 "assert a.tolist() == [0, 1, 2, 3, 4, 5]")
-        for heavy in ("dataclasses", "varstore.checkpoint.variable_info"):
+        for heavy in ("dataclasses", "varstore.checkpoint.format.variable_info"):
             assert heavy not in loaded, (name, heavy)
         with varstore.open_checkpoint(tmp_path / name) as reader:
             info = reader.info("a/b")
@@ -129,8 +129,9 @@ def test_open_and_read_one_array_runs_no_dataclass_generation(tmp_path: Path) ->
 
 
 def test_variable_info_is_one_class_under_every_public_name() -> None:
-    from varstore.checkpoint import reader_api, variable_info
-    from varstore.checkpoint.reader_api import SkippedEntry, VariableInfo
+    from varstore.checkpoint.read import reader_api
+    from varstore.checkpoint.format import variable_info
+    from varstore.checkpoint.read.reader_api import SkippedEntry, VariableInfo
 
     assert VariableInfo is varstore.VariableInfo is variable_info.VariableInfo is reader_api.VariableInfo
     assert SkippedEntry is varstore.SkippedEntry is variable_info.SkippedEntry

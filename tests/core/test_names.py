@@ -95,7 +95,7 @@ BAD_NAMES = ["", "/a", "a/", "a//b", "a/./b", "../a", "a/..", ".", "a\x00b", "ta
 
 @pytest.mark.parametrize("name", BAD_NAMES, ids=repr)
 def test_the_store_and_the_manifest_reject_the_same_names(name, store):
-    from varstore.checkpoint import manifest
+    from varstore.checkpoint.format import manifest
 
     with pytest.raises(InvalidNameError):
         store.get_variable(name, shape=(1,))
@@ -107,7 +107,7 @@ def test_the_store_and_the_manifest_reject_the_same_names(name, store):
 
 @pytest.mark.parametrize("name", ["a", "enc/dense/kernel", "é/日本/x y", "a.b/c-d_1", "...x"])
 def test_the_store_and_the_manifest_accept_the_same_names(name, store):
-    from varstore.checkpoint import manifest
+    from varstore.checkpoint.format import manifest
 
     assert store.get_variable(name, shape=(1,)).name == name
     assert manifest.validate_name(name) == name
@@ -116,7 +116,7 @@ def test_the_store_and_the_manifest_accept_the_same_names(name, store):
 
 def test_the_manifest_uses_the_core_name_rule():
     from varstore import _naming
-    from varstore.checkpoint import manifest
+    from varstore.checkpoint.format import manifest
 
     assert manifest.validate_name is _naming.validate_name
     with pytest.raises(InvalidNameError, match="control character '\\\\x07'"):

@@ -95,7 +95,7 @@ def test_initializer_result_is_adopted_only_when_nobody_else_holds_it() -> None:
 
 
 def test_the_engine_still_imports_the_batch_hooks_from_varstore_variables() -> None:
-    """checkpoint/writer.py and checkpoint/restoration.py import these names from their old home (a re-export)."""
+    """checkpoint/write/writer.py and checkpoint/read/restoration.py import these names from their old home (a re-export)."""
     from varstore import value_sources, values, variable_batches, variables
 
     assert variables.host_views is variable_batches.host_views

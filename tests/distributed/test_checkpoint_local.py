@@ -11,10 +11,10 @@ import zarr
 
 import varstore as vs
 from tests.convert.tf_bundle_writer import BundleWriter
-from varstore.checkpoint.checksum import crc32c_of
+from varstore.checkpoint.format.checksum import crc32c_of
 from varstore.distributed.crc import crc32c_combine, crc32c_of_runs
-from varstore.checkpoint.writer import save as _save_one  # the one-process engine: parts under their own names
-from varstore.checkpoint.restoration import restore as _restore_one
+from varstore.checkpoint.write.writer import save as _save_one  # the one-process engine: parts under their own names
+from varstore.checkpoint.read.restoration import restore as _restore_one
 
 FULL = np.arange(30, dtype=np.float32).reshape(10, 3)
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import varstore as vs
-from varstore.checkpoint.writer import save as _save_one  # the one-process engine: parts under their own names
+from varstore.checkpoint.write.writer import save as _save_one  # the one-process engine: parts under their own names
 
 FULL = np.arange(30, dtype=np.float32).reshape(10, 3)
 

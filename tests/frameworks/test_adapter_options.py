@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from varstore.checkpoint import atomic, open_varstore
+from varstore.checkpoint import open_varstore
+from varstore.checkpoint.publish import atomic
 from varstore.errors import CheckpointExistsError
 from varstore.storage import local
 

@@ -1,6 +1,6 @@
 """Crash campaign: SIGKILL a CheckpointManager writer at many points, check the directory after each kill.
 
-Kills come from the named fault points of varstore/checkpoint/atomic.py
+Kills come from the named fault points of varstore/checkpoint/publish/atomic.py
 (VARSTORE_FAULT: after_data, before_checksums, before_rename,
 after_rename_before_latest) and from random delays spread over a
 calibrated save time. After every kill: every listed checkpoint opens,
@@ -25,7 +25,7 @@ import numpy as np
 
 from varstore import CheckpointManager
 from varstore.checkpoint import open_varstore as open_checkpoint
-from varstore.checkpoint.atomic import FAULT_POINTS, is_temporary
+from varstore.checkpoint.publish.atomic import FAULT_POINTS, is_temporary
 
 WRITER = Path(__file__).resolve().parent / "_crash_writer.py"
 ROOT = Path(__file__).resolve().parents[2]

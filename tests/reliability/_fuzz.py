@@ -170,7 +170,7 @@ def _npz(data: bytes) -> None:
 
 # ------------------------------------------------------------ manifest
 def _manifest_bytes(data: bytes) -> None:
-    from varstore.checkpoint.manifest import decode_manifest
+    from varstore.checkpoint.format.manifest import decode_manifest
 
     decode_manifest(data, "fuzz")
 

@@ -128,7 +128,7 @@ def zarr_symlink_out(folder: Path) -> Path:
 
 def _set_checksum(path: Path, name: str, value: np.ndarray) -> None:
     """Rewrites one variable's manifest checksum to that of `value` (so only a path check can refuse it)."""
-    from varstore.checkpoint.checksum import crc32c_of
+    from varstore.checkpoint.format.checksum import crc32c_of
 
     manifest = path / "_varstore/manifest/0"
     document = json.loads(manifest.read_bytes())
@@ -143,7 +143,7 @@ def zarr_manifest_path_out(folder: Path) -> Path:
 
     The checksum in the manifest is set to the SENTINEL values' crc32c, so only a path check can stop it.
     """
-    from varstore.checkpoint.checksum import crc32c_of
+    from varstore.checkpoint.format.checksum import crc32c_of
 
     outside = outside_zarr_array(folder)
     path = write_own(folder / "path_out", "zarr")

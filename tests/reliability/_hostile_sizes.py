@@ -210,8 +210,8 @@ def aliased_h5_offsets(folder: Path) -> Path:
     crc32c), so a reader takes the index-header path, where the manifest's file offsets are trusted.
     """
     from varstore import save
-    from varstore.checkpoint.checksum import crc32c_raw
-    from varstore.checkpoint.index_header import decode_index_header, encode_index_header
+    from varstore.checkpoint.format.checksum import crc32c_raw
+    from varstore.checkpoint.format.index_header import decode_index_header, encode_index_header
 
     path = save(folder / "aliased.h5", {"w": np.arange(ALIAS_BYTES // 4, dtype=np.float32)})
     data = path.read_bytes()

@@ -75,7 +75,7 @@ def plant_zarr_manifest(path: Path, raw: bytes) -> None:
     Builders of hostile manifests use it so that the reader's deeper checks, not the manifest's
     own checksum (root attribute varstore_manifest_crc32c), are what refuses them.
     """
-    from varstore.checkpoint.checksum import crc32c_raw
+    from varstore.checkpoint.format.checksum import crc32c_raw
 
     (path / "_varstore/manifest/0").write_bytes(raw)
     meta_file = path / "_varstore/manifest/zarr.json"
@@ -131,7 +131,7 @@ def data_regions(source: Source) -> dict[str, list[tuple[int, int, str]]]:
     regions: dict[str, list[tuple[int, int, str]]] = {}
     if source.own:
         from varstore.checkpoint import open_varstore as open_checkpoint
-        from varstore.checkpoint.manifest import storage_layout
+        from varstore.checkpoint.format.manifest import storage_layout
 
         path = source.src / source.open if source.open else source.src
         root = source.src

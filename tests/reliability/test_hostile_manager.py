@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from varstore import CheckpointManager, save
-from varstore.checkpoint import atomic
+from varstore.checkpoint.publish import atomic
 from varstore.errors import CorruptCheckpointError, PathOutsideCheckpointError
 
 from ._hostile_run import changed_paths, run_hostile, tree_state
@@ -142,7 +142,7 @@ def test_a_save_leaves_no_marker_behind(tmp_path: Path) -> None:
 
 
 def test_readers_of_a_hostile_pointer_never_follow_it_outside(run: Path, victim: Path) -> None:
-    from varstore.checkpoint.managed import latest_checkpoint
+    from varstore.checkpoint.manage.managed import latest_checkpoint
 
     state = json.loads((run / "latest").read_text())
     state["latest"] = "../victim/ckpt-1.h5"

@@ -15,7 +15,7 @@ import pytest
 
 import varstore
 from varstore import save
-from varstore.checkpoint.byte_ranges import check_disjoint
+from varstore.checkpoint.format.byte_ranges import check_disjoint
 from varstore import convert, open_checkpoint
 from varstore.errors import (CorruptCheckpointError, UnknownVariableError, UnsafeCheckpointError,
                              ValueTooLargeError, VarstoreError)

@@ -43,9 +43,10 @@ def _bzip2_npz(folder: Path) -> Path:
 
 
 def _tf_state_outside(folder: Path) -> Path:
+    from varstore.checkpoint.format.entry import SaveEntry
     from varstore.formats.tf_writer import write_tf_checkpoint
 
-    entry = vs.checkpoint.entry.SaveEntry("w", (4,), np.dtype(np.float32), lambda: np.full(4, -7.5, np.float32))
+    entry = SaveEntry("w", (4,), np.dtype(np.float32), lambda: np.full(4, -7.5, np.float32))
     write_tf_checkpoint(folder / "other" / "model.ckpt", [entry])
     (folder / "ckpt").mkdir()
     (folder / "ckpt" / "checkpoint").write_text('model_checkpoint_path: "../other/model.ckpt"\n')

@@ -18,7 +18,7 @@ import pytest
 
 from varstore import save
 from varstore.checkpoint import open_varstore
-from varstore.checkpoint.load import load_varstore
+from varstore.checkpoint.read.load import load_varstore
 from varstore.errors import CheckpointReplacedError
 
 ROUNDS = 50

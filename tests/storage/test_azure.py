@@ -22,7 +22,8 @@ import varstore as vs
 from tests._azserver import (AZURITE_FLAGS, AZURITE_VERSION, AzuriteServer, AzuriteUnavailable, cache_dir,
                              install_azurite, shared_key_request)
 from tests.storage._fault_proxy import FaultProxy, Faults
-from varstore.checkpoint import is_varstore_checkpoint, remote
+from varstore.checkpoint import is_varstore_checkpoint
+from varstore.checkpoint.publish import remote
 from varstore.dtypes import as_dtype
 from varstore.errors import (CheckpointNotFoundError, ConditionalWriteError, ObjectNotFoundError,
                              ObjectStoreError)

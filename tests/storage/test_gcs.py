@@ -17,7 +17,7 @@ import pytest
 
 import varstore as vs
 from tests._gcsserver import GCSTestServer
-from varstore.checkpoint import remote
+from varstore.checkpoint.publish import remote
 from varstore.errors import ConditionalWriteError, ObjectStoreError
 from varstore.storage.object_storage import ObjectStorage
 from varstore.storage.object_store import ObjectStoreClient

@@ -13,17 +13,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from varstore.checkpoint.detection import is_varstore_checkpoint
-from varstore.checkpoint.reader import CheckpointValue, VarstoreReader, open_varstore
+from varstore.checkpoint.read.detection import is_varstore_checkpoint
+from varstore.checkpoint.read.reader import CheckpointValue, VarstoreReader, open_varstore
 
 if TYPE_CHECKING:
-    from varstore.checkpoint.writer import save_entries
+    from varstore.checkpoint.write.writer import save_entries
 
 
 def __getattr__(name: str) -> Any:
     if name != "save_entries":  # imported on first access: reading a checkpoint never loads the writer
         raise AttributeError(f"module 'varstore.checkpoint' has no attribute {name!r}")
-    from varstore.checkpoint.writer import save_entries
+    from varstore.checkpoint.write.writer import save_entries
 
     globals()[name] = save_entries
     return save_entries

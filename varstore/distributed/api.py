@@ -19,15 +19,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from varstore.checkpoint import atomic
-from varstore.checkpoint import manager as _manager
-from varstore.checkpoint.reader import VarstoreReader
-from varstore.checkpoint.reader_api import CheckpointReader
-from varstore.checkpoint.restoration import RestoreResult, restore_and_release
-from varstore.checkpoint.restoration import restore as _restore_one
-from varstore.checkpoint.snapshot import SaveHandle
-from varstore.checkpoint.manifest import DEFAULT_PACK_THRESHOLD_BYTES
-from varstore.checkpoint.writer import save as _save_one
+from varstore.checkpoint.publish import atomic
+from varstore.checkpoint.manage import manager as _manager
+from varstore.checkpoint.read.reader import VarstoreReader
+from varstore.checkpoint.read.reader_api import CheckpointReader
+from varstore.checkpoint.read.restoration import RestoreResult, restore_and_release
+from varstore.checkpoint.read.restoration import restore as _restore_one
+from varstore.checkpoint.write.snapshot import SaveHandle
+from varstore.checkpoint.format.manifest import DEFAULT_PACK_THRESHOLD_BYTES
+from varstore.checkpoint.write.writer import save as _save_one
 from varstore.distributed.agree import agree
 from varstore.distributed.communicator import Communicator, as_communicator
 from varstore.distributed.restore import restore_collective
@@ -55,7 +55,7 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
     Args:
       path, target, step, metadata, format, checksum, pack_threshold_bytes, blocking,
         max_snapshot_bytes, overwrite, layout, storage_options, durable: as the
-        one-process engine (varstore/checkpoint/writer.py, save: every argument documented there).
+        one-process engine (varstore/checkpoint/write/writer.py, save: every argument documented there).
       comm: None (one process), an mpi4py communicator (MPI.COMM_WORLD or a
         sub-communicator) or a varstore.distributed.Communicator. Collective:
         every rank calls save with its own store; each writes the variables
@@ -70,7 +70,7 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
       (blocking=False, one process only).
 
     Raises:
-      As varstore.checkpoint.save; with `comm` every rank raises the same error
+      As varstore.save; with `comm` every rank raises the same error
       (DistributedMismatchError when the ranks' stores differ).
     """
     if comm is None and not check_replicas and not _partitioned(target):
@@ -119,7 +119,7 @@ def open_for_restore(path: os.PathLike[str] | str, format: str | None = None,
       CheckpointNotFoundError, NotACheckpointError: no format claims `path` (the registry's message).
       CorruptCheckpointError, ChecksumError, UnsafeFormatError, UnsupportedFormatError: as open_checkpoint.
     """
-    from varstore.checkpoint.reader import open_varstore
+    from varstore.checkpoint.read.reader import open_varstore
 
     if _own_format(format):
         try:
@@ -249,7 +249,7 @@ class CheckpointManager(_manager.CheckpointManager):
              max_snapshot_bytes: int | None = None, checksum: bool = True,
              pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES, layout: str | None = None,
              durable: bool = True) -> Path | str | SaveHandle:
-        """As the one-process manager's save (varstore/checkpoint/manager.py); collective with `comm`
+        """As the one-process manager's save (varstore/checkpoint/manage/manager.py); collective with `comm`
         (blocking, checksummed, default layout only: TypeError names what else was given)."""
         comm = self.comm
         if comm is None and not _partitioned(target):
@@ -300,7 +300,7 @@ class CheckpointManager(_manager.CheckpointManager):
                                   strict=strict, lazy=lazy, verify=verify)
 
     def _first_usable(self) -> str | None:
-        from varstore.checkpoint.reader import open_varstore
+        from varstore.checkpoint.read.reader import open_varstore
         from varstore.errors import CheckpointError
 
         for path in self.restore_candidates():

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from varstore import dtypes
-from varstore.checkpoint.regions import byte_runs
+from varstore.checkpoint.read.regions import byte_runs
 from varstore.errors import DtypeMismatchError, PartitionError, ShapeMismatchError
 
 __all__ = ["VariableLayout", "layouts_of", "ArraySpec", "WriteItem", "SavePlan", "plan_save",

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from varstore.checkpoint._batch import paused_gc
-from varstore.checkpoint.reader import VarstoreReader, open_varstore
-from varstore.checkpoint.regions import RegionSource
-from varstore.checkpoint.restoration import PendingResolver, covered_targets, map_names
-from varstore.checkpoint.restore_result import Consumption, RestoreResult, strict_restore_error
+from varstore.checkpoint.read.reader import VarstoreReader, open_varstore
+from varstore.checkpoint.read.regions import RegionSource
+from varstore.checkpoint.read.restoration import PendingResolver, covered_targets, map_names
+from varstore.checkpoint.read.restore_result import Consumption, RestoreResult, strict_restore_error
 from varstore.distributed.agree import agree
 from varstore.distributed.checks import check_structure
 from varstore.distributed.communicator import as_communicator

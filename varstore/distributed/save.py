@@ -25,9 +25,9 @@ import numpy as np
 from varstore import dtypes
 from varstore.backends import format_for_path, get_backend
 from varstore.backends.zarr3.store import chunk_path
-from varstore.checkpoint import atomic
-from varstore.checkpoint.checksum import crc32c_of, crc32c_raw
-from varstore.checkpoint.manifest import (
+from varstore.checkpoint.publish import atomic
+from varstore.checkpoint.format.checksum import crc32c_of, crc32c_raw
+from varstore.checkpoint.format.manifest import (
     INDEX_HEADER_BYTES,
     MANIFEST_PATH,
     Record,
@@ -37,8 +37,8 @@ from varstore.checkpoint.manifest import (
     format_checksum,
     storage_layout,
 )
-from varstore.checkpoint.overwrite import check_replaceable
-from varstore.checkpoint.plan import array_attrs, header, root_attrs
+from varstore.checkpoint.write.overwrite import check_replaceable
+from varstore.checkpoint.write.plan import array_attrs, header, root_attrs
 from varstore.distributed.agree import agree
 from varstore.distributed.checks import check_replicas as check_replica_values
 from varstore.distributed.checks import check_structure

@@ -26,8 +26,8 @@ import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
 from varstore._limits import max_bytes as _max_bytes
-from varstore.checkpoint.entry import SaveEntry
-from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry
+from varstore.checkpoint.format.entry import SaveEntry
+from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry
 from varstore.formats import registry as _registry
 from varstore.formats.registry import FormatEntry, WriteRequest, register_format, unregister_format
 from varstore.formats.rename import rename_pairs, rewrite
@@ -172,11 +172,11 @@ class ConvertReport:
 def _check_destination(src: Path, dst: Path, force: bool,
                        storage_options: Mapping[str, object] | None = None) -> None:
     """convert never writes over its source, and replaces an existing destination only with force."""
-    from varstore.checkpoint.overwrite import describe, same_file
+    from varstore.checkpoint.write.overwrite import describe, same_file
     from varstore.errors import CheckpointExistsError
 
     if is_remote(dst):
-        from varstore.checkpoint.remote import describe_remote
+        from varstore.checkpoint.publish.remote import describe_remote
 
         if is_remote(src) and str(src) == str(dst):
             raise CheckpointExistsError(f"{url_from_path(dst)} is the source itself; convert never writes over its "

@@ -16,8 +16,8 @@ from varstore.storage import url_from_path
 from varstore.errors import CorruptCheckpointError
 
 if TYPE_CHECKING:
-    from varstore.checkpoint.entry import SaveEntry
-    from varstore.checkpoint.reader_api import CheckpointReader
+    from varstore.checkpoint.format.entry import SaveEntry
+    from varstore.checkpoint.read.reader_api import CheckpointReader
     from varstore.formats.probe import Probe
     from varstore.formats.format_entry import WriteRequest
     from varstore.storage import ObjectStore
@@ -90,7 +90,7 @@ def sniff_hdf5(probe: Probe) -> Path | None:
     """
     if not probe.is_file:
         return None
-    from varstore.checkpoint.detection import own_container
+    from varstore.checkpoint.read.detection import own_container
 
     if own_container(probe.path, probe.head) == "h5":
         return probe.path

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
-from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo, checked_out
+from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo, checked_out
 from varstore.formats._restricted_pickle import DType, Record, unpickle
 from varstore.formats.pytorch import TorchBlob
 from varstore.formats._confine import inside

@@ -20,7 +20,7 @@ from varstore import dtypes as _dtypes
 from varstore.errors import CheckpointExistsError, ConversionError, MissingDependencyError, UnsupportedDtypeError
 
 if TYPE_CHECKING:
-    from varstore.checkpoint.entry import SaveEntry
+    from varstore.checkpoint.format.entry import SaveEntry
     from varstore.formats.format_entry import WriteRequest
 
 __all__ = ["write_dcp", "write_checkpoint"]
@@ -84,7 +84,7 @@ def write_dcp(path: Path, entries: Sequence[SaveEntry], *, overwrite: bool = Fal
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 
-    from varstore.checkpoint.atomic import atomic_path
+    from varstore.checkpoint.publish.atomic import atomic_path
 
     entries = list(entries)
     if len({e.name for e in entries}) != len(entries):

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from varstore.checkpoint.entry import SaveEntry
-    from varstore.checkpoint.reader_api import CheckpointReader
+    from varstore.checkpoint.format.entry import SaveEntry
+    from varstore.checkpoint.read.reader_api import CheckpointReader
     from varstore.formats.probe import Probe
     from varstore.storage import ObjectStore
 

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
 from varstore._limits import check_value_size
-from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
+from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.errors import UnknownVariableError
 
 if TYPE_CHECKING:

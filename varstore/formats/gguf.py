@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
-from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo, checked_out
+from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo, checked_out
 from varstore.formats import _gguf_quants
 from varstore.errors import ConversionError, CorruptCheckpointError, NotACheckpointError, UnknownVariableError
 

@@ -20,7 +20,7 @@ from varstore import dtypes as _dtypes
 from varstore.errors import ConversionError, MissingDependencyError, UnsupportedDtypeError
 
 if TYPE_CHECKING:
-    from varstore.checkpoint.entry import SaveEntry
+    from varstore.checkpoint.format.entry import SaveEntry
     from varstore.formats.format_entry import WriteRequest
 
 __all__ = ["write_gguf", "write_checkpoint", "GGUF_TYPES"]
@@ -106,7 +106,7 @@ def write_gguf(path: Path, entries: Sequence[SaveEntry], *, gguf_type: str | Non
     """
     import os
 
-    from varstore.checkpoint.atomic import atomic_path
+    from varstore.checkpoint.publish.atomic import atomic_path
 
     if gguf_type is not None and gguf_type not in GGUF_TYPES:
         raise ConversionError(f"gguf_type {gguf_type!r} is not one of {', '.join(GGUF_TYPES)}")

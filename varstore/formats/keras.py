@@ -27,7 +27,7 @@ from typing import IO, TYPE_CHECKING, Any
 from varstore.backends.hdf5.walker import HDF5Walker
 from varstore.formats._zip_members import ZIP_ERRORS, bounded_chunks, check_method, read_member, stored_data_start
 from varstore.formats.generic import WalkerReader
-from varstore.checkpoint.reader_api import SkippedEntry
+from varstore.checkpoint.read.reader_api import SkippedEntry
 from varstore.errors import (CorruptCheckpointError, NotACheckpointError, UnsafeCheckpointError, ValueTooLargeError,
                              VarstoreError)
 

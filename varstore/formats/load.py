@@ -2,7 +2,7 @@
 
 The equivalent of safetensors.numpy.load_file / np.load for every format
 open_checkpoint reads. varstore's own files go through restore's bulk path
-(varstore/checkpoint/load.py: no per-variable open, read-ahead, every
+(varstore/checkpoint/read/load.py: no per-variable open, read-ahead, every
 checksum checked); foreign formats are read variable by variable through
 their reader (which checks what the format records, e.g. TF bundle crc32c).
 Never writes.
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy.typing as npt
 
-from varstore.checkpoint.load import load_varstore, select_names
-from varstore.checkpoint.reader import VarstoreReader
+from varstore.checkpoint.read.load import load_varstore, select_names
+from varstore.checkpoint.read.reader import VarstoreReader
 
 __all__ = ["load"]
 
@@ -45,7 +45,7 @@ def load(path: os.PathLike[str] | str, names: list[str] | None = None, filter: s
       as long as one of them does. From a varstore checkpoint on Linux 5.14+,
       a helper thread faults the arrays in ahead of the reads, and arrays of
       4 MiB and more are on 4 KiB pages, not transparent huge pages
-      (varstore/checkpoint/residency.py).
+      (varstore/checkpoint/read/residency.py).
 
     Raises:
       UnknownVariableError: a name in `names` that the checkpoint lacks.

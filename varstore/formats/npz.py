@@ -21,8 +21,8 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
-from varstore.checkpoint.entry import SaveEntry
-from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
+from varstore.checkpoint.format.entry import SaveEntry
+from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.formats._zip_members import check_method
 from varstore.errors import ConversionError, CorruptCheckpointError, UnknownVariableError, UnsafeFormatError
 
@@ -197,7 +197,7 @@ def write_npz(path: os.PathLike[str] | str, entries: Sequence[SaveEntry], *, com
     Raises:
       ConversionError: a value's shape or dtype differs from its entry, or a duplicate name.
     """
-    from varstore.checkpoint.atomic import atomic_path
+    from varstore.checkpoint.publish.atomic import atomic_path
 
     entries = list(entries)
     seen: set[str] = set()

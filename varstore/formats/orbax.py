@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
-from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
+from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.formats._confine import inside
 from varstore.errors import (
     CorruptCheckpointError,

@@ -28,7 +28,7 @@ from varstore.errors import (
 )
 
 if TYPE_CHECKING:
-    from varstore.checkpoint.entry import SaveEntry
+    from varstore.checkpoint.format.entry import SaveEntry
     from varstore.formats.format_entry import WriteRequest
 
 __all__ = ["write_orbax", "write_checkpoint", "nested_tree"]
@@ -99,7 +99,7 @@ def write_orbax(path: Path, entries: Sequence[SaveEntry], *, overwrite: bool = F
       CheckpointExistsError: `path` exists (without `overwrite`) or is not an Orbax checkpoint.
     """
     ts = _tensorstore()
-    from varstore.checkpoint.atomic import atomic_path
+    from varstore.checkpoint.publish.atomic import atomic_path
 
     entries = list(entries)
     if len({e.name for e in entries}) != len(entries):
@@ -191,7 +191,7 @@ def _write_json(path: Path, document: dict[str, Any]) -> None:
 
 
 def _fsync_tree(root: Path) -> None:
-    from varstore.checkpoint.atomic import fsync_directory, fsync_paths
+    from varstore.checkpoint.publish.atomic import fsync_directory, fsync_paths
 
     files = [p for p in root.rglob("*") if p.is_file()]
     fsync_paths(files)

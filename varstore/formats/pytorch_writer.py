@@ -25,7 +25,7 @@ import numpy as np
 from varstore.errors import ConversionError, UnsupportedDtypeError
 
 if TYPE_CHECKING:
-    from varstore.checkpoint.entry import SaveEntry
+    from varstore.checkpoint.format.entry import SaveEntry
     from varstore.formats.format_entry import WriteRequest
 
 __all__ = ["write_pytorch", "write_checkpoint"]
@@ -173,7 +173,7 @@ def write_pytorch(path: Path, entries: Sequence[SaveEntry]) -> int:
     """
     import os
 
-    from varstore.checkpoint.atomic import atomic_path
+    from varstore.checkpoint.publish.atomic import atomic_path
 
     entries = list(entries)
     seen: set[str] = set()

@@ -20,7 +20,7 @@ Adding a format (one module plus one entry):
    from varstore.formats.format_entry and Probe from varstore.formats.probe,
    never this module (that would be an import cycle). Keep the module's
    top-level imports light (stdlib, numpy, varstore.errors,
-   varstore.checkpoint.reader_api): sniffing imports it; heavy or optional
+   varstore.checkpoint.read.reader_api): sniffing imports it; heavy or optional
    dependencies go inside functions.
 2. Here, add a loader `def _<format>() -> ModuleType: from varstore.formats
    import <format>; return <format>` and one `FormatEntry(name=...,
@@ -54,7 +54,7 @@ from varstore.formats.probe import Probe
 from varstore.errors import CheckpointNotFoundError, NotACheckpointError, UnsupportedFormatError
 
 if TYPE_CHECKING:
-    from varstore.checkpoint.reader_api import CheckpointReader
+    from varstore.checkpoint.read.reader_api import CheckpointReader
 
 __all__ = [
     "FormatEntry",

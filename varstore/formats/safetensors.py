@@ -24,8 +24,8 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
-from varstore.checkpoint.entry import SaveEntry
-from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
+from varstore.checkpoint.format.entry import SaveEntry
+from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.errors import (ConversionError, CorruptCheckpointError, UnknownVariableError, UnsafeCheckpointError,
                              UnsupportedDtypeError)
 
@@ -265,7 +265,7 @@ def write_safetensors(path: os.PathLike[str] | str, entries: Sequence[SaveEntry]
       UnsupportedDtypeError: a dtype safetensors cannot hold (nothing is written).
       ConversionError: a value's shape or dtype differs from its entry, or a duplicate name.
     """
-    from varstore.checkpoint.atomic import atomic_path
+    from varstore.checkpoint.publish.atomic import atomic_path
 
     entries = list(entries)
     header = _header_for(entries, metadata)

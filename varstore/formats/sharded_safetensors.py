@@ -24,8 +24,8 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
-from varstore.checkpoint.entry import SaveEntry
-from varstore.checkpoint.reader_api import CheckpointReader, VariableInfo
+from varstore.checkpoint.format.entry import SaveEntry
+from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo
 from varstore.formats.safetensors import SafetensorsReader, write_safetensors
 from varstore.formats._confine import inside
 from varstore.errors import ConversionError, CorruptCheckpointError, NotACheckpointError, UnknownVariableError
@@ -206,7 +206,7 @@ def write_sharded_safetensors(directory: os.PathLike[str] | str, entries: Sequen
       ConversionError: a bad size, or duplicate names.
       UnsupportedDtypeError: a dtype safetensors cannot hold (nothing is written).
     """
-    from varstore.checkpoint.atomic import atomic_path, fsync_directory
+    from varstore.checkpoint.publish.atomic import atomic_path, fsync_directory
 
     limit = parse_size(max_shard_size)
     entries = list(entries)

@@ -26,7 +26,7 @@ from varstore import dtypes as _dtypes
 from varstore.formats._confine import inside
 from varstore.formats._coverage import check_coverage
 from varstore.storage.special_files import open_for_reading
-from varstore.checkpoint.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
+from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.formats import _tf_bundle_format as fmt
 from varstore.errors import (
     ChecksumError,

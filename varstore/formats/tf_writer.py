@@ -28,7 +28,7 @@ from varstore.formats._tf_bundle_format import TABLE_MAGIC, crc32c, encode_tenso
 from varstore.errors import CheckpointExistsError, ConversionError, UnsupportedDtypeError
 
 if TYPE_CHECKING:
-    from varstore.checkpoint.entry import SaveEntry
+    from varstore.checkpoint.format.entry import SaveEntry
     from varstore.formats.format_entry import WriteRequest
 
 __all__ = ["write_tf_checkpoint", "write_checkpoint", "fixed_size_slices", "TF_DTYPE_ENUMS"]
@@ -228,7 +228,7 @@ def write_tf_checkpoint(prefix: os.PathLike[str] | str, entries: Sequence[SaveEn
       ConversionError: duplicate names, slices that do not cover a variable exactly once.
       CheckpointExistsError: `<prefix>.index` exists and not `overwrite`.
     """
-    from varstore.checkpoint.atomic import atomic_path
+    from varstore.checkpoint.publish.atomic import atomic_path
 
     prefix = Path(re.sub(r"\.index$", "", str(prefix)))
     index_path = Path(f"{prefix}.index")
@@ -286,7 +286,7 @@ def write_tf_checkpoint(prefix: os.PathLike[str] | str, entries: Sequence[SaveEn
 def _state_file(prefix: Path) -> list[str]:
     """Writes `<dir>/checkpoint` naming `prefix` (relative), as tf.train.update_checkpoint_state, unless
     another run's state file is there."""
-    from varstore.checkpoint.atomic import atomic_path
+    from varstore.checkpoint.publish.atomic import atomic_path
 
     state = prefix.parent / "checkpoint"
     text = f'model_checkpoint_path: "{prefix.name}"\nall_model_checkpoint_paths: "{prefix.name}"\n'

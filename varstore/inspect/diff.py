@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from varstore.checkpoint.reader_api import CheckpointReader
+from varstore.checkpoint.read.reader_api import CheckpointReader
 from varstore.dtypes import as_dtype
 from varstore.inspect.stats import DEFAULT_CHUNK_ELEMENTS, _json_number, _kind
 

@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from varstore.checkpoint.reader_api import VariableInfo
+from varstore.checkpoint.read.reader_api import VariableInfo
 
 __all__ = ['ScopeNode', 'scope_tree']
 

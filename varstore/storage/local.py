@@ -7,7 +7,7 @@ Read-ahead announces planned extents to the kernel (POSIX_FADV_WILLNEED)
 from a helper thread. Descriptors of single-file containers are cached.
 Reads never open a FIFO, socket or device (special_files.py refuses them).
 Never renames, never fsyncs, never creates temporaries (the commit is the
-checkpoint layer's: varstore/checkpoint/atomic.py); knows nothing about
+checkpoint layer's: varstore/checkpoint/publish/atomic.py); knows nothing about
 formats, manifests or checksums.
 """
 

@@ -7,7 +7,7 @@ object's bytes and uploads it on `finish()` (one PUT, or a multipart upload),
 under the root, or full URLs under it (also as `pathlib.Path` spells them,
 "s3:/bucket/key"). It must not know checkpoint formats or manifests; the
 commit protocol (manifest object last) is the checkpoint layer's
-(varstore/checkpoint/remote.py).
+(varstore/checkpoint/publish/remote.py).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ such as s3://, gs://, az:// through obstore next):
   multipart upload is completed (durable once it returns). No fsync there.
 - Commit: `renames` says how a new checkpoint becomes visible. True (local
   file systems): the checkpoint layer writes into a temporary sibling, fsyncs
-  and renames it over the final name (only varstore/checkpoint/atomic.py does
+  and renames it over the final name (only varstore/checkpoint/publish/atomic.py does
   temporaries, fsync and rename). False (object stores: no rename, no fsync):
   data objects are written under the final key and the manifest object is
   written LAST, as the commit; a checkpoint without its manifest object is

@@ -3,7 +3,7 @@
 Keys under the local root are read from the local copy when the file is there
 (metadata a reader opens) and otherwise from the object they stand for, with
 ranged GETs; sizes come from one listing, so no HEAD is needed. Read-only.
-Knows nothing about which files are metadata (checkpoint/remote.py decides
+Knows nothing about which files are metadata (checkpoint/publish/remote.py decides
 what is copied).
 """
 

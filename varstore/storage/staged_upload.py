@@ -1,7 +1,7 @@
 """UploadingStorage: a save's staging directory whose whole-file writes go straight to an object store.
 
 A Zarr save to a bucket lays its container out in a local staging directory
-(checkpoint/remote.py). Most of that container's files are written in ONE
+(checkpoint/publish/remote.py). Most of that container's files are written in ONE
 positional write at offset 0: each chunk file (a variable's buffer, from the
 write engine), each array's and group's zarr.json (from the backend, which
 makes no local directories for them: `uploads`). This storage turns exactly

@@ -19,26 +19,15 @@ about variables, manifests, checksums or atomic renames.
 from __future__ import annotations
 
 import json
-import math
-import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
 from varstore.backends.base import RawExtent
-from varstore._limits import check_manifest_size, load_json
 from varstore.storage._local_errors import is_permission_error, permission_denied
-from varstore.errors import (
-    CheckpointNotFoundError,
-    CorruptCheckpointError,
-    MissingDependencyError,
-    NotACheckpointError,
-    SpecialFileError,
-    UnsupportedDtypeError,
-)
-from varstore.storage.special_files import check_regular_file, open_for_reading
+from varstore.errors import CorruptCheckpointError, NotACheckpointError, UnsupportedDtypeError
+from varstore.storage.special_files import check_regular_file
 
 if TYPE_CHECKING:  # annotations only: a read imports neither the thread pool (nor logging) nor numpy.typing
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -47,16 +36,13 @@ if TYPE_CHECKING:  # annotations only: a read imports neither the thread pool (n
 
     import numpy.typing as npt
 
+from varstore.backends.zarr3.reader import Zarr3Reader
+
 __all__ = ["Zarr3Backend", "Zarr3Writer", "Zarr3Reader", "BACKEND", "chunk_file", "chunk_path", "NODES_ATTRIBUTE"]
 
 #: Threads writing zarr.json documents while the writer's caller goes on (0: written at once). Creating
 #: a file costs a journal entry and an inode; several in flight overlap that work with the rest of a save.
 JSON_WRITER_THREADS = 4
-#: `raw_extents` reads the metadata of at least this many arrays with several threads at once.
-PARALLEL_METADATA_ARRAYS = 16
-#: Threads reading array metadata at once: a cold directory tree costs one small random read per
-#: directory, zarr.json and inode; several in flight keep the disk's queue busy (W1 cold: ~2x faster).
-METADATA_THREADS = 8
 
 _CORE_TYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                "float16", "float32", "float64", "complex64", "complex128"}
@@ -86,21 +72,6 @@ def chunk_path(array_dir: Path, index: tuple[int, ...]) -> Path:
 #: The chunk key encoding of single-chunk arrays (chunk_file) and of chunk grids (chunk_path).
 SINGLE_CHUNK_ENCODING: dict[str, Any] = {"name": "v2", "configuration": {"separator": "."}}
 GRID_ENCODING: dict[str, Any] = {"name": "default", "configuration": {"separator": "/"}}
-
-
-def _chunk_key(encoding: Any, index: tuple[int, ...]) -> str | None:
-    """The key of chunk `index` under a zarr.json's chunk_key_encoding (Zarr v3 core spec), or None
-    for an encoding this reader does not know."""
-    if not isinstance(encoding, dict):
-        return None
-    separator = (encoding.get("configuration") or {}).get("separator")
-    if encoding.get("name") == "default":
-        separator = "/" if separator is None else separator
-        return "c" + "".join(separator + str(i) for i in index) if separator in ("/", ".") else None
-    if encoding.get("name") == "v2":
-        separator = "." if separator is None else separator
-        return separator.join(str(i) for i in index) or "0" if separator in ("/", ".") else None
-    return None
 
 
 def array_metadata(dtype: np.dtype, shape: tuple[int, ...], attrs: dict[str, Any],
@@ -291,233 +262,6 @@ class Zarr3Writer:
         self._wait_for_writes()
 
 
-class Zarr3Reader:
-    """Reads one Zarr v3 directory read-only; see BackendReader."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        if not self.path.exists():
-            raise CheckpointNotFoundError(f"no checkpoint at '{self.path}'")
-        if not (self.path / "zarr.json").is_file():
-            raise NotACheckpointError(f"'{self.path}' is not a Zarr v3 directory (no zarr.json)")
-        self._real_root = os.path.realpath(self.path) + os.sep
-        self._resolved: dict[str, str] = {os.fspath(self.path): self._real_root[:-1]}
-        self._root = self._document("")
-        if self._root.get("node_type") != "group":
-            raise NotACheckpointError(f"'{self.path}' is a Zarr array, not a checkpoint group")
-
-    def _inside(self, path: str, file: Path) -> Path:
-        """`file`, after checking that it resolves (symlinks followed) to a place under the store's root.
-
-        Called once per file opened, so a group, array directory or chunk file
-        that is a symlink leading out of the store is never read.
-
-        Raises:
-          CorruptCheckpointError: naming the array/group path and the file.
-        """
-        real = self._resolve(os.fspath(file))
-        if not real.startswith(self._real_root):
-            raise CorruptCheckpointError(
-                f"'{path or '/'}' of '{self.path}' leads outside it: '{file}' resolves to '{real}' "
-                f"(a symlink?); refusing to read it")
-        return file
-
-    def _resolve(self, file: str) -> str:
-        """os.path.realpath of `file`, its directories resolved once per reader (one lstat per new name).
-
-        A name that is a symlink is resolved by os.path.realpath, and so is
-        anything outside the root; the cache only skips re-checking the same
-        directories for every array of the store.
-        """
-        parent, _, name = file.rpartition(os.sep)
-        real_parent = self._resolved.get(parent)
-        if real_parent is None:
-            if not parent or not parent.startswith(os.fspath(self.path)) or name in ("", ".", ".."):
-                return os.path.realpath(file)
-            real_parent = self._resolve(parent)
-            self._resolved[parent] = real_parent
-        if name in ("", ".", ".."):
-            return os.path.realpath(file)
-        candidate = os.path.join(real_parent, name)
-        return os.path.realpath(candidate) if os.path.islink(candidate) else candidate
-
-    def _document(self, path: str) -> dict[str, Any]:
-        file = self._inside(path, self.path / path / "zarr.json")
-        try:
-            with os.fdopen(open_for_reading(file, "Zarr metadata"), "rb") as handle:  # never blocks on a FIFO
-                document = load_json(handle.read(), f"'{file}'")
-        except FileNotFoundError as err:
-            raise CorruptCheckpointError(f"'{path}' is missing from '{self.path}' (no {file})") from err
-        except PermissionError as err:
-            raise permission_denied(file) from err
-        except (CorruptCheckpointError, SpecialFileError):
-            raise
-        except (OSError, ValueError) as err:
-            raise CorruptCheckpointError(f"cannot read '{file}' (truncated or damaged?): {err}") from err
-        if not isinstance(document, dict) or document.get("zarr_format") != 3:
-            raise NotACheckpointError(f"'{file}' is not Zarr v3 metadata")
-        return document
-
-    def root_attrs(self) -> dict[str, Any]:
-        return dict(self._root.get("attributes") or {})
-
-    def array_attrs(self, path: str) -> dict[str, Any]:
-        return dict(self._document(path).get("attributes") or {})
-
-    def check_groups(self, paths: list[str]) -> None:
-        """Parses the zarr.json of every group above the arrays at `paths` (each once): plain zarr opens
-        them on the way to an array, so a truncated intermediate group breaks the checkpoint for it.
-
-        Raises:
-          CorruptCheckpointError: a group's zarr.json is missing, not JSON, or not a Zarr v3 group (naming the file).
-        """
-        checked: set[str] = {""}
-        for path in paths:
-            parts = path.split("/")[:-1]
-            for depth in range(1, len(parts) + 1):
-                group = "/".join(parts[:depth])
-                if group in checked:
-                    continue
-                checked.add(group)
-                try:
-                    document = self._document(group)
-                except NotACheckpointError as err:
-                    raise CorruptCheckpointError(f"group '{group}' of '{self.path}' is damaged: {err}") from err
-                if document.get("node_type") != "group":
-                    raise CorruptCheckpointError(
-                        f"'{self.path / group / 'zarr.json'}' says node_type {document.get('node_type')!r}, "
-                        f"expected 'group' (arrays lie below it); restore from another checkpoint")
-
-    def raw_extent(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
-                   document: dict[str, Any] | None = None) -> RawExtent | None:
-        """The single raw chunk file holding the array at `path`, or None when it is stored otherwise.
-
-        `document`: its zarr.json, when the caller has just read it (read once, not twice).
-        """
-        document = self._document(path) if document is None else document
-        if document.get("node_type") != "array":
-            raise CorruptCheckpointError(f"'{path}' in '{self.path}' is a group, expected an array")
-        if tuple(document.get("shape", ())) != tuple(shape) or document.get("data_type") != dtype.name:
-            raise CorruptCheckpointError(
-                f"array '{path}' of '{self.path}' has shape {document.get('shape')} and data type "
-                f"{document.get('data_type')}, its index says {list(shape)} and {dtype.name}")
-        codecs = document.get("codecs") or []
-        grid = (document.get("chunk_grid") or {}).get("configuration", {}).get("chunk_shape")
-        key = _chunk_key(document.get("chunk_key_encoding"), (0,) * len(shape))
-        simple = (len(codecs) == 1 and isinstance(codecs[0], dict) and codecs[0].get("name") == "bytes"
-                  and (codecs[0].get("configuration") or {}).get("endian", "little") == "little"
-                  and grid == [max(1, n) for n in shape] and key is not None
-                  and not document.get("storage_transformers"))
-        if not simple:
-            return None
-        nbytes = math.prod(shape) * dtype.itemsize
-        assert key is not None
-        return RawExtent(self._inside(path, self.path.joinpath(path, *key.split("/"))), 0, nbytes)
-
-    def raw_extents(self, requests: Sequence[tuple[str, np.dtype, tuple[int, ...]]]
-                    ) -> dict[str, RawExtent | None]:
-        """`raw_extent` of many arrays at once, their metadata read by several threads; best effort.
-
-        Each array's zarr.json is read and checked, every directory and file on
-        the way is checked for symlinks leading out, and the chunk file's inode
-        is looked up (os.stat), as `raw_extent` does, with up to
-        METADATA_THREADS arrays in flight: on a cold cache each of those is a
-        small random read, so a serial walk of W1's 384 arrays waits on the disk
-        about 1,500 times in a row. Arrays whose metadata fails any check are left
-        out of the result: the caller's own `raw_extent` call then raises the
-        error for that array alone. A chunk file that is missing is not checked
-        here (the read reports it).
-
-        Args:
-          requests: (array path, stored dtype, stored shape) triples.
-
-        Returns:
-          {array path: its RawExtent, or None when the array is stored otherwise}.
-        """
-        def one(request: tuple[str, np.dtype, tuple[int, ...]]) -> tuple[str, RawExtent | None, bool]:
-            path, dtype, shape = request
-            try:
-                extent = self.raw_extent(path, dtype, shape)
-            except (OSError, CorruptCheckpointError, NotACheckpointError):
-                return path, None, False
-            if extent is not None:
-                try:
-                    os.stat(extent.file)  # warms its inode for the reader's size check
-                except OSError:
-                    pass  # missing here (or kept elsewhere: a staged remote copy); the read reports it
-            return path, extent, True
-
-        if len(requests) < PARALLEL_METADATA_ARRAYS:
-            results = [one(request) for request in requests]
-        else:
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(METADATA_THREADS, thread_name_prefix="varstore-zarr-meta") as pool:
-                results = list(pool.map(one, requests))
-        return {path: extent for path, extent, ok in results if ok}
-
-    def read_bytes(self, path: str) -> bytes:
-        """The bytes of a 1-D uint8 single-chunk array (the manifest).
-
-        An array stored any other way (compressed, several chunks) is read
-        through zarr only after its declared size is checked against the
-        bytes of its files (varstore._limits.check_manifest_size).
-
-        Raises:
-          CorruptCheckpointError: missing, unreadable, or declaring more than its stored bytes can back.
-        """
-        document = self._document(path)
-        shape = tuple(document.get("shape", ()))
-        if not all(type(n) is int and n >= 0 for n in shape):
-            raise CorruptCheckpointError(f"array '{path}' of '{self.path}' has a bad shape {list(shape)}")
-        extent = self.raw_extent(path, np.dtype("u1"), shape, document) if len(shape) == 1 else None
-        if extent is None:
-            stored = 0
-            for directory, _, files in os.walk(self._inside(path, self.path / path)):
-                for name in files:
-                    if name != "zarr.json":
-                        stored += os.lstat(os.path.join(directory, name)).st_size
-            check_manifest_size(f"array '{path}' of '{self.path}'", math.prod(shape), stored)
-            out = np.empty(shape, dtype=np.uint8)
-            self.read_array(path, out)
-            return out.tobytes()
-        try:
-            with os.fdopen(open_for_reading(extent.file, f"chunk of '{path}'"), "rb") as handle:
-                data = handle.read()
-        except SpecialFileError:
-            raise
-        except PermissionError as err:
-            raise permission_denied(extent.file) from err
-        except OSError as err:
-            raise CorruptCheckpointError(f"cannot read '{extent.file}': {err}") from err
-        if len(data) != extent.nbytes:
-            raise CorruptCheckpointError(
-                f"'{extent.file}' holds {len(data)} bytes, expected {extent.nbytes} (truncated?)")
-        return data
-
-    def read_array(self, path: str, out: npt.NDArray[Any],
-                   index: tuple[slice, ...] | None = None) -> None:
-        """Fills `out` with the array at `path` (stored dtype and shape), or with its region `index`."""
-        try:
-            import zarr
-        except ImportError as err:  # pragma: no cover - zarr is a core dependency
-            raise MissingDependencyError("Zarr v3 checkpoints need zarr: pip install zarr") from err
-        self._document(path)  # refuses an array (or its zarr.json) outside the store
-        for directory, subdirectories, files in os.walk(self.path / path):  # zarr opens any chunk file
-            for name in subdirectories + files:
-                self._inside(path, Path(directory) / name)
-                check_regular_file(Path(directory) / name, f"chunk of '{path}'")  # never a FIFO
-        try:
-            array = zarr.open_array(str(self.path / path), mode="r")
-            out[...] = array[...] if index is None else array[index]
-        except Exception as err:  # noqa: BLE001 - zarr raises many unrelated types
-            raise CorruptCheckpointError(
-                f"cannot read array '{path}' of '{self.path}' through zarr: {err}") from err
-
-    def close(self) -> None:
-        """Nothing to release: files are opened per read."""
-
-
 class Zarr3Backend:
     """The "zarr" format: one Zarr v3 directory."""
 
@@ -531,7 +275,7 @@ class Zarr3Backend:
         """{relative file ("layer_0/kernel/zarr.json"): its exact bytes} of the nodes whose zarr.json
         documents the root zarr.json `root` carries (NODES_ATTRIBUTE; {} when none, or when `root` is
         not JSON): what a reader of an object store would otherwise fetch one object at a time.
-        A copy that differs from the node's own file is caught by its size (see checkpoint/remote.py)."""
+        A copy that differs from the node's own file is caught by its size (see checkpoint/publish/remote.py)."""
         try:
             document = json.loads(root)
             nodes = document["attributes"][NODES_ATTRIBUTE]

@@ -1,0 +1,164 @@
+"""The read-only checkpoint interface every format's reader implements (VariableInfo, CheckpointReader).
+
+`VariableInfo` describes one stored variable without reading its bytes;
+`CheckpointReader` is the lazy, read-only mapping of names to arrays that
+`open_checkpoint` returns for varstore's own HDF5/Zarr checkpoints and for
+every foreign format (TF bundle, Keras, safetensors, npz, plain HDF5/Zarr).
+No file I/O here: subclasses do it.
+"""
+
+from __future__ import annotations
+
+import abc
+import fnmatch
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from varstore.storage import url_from_path
+
+if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import; VariableInfo see __getattr__
+    import numpy.typing as npt
+
+    from varstore.checkpoint.format.variable_info import SkippedEntry, VariableInfo
+
+__all__ = ["VariableInfo", "SkippedEntry", "CheckpointReader", "checked_out"]
+
+
+def __getattr__(name: str) -> Any:
+    """VariableInfo and SkippedEntry, imported on first use: opening a checkpoint and reading one value
+    needs neither (nor `dataclasses`), `from varstore.checkpoint.read.reader_api import VariableInfo` works as before."""
+    if name in ("VariableInfo", "SkippedEntry"):
+        from varstore.checkpoint.format import variable_info
+
+        value = getattr(variable_info, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class CheckpointReader(abc.ABC):
+    """A read-only, lazy view of one checkpoint: names -> arrays.
+
+    Opening reads metadata only; `reader[name]` reads that variable's bytes
+    and nothing else. Use as a context manager or call close().
+
+    Attributes:
+      path: the checkpoint's path as opened.
+      format: short format name: "varstore-hdf5", "varstore-zarr", "tf",
+        "keras3", "keras2", "safetensors", "npz", "hdf5", "zarr".
+      step: the global step recorded with the checkpoint, or None.
+      metadata: user metadata (JSON-compatible dict), {} where none.
+      format_version: the format's version string, or None.
+      skipped: objects present in the file that are not variables, with reasons.
+      notes: remarks on how values are read (e.g. tensors a GGUF --dequantize left raw); convert reports them.
+      max_bytes: the read limit in bytes a value may declare (None: VARSTORE_MAX_BYTES, else the
+        default of varstore/_limits.py); set by open_checkpoint(..., max_bytes=).
+    """
+
+    format: str = "unknown"
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        #: Where the checkpoint is, for people: the path, or the object-store URL it was opened from.
+        self.location: str = url_from_path(path) or str(self.path)
+        self.step: int | None = None
+        self.metadata: dict[str, Any] = {}
+        self.format_version: str | None = None
+        self.skipped: list[SkippedEntry] = []
+        self.notes: tuple[str, ...] = ()
+        self.max_bytes: int | None = None
+
+    # -- subclasses implement these three
+    @abc.abstractmethod
+    def keys(self) -> list[str]:
+        """Variable names in storage order."""
+
+    @abc.abstractmethod
+    def info(self, name: str) -> VariableInfo:
+        """Metadata of one variable; raises UnknownVariableError (a KeyError) naming it and the file if absent."""
+
+    @abc.abstractmethod
+    def read(self, name: str, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
+        """Reads one variable's value as a host NumPy array of its logical dtype.
+
+        Args:
+          name: a key of this checkpoint.
+          out: optional C-contiguous array of the variable's shape and dtype to
+            read into (no extra copy); returned when given.
+
+        Raises:
+          UnknownVariableError (a KeyError): unknown name.
+          CorruptCheckpointError / ChecksumError: damaged bytes (checksums are
+            checked where the format records them).
+          ValueTooLargeError: without `out`, the value declares more bytes than the read limit
+            (`max_bytes`; see docs/reliability.md); nothing was allocated.
+        """
+
+    # -- shared behaviour
+    def verify(self, progress: Callable[[int, int, str], None] | None = None) -> None:
+        """Reads every variable and checks every checksum the format records.
+
+        Args:
+          progress: called as progress(done_bytes, total_bytes, name) after each variable is checked, and
+            once with (0, total_bytes, "") before the first (the CLI draws its bar from it).
+
+        Raises:
+          ChecksumError / CorruptCheckpointError naming the first bad variable and the file.
+        """
+        names = self.keys()
+        sizes = [self.info(name).nbytes for name in names] if progress is not None else []
+        total, done = sum(sizes), 0
+        if progress is not None:
+            progress(0, total, "")
+        for k, name in enumerate(names):
+            self.read(name)
+            if progress is not None:
+                done += sizes[k]
+                progress(done, total, name)
+
+    def infos(self) -> list[VariableInfo]:
+        """`info(name)` for every key, in order."""
+        return [self.info(name) for name in self.keys()]
+
+    def filter(self, pattern: str) -> list[str]:
+        """Keys matching a shell glob ("encoder/*")."""
+        return [k for k in self.keys() if fnmatch.fnmatchcase(k, pattern)]
+
+    def __getitem__(self, name: str) -> npt.NDArray[Any]:
+        return self.read(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in set(self.keys())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def close(self) -> None:
+        """Releases file handles; further reads raise."""
+
+    def __enter__(self) -> "CheckpointReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.format} '{self.path}' {len(self)} variables>"
+
+
+def checked_out(name: str, shape: tuple[int, ...], dtype: np.dtype,
+                out: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
+    """Returns `out` after checking it fits (C-contiguous, same shape and dtype), or a new empty array."""
+    if out is None:
+        return np.empty(shape, dtype=dtype)
+    if tuple(out.shape) != tuple(shape) or out.dtype != dtype or not out.flags.c_contiguous:
+        raise ValueError(
+            f"cannot read variable '{name}' into an array of shape {tuple(out.shape)} and dtype "
+            f"{out.dtype}: need a C-contiguous array of shape {tuple(shape)} and dtype {dtype}")
+    return out
