@@ -2,6 +2,8 @@
 
 No timing assertions: only that every method/workload/phase is there, numbers are
 positive, loaded bytes were checked against the source, and W4 ran no initializer.
+The every-cell run uses --smoke (one worker process per method); the interleaved
+run goes through the real path, a fresh worker process per cell.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def test_tiny_run_writes_every_cell(tmp_path):
     methods = ["raw", "h5py", "npz", "safetensors", "varstore-h5"]
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, str(BENCH / "run.py"), "--scale", "0.001", "--repeat", "1", "--process-repeat", "2",
+        [sys.executable, str(BENCH / "run.py"), "--smoke", "--scale", "0.001", "--repeat", "1",
+         "--process-repeat", "2",
          "--methods", ",".join(methods), "--cache", "fadvise",
          "--workdir", str(tmp_path / "work"), "--out-dir", str(out)],
         check=False, capture_output=True, text=True, timeout=300)
@@ -92,6 +95,7 @@ def test_tiny_run_writes_every_cell(tmp_path):
     assert cells[("raw", "W3", "read-one")]["bytes"] == 32 * 32 * 4
     assert cells[("raw", "W2", "load")]["bytes"] == 50 * 64 * 4
     assert data["meta"]["scale"] == 0.001 and data["meta"]["repeat"] == 1 and data["meta"]["process_repeat"] == 2
+    assert data["meta"]["smoke"] is True
 
     md = (out / "results.md").read_text()
     assert "| raw | W1 | save |" in md
@@ -104,6 +108,14 @@ def test_unknown_method_is_rejected(tmp_path):
     proc = subprocess.run([sys.executable, str(BENCH / "run.py"), "--methods", "nope",
                            "--out-dir", str(tmp_path)], check=False, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "unknown methods ['nope']" in proc.stderr
+
+
+def test_smoke_run_never_writes_the_documented_results():
+    before = (BENCH / "results.json").read_bytes()
+    proc = subprocess.run([sys.executable, str(BENCH / "run.py"), "--smoke", "--methods", "raw"],
+                          check=False, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--smoke measures nothing: give --out-dir" in proc.stderr
+    assert (BENCH / "results.json").read_bytes() == before
 
 
 def test_interleave_runs_repeats_round_robin(tmp_path):
@@ -124,6 +136,7 @@ def test_interleave_runs_repeats_round_robin(tmp_path):
         for phase in ("save", "save-nofsync", "load"):
             assert cells[(m, "W1", phase)]["repeats"] == 2
     assert cells[("npz", "W1", "load")]["verified"] is True
+    assert data["meta"]["smoke"] is False  # the real path: a fresh worker process per cell
     assert not any((tmp_path / "work").iterdir()), "the run must clean up its temporary folder"
 
 

@@ -91,7 +91,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         "...) instead of one method's repeats back to back, so a slow stretch of a shared "
                         "disk falls on every method alike; checkpoints of all methods are kept until the end")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    p.add_argument("--smoke", action="store_true",
+                   help="check that the harness runs, measuring nothing: every cell of a method runs in one "
+                        "long-lived worker process instead of a fresh one each (tests/test_benchmark_harness.py); "
+                        "needs --out-dir, so a smoke table never replaces the documented results")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--worker-loop", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -124,6 +129,55 @@ def _run_worker(task: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         return json.loads(result_path.read_text())
     finally:
         result_path.unlink(missing_ok=True)
+
+
+class _SmokeWorkers:
+    """--smoke: one worker process per method (`run.py --worker-loop`) runs its cells in turn.
+
+    Each task goes as one JSON line on the worker's stdin; the worker answers one line when the
+    task's result file is written. Same tasks and result files as _run_worker, without an
+    interpreter start and the method's imports per cell: a check of the harness, not a measurement.
+    """
+
+    def __init__(self) -> None:
+        self._procs: dict[str, subprocess.Popen[str]] = {}
+
+    def run(self, task: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        proc = self._procs.get(task["method"])
+        if proc is None:
+            proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker-loop"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            self._procs[task["method"]] = proc
+        assert proc.stdin is not None and proc.stdout is not None
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            result_path = Path(f.name)
+        try:
+            proc.stdin.write(json.dumps(dict(task, result=str(result_path))) + "\n")
+            proc.stdin.flush()
+            if proc.stdout.readline().strip() != "done":
+                raise RuntimeError(f"smoke worker {task['method']} {task['workload']} {task['phase']} failed "
+                                   f"(exit {proc.wait(timeout=timeout_s)}; its traceback is above)")
+            return json.loads(result_path.read_text())
+        finally:
+            result_path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        for proc in self._procs.values():
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(timeout=60)
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
+def _worker_loop() -> int:
+    """The --smoke worker: runs each JSON task line from stdin, answers "done" once its result is written."""
+    from _worker import run_worker
+
+    for line in sys.stdin:
+        run_worker(json.loads(line))
+        print("done", flush=True)
+    return 0
 
 
 def _plan(method: Any, workloads: list[str]) -> list[tuple[str, str]]:
@@ -194,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
 
         run_worker(json.loads(args.worker))
         return 0
+    if args.worker_loop:
+        return _worker_loop()
+    if args.smoke and args.out_dir.resolve() == HERE:
+        print("--smoke measures nothing: give --out-dir (the documented results stay as they are)", file=sys.stderr)
+        return 2
 
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [n for n in names if n not in METHODS]
@@ -225,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="varstore-bench-", dir=parent))
     samples: list[dict[str, Any]] = []
     started = time.time()
+    smoke = _SmokeWorkers() if args.smoke else None
+    run_cell = smoke.run if smoke is not None else _run_worker
     try:
         t0 = time.perf_counter()
         built = build_workloads(workdir, args.scale, args.w2_scale)
@@ -243,8 +304,8 @@ def main(argv: list[str] | None = None) -> int:
                 checkpoint.parent.mkdir(parents=True, exist_ok=True)
                 if phase not in ("save", "save-nofsync") and not checkpoint.exists():
                     # W3/W4 without W1 in the list: write the checkpoint once, untimed.
-                    _run_worker(dict(method=method.name, workload=source, phase="save", workdir=str(workdir),
-                                     checkpoint=str(checkpoint), cache=args.cache), args.timeout_s)
+                    run_cell(dict(method=method.name, workload=source, phase="save", workdir=str(workdir),
+                                  checkpoint=str(checkpoint), cache=args.cache), args.timeout_s)
                 if args.profile:
                     _profile_cell(args, method, workload, phase, workdir, checkpoint)
             if args.profile:
@@ -261,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
                     task = dict(method=method.name, workload=workload, phase=phase, workdir=str(workdir),
                                 checkpoint=str(checkpoint), cache=args.cache,
                                 verify=(rep == 0 and not args.no_verify))
-                    res = _run_worker(task, args.timeout_s)
+                    res = run_cell(task, args.timeout_s)
                     os.sync()  # a non-durable save's dirty pages must not slow the next run
                     res.update(method=method.name, workload=workload, phase=phase, repeat=rep)
                     samples.append(res)
@@ -277,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
                     for w in ("W1", "W2"):
                         remove(workdir / "checkpoints" / f"{method.name}-{w}{method.suffix}")
     finally:
+        if smoke is not None:
+            smoke.close()
         if args.keep:
             print(f"kept {workdir}")
         else:
@@ -293,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": _machine(),
         "versions": _versions(),
         "scale": args.scale,
+        "smoke": args.smoke,
         "w2_scale": args.w2_scale if args.w2_scale is not None else args.scale,
         "repeat": args.repeat,
         "process_repeat": max(args.repeat, args.process_repeat),

@@ -17,28 +17,24 @@ from varstore.checkpoint.publish import atomic
 from varstore.checkpoint.format.entry import SaveEntry
 from varstore.checkpoint.write.writer import save_entries
 
+from ._atomic_writer import write
+
 ROOT = Path(__file__).resolve().parents[2]
-
-WRITER = """
-import sys, numpy as np
-from varstore import save, CheckpointManager
-path, value, manager = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
-data = {"a": np.full(1000, value), "b/c": np.full(10, value, np.float32), "d": np.full(5000, value)}
-if manager:
-    CheckpointManager(path, format=sys.argv[4]).save(data, step=int(value))
-else:
-    save(path, data)
-"""
+WRITER = Path(__file__).resolve().parent / "_atomic_writer.py"
 
 
-def _run_writer(path: Path, value: float, fault: str | None, manager: bool = False, fmt: str = "h5") -> int:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.pop("VARSTORE_FAULT", None)
-    if fault:
-        env["VARSTORE_FAULT"] = fault
-    proc = subprocess.run([sys.executable, "-c", WRITER, str(path), str(value), "1" if manager else "0", fmt],
+def _run_writer(path: Path, value: float, fault: str, manager: bool = False, fmt: str = "h5") -> int:
+    """Saves in a child that SIGKILLs itself at the fault point `fault`; returns its exit code."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), VARSTORE_FAULT=fault)
+    proc = subprocess.run([sys.executable, str(WRITER), str(path), str(value), "1" if manager else "0", fmt],
                           env=env, capture_output=True, timeout=60)
     return proc.returncode
+
+
+def _save_here(path: Path, value: float, manager: bool = False, fmt: str = "h5") -> None:
+    """The saves that are not killed run in this process (one child start less each): the same call."""
+    assert "VARSTORE_FAULT" not in os.environ
+    write(str(path), value, manager, fmt)
 
 
 def _values(path: Path) -> set[float]:
@@ -49,12 +45,12 @@ def _values(path: Path) -> set[float]:
 
 @pytest.mark.parametrize("fault", ["after_data", "before_checksums", "before_rename"])
 def test_killed_writer_leaves_old_checkpoint(ckpt: Path, fault: str) -> None:
-    assert _run_writer(ckpt, 1.0, None) == 0
+    _save_here(ckpt, 1.0)
     assert _run_writer(ckpt, 2.0, fault) == -signal.SIGKILL
     assert _values(ckpt) == {1.0}
     leftovers = [p for p in ckpt.parent.iterdir() if atomic.is_temporary(p)]
     assert len(leftovers) == 1 and leftovers[0].name.startswith(ckpt.name + ".tmp-")
-    assert _run_writer(ckpt, 3.0, None) == 0
+    _save_here(ckpt, 3.0)
     assert _values(ckpt) == {3.0}
     assert [p for p in ckpt.parent.iterdir() if atomic.is_temporary(p)] == []
 
@@ -68,7 +64,7 @@ def test_killed_manager_after_rename_keeps_directory_consistent(tmp_path: Path, 
     from varstore import CheckpointManager
 
     directory = tmp_path / "run"
-    assert _run_writer(directory, 1.0, None, manager=True, fmt=fmt) == 0
+    _save_here(directory, 1.0, manager=True, fmt=fmt)
     assert _run_writer(directory, 2.0, "after_rename_before_latest", manager=True, fmt=fmt) == -signal.SIGKILL
     assert _run_writer(directory, 3.0, "before_rename", manager=True, fmt=fmt) == -signal.SIGKILL
     manager = CheckpointManager(directory, format=fmt)
@@ -78,7 +74,7 @@ def test_killed_manager_after_rename_keeps_directory_consistent(tmp_path: Path, 
     target = {"a": np.zeros(1000), "b/c": np.zeros(10, np.float32), "d": np.zeros(5000)}
     manager.restore_latest(target)
     assert target["a"][0] == 1.0
-    assert _run_writer(directory, 4.0, None, manager=True, fmt=fmt) == 0
+    _save_here(directory, 4.0, manager=True, fmt=fmt)
     assert [p.name for p in manager.checkpoints] == [f"ckpt-{s}{suffix}" for s in (1, 2, 4)]
     assert not [p for p in directory.iterdir() if atomic.is_temporary(p)]
 

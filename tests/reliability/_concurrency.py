@@ -20,16 +20,22 @@ from varstore import CheckpointManager
 from varstore.errors import VarstoreError
 
 from ._crash import _check_values
+from ._crash_writer import FULL_SIZE
 
 HERE = Path(__file__).resolve().parent
 
 
-def concurrency_campaign(directory: Path, fmt: str, saves_per_writer: int) -> dict[str, Any]:
-    """Returns {"format", "saves", "reads", "deleted_while_reading", "failures", "final_steps"}."""
+def concurrency_campaign(directory: Path, fmt: str, saves_per_writer: int,
+                         size: tuple[int, int] = FULL_SIZE) -> dict[str, Any]:
+    """Returns {"format", "saves", "reads", "deleted_while_reading", "failures", "final_steps"}.
+
+    `size` is the model's (own, small) array counts (see _crash_writer.model).
+    """
     env = dict(os.environ)
     env.pop("VARSTORE_FAULT", None)
     writers = [subprocess.Popen([sys.executable, str(HERE / "_concurrent_writer.py"), str(directory), fmt,
-                                 str(start), str(saves_per_writer)], env=env, stderr=subprocess.PIPE, text=True)
+                                 str(start), str(saves_per_writer), *map(str, size)],
+                                env=env, stderr=subprocess.PIPE, text=True)
                for start in (1000, 2000)]
     reads = deleted = 0
     failures: list[str] = []
@@ -37,7 +43,7 @@ def concurrency_campaign(directory: Path, fmt: str, saves_per_writer: int) -> di
     while any(w.poll() is None for w in writers):
         for path in manager.checkpoints + ([manager.latest] if manager.latest else []):
             try:
-                _check_values(path)
+                _check_values(path, size=size)
                 reads += 1
             except VarstoreError as err:
                 if path.exists():
@@ -57,6 +63,6 @@ def concurrency_campaign(directory: Path, fmt: str, saves_per_writer: int) -> di
             writer.stderr.close()
     final = []
     for path in manager.checkpoints:
-        final.append(_check_values(path))
+        final.append(_check_values(path, size=size))
     return {"format": fmt, "saves": 2 * saves_per_writer, "reads": reads, "deleted_while_reading": deleted,
             "failures": failures[:10], "final_steps": sorted(final)}

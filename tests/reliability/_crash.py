@@ -27,27 +27,20 @@ from varstore import CheckpointManager
 from varstore.checkpoint import open_varstore as open_checkpoint
 from varstore.checkpoint.publish.atomic import FAULT_POINTS, is_temporary
 
+from ._crash_writer import FULL_SIZE, model as _model  # the same values the writer saves
+
 WRITER = Path(__file__).resolve().parent / "_crash_writer.py"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _model(step: int) -> dict[str, np.ndarray]:
-    sys.path.insert(0, str(WRITER.parent))
-    try:
-        from _crash_writer import model  # the same values the writer saves
-    finally:
-        sys.path.remove(str(WRITER.parent))
-    return model(step)
 
 
 class _Writer:
     """The forking writer process (see _crash_writer.py)."""
 
-    def __init__(self, directory: Path, fmt: str) -> None:
+    def __init__(self, directory: Path, fmt: str, size: tuple[int, int]) -> None:
         env = dict(os.environ)
         env.pop("VARSTORE_FAULT", None)
-        self._proc = subprocess.Popen([sys.executable, str(WRITER), str(directory), fmt], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, text=True, env=env)
+        self._proc = subprocess.Popen([sys.executable, str(WRITER), str(directory), fmt, *map(str, size)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
     def save(self, step: int, fault: str | None = None, delay_s: float | None = None) -> dict[str, Any]:
         assert self._proc.stdin is not None and self._proc.stdout is not None
@@ -66,14 +59,14 @@ class _Writer:
             self._proc.stdout.close()
 
 
-def _check_values(path: Path, expected_step: int | None = None) -> int:
-    """Opens, verifies and compares one checkpoint with model(step); returns its step."""
+def _check_values(path: Path, expected_step: int | None = None, size: tuple[int, int] = FULL_SIZE) -> int:
+    """Opens, verifies and compares one checkpoint with model(step, size); returns its step."""
     with open_checkpoint(path) as reader:
         reader.verify()
         step = int(reader.step)
         if expected_step is not None and step != expected_step:
             raise AssertionError(f"{path.name} holds step {step}, expected {expected_step}")
-        expected = _model(step)
+        expected = _model(step, size)
         if sorted(reader.keys()) != sorted(expected):
             raise AssertionError(f"{path.name}: names differ from model({step})")
         for name, value in expected.items():
@@ -82,7 +75,8 @@ def _check_values(path: Path, expected_step: int | None = None) -> int:
     return step
 
 
-def check_directory(directory: Path, fmt: str, must_have_latest: bool) -> list[str]:
+def check_directory(directory: Path, fmt: str, must_have_latest: bool,
+                    size: tuple[int, int] = FULL_SIZE) -> list[str]:
     """Every promise about a manager directory after a kill; returns the broken ones (empty: survived)."""
     problems = []
     manager = CheckpointManager(directory, format=fmt, max_to_keep=3)
@@ -91,7 +85,7 @@ def check_directory(directory: Path, fmt: str, must_have_latest: bool) -> list[s
             problems.append(f"temporary {path.name} listed")
             continue
         try:
-            _check_values(path)
+            _check_values(path, size=size)
         except Exception as err:  # noqa: BLE001 - every failure is a finding
             problems.append(f"listed checkpoint {path.name} is partial or wrong: {type(err).__name__}: {err}")
     latest = manager.latest
@@ -100,8 +94,8 @@ def check_directory(directory: Path, fmt: str, must_have_latest: bool) -> list[s
             problems.append("no latest checkpoint after a successful save")
         return problems
     try:
-        step = _check_values(latest)
-        expected = _model(step)
+        step = _check_values(latest, size=size)
+        expected = _model(step, size)
         target = {name: np.zeros_like(value) for name, value in expected.items()}
         result = manager.restore_latest(target)
         if result is None or any(not np.array_equal(target[n], expected[n]) for n in expected):
@@ -111,15 +105,18 @@ def check_directory(directory: Path, fmt: str, must_have_latest: bool) -> list[s
     return problems
 
 
-def crash_campaign(directory: Path, fmt: str, kills: int, *, seed: int = 0) -> dict[str, Any]:
+def crash_campaign(directory: Path, fmt: str, kills: int, *, seed: int = 0,
+                   size: tuple[int, int] = FULL_SIZE) -> dict[str, Any]:
     """Kills writers until `kills` SIGKILLs landed mid-save; returns the figures.
+
+    `size` is the model's (own, small) array counts (see _crash_writer.model).
 
     Returns:
       {"format", "kills", "survived", "named_kills", "delay_kills", "completed" (kills that came
       too late), "failures": [first problems], "save_ms_median"}.
     """
     rng = random.Random(seed)
-    writer = _Writer(directory, fmt)
+    writer = _Writer(directory, fmt, size)
     failures: list[str] = []
     survived = landed = named = delayed = completed = 0
     try:
@@ -147,14 +144,14 @@ def crash_campaign(directory: Path, fmt: str, kills: int, *, seed: int = 0) -> d
                 landed += 1
                 named += fault is not None
                 delayed += fault is None
-            problems = check_directory(directory, fmt, must_have_latest=True)
+            problems = check_directory(directory, fmt, must_have_latest=True, size=size)
             again = writer.save(step)
             if again["exit"] != 0 or again["killed"]:
                 problems.append(f"saving step {step} again after the kill failed: {again}")
             else:
                 manager = CheckpointManager(directory, format=fmt, max_to_keep=3)
                 try:
-                    if manager.latest is None or _check_values(manager.latest, step) != step:
+                    if manager.latest is None or _check_values(manager.latest, step, size) != step:
                         problems.append(f"step {step} saved again is not the latest")
                 except Exception as err:  # noqa: BLE001
                     problems.append(f"step {step} saved again does not verify: {err}")

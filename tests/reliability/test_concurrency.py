@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 
 from ._concurrency import concurrency_campaign
+from ._crash_writer import TEST_SIZE
 
 SAVES = int(os.environ.get("VARSTORE_RELIABILITY_SAVES", "6"))
 
 
 @pytest.mark.parametrize("fmt", ["h5", "zarr"])
 def test_two_writers_and_a_reader_never_see_a_half_written_checkpoint(tmp_path: Path, fmt: str) -> None:
-    figures = concurrency_campaign(tmp_path / "run", fmt, SAVES)
+    figures = concurrency_campaign(tmp_path / "run", fmt, SAVES, size=TEST_SIZE)
     assert figures["failures"] == []
     assert figures["reads"] > 0
     assert len(figures["final_steps"]) == 3  # max_to_keep
