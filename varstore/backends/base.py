@@ -10,6 +10,7 @@ backend can import its contract without importing the registry that loads it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
@@ -145,6 +146,8 @@ class Backend(Protocol):
         made; None writes them as local files. Single-file backends ignore it.
         """
 
-    def open_reader(self, path: Path, source: BinaryIO | None = None) -> BackendReader:
+    def open_reader(self, path: Path, source: BinaryIO | Mapping[str, bytes] | None = None) -> BackendReader:
         """Opens an existing container read-only; `source` (single-file containers only) is a seekable
-        binary file to read instead of `path` (an object read with ranged GETs), `path` then names it."""
+        binary file to read instead of `path` (an object read with ranged GETs), `path` then names it;
+        for a directory container, a mapping {path under `path`: bytes} of the small files read whole
+        (metadata, the manifest) held in memory instead (a checkpoint on an object store)."""

@@ -1,8 +1,9 @@
 """StagedZarrStorage: a directory checkpoint on an object store read through a local copy of its metadata.
 
-Keys under the local root are read from the local copy when the file is there
-(metadata a reader opens) and otherwise from the object they stand for, with
-ranged GETs; sizes come from one listing, so no HEAD is needed. Read-only.
+Keys under the local root are read from the bytes already fetched (metadata a
+reader opens, held in memory), from a local file when one is there, and
+otherwise from the object they stand for, with ranged GETs; sizes come from
+one listing, so no HEAD is needed. Read-only.
 Knows nothing about which files are metadata (checkpoint/publish/remote.py decides
 what is copied).
 """
@@ -10,11 +11,11 @@ what is copied).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from varstore.errors import CheckpointError, CheckpointNotFoundError
-from varstore.storage.local import LocalStorage
+from varstore.errors import CheckpointError, CheckpointNotFoundError, CorruptCheckpointError
+from varstore.storage.local import LocalStorage, bytes_of
 from varstore.storage.protocol import Buffer, ObjectStore, ReadAhead, StorageWriter
 
 __all__ = ["StagedZarrStorage"]
@@ -31,12 +32,14 @@ class StagedZarrStorage:
 
     renames = True  # never written through
 
-    def __init__(self, local_root: Path, remote: ObjectStore, name: str, sizes: dict[str, int]) -> None:
+    def __init__(self, local_root: Path, remote: ObjectStore, name: str, sizes: dict[str, int],
+                 held: Mapping[str, bytes] | None = None) -> None:
         self.url = remote.url_of(name)
         self._root = str(local_root)
         self._remote = remote
         self._name = name
         self._sizes = sizes
+        self._held = held or {}  # {path under the root: bytes} fetched already (metadata, the manifest)
         self._local = LocalStorage()
 
     def _remote_name(self, key: str) -> str | None:
@@ -62,15 +65,29 @@ class StagedZarrStorage:
     def list(self, prefix: str) -> list[str]:
         return sorted(self._sizes)
 
+    def _held_bytes(self, name: str) -> bytes | None:
+        return self._held.get(name[len(self._name) + 1:]) if name.startswith(self._name + "/") else None
+
     def read_range(self, key: str, offset: int, length: int, out: Buffer | None = None) -> Buffer:
         name = self._remote_name(key)
         if name is None:
             return self._local.read_range(key, offset, length, out)
-        return self._remote.read_range(name, offset, length, out)
+        held = self._held_bytes(name)
+        if held is None:
+            return self._remote.read_range(name, offset, length, out)
+        if offset + length > len(held):
+            raise CorruptCheckpointError(f"{self.url}: {name} ends at byte {len(held)}, before {offset + length}")
+        if out is None:
+            return bytearray(held[offset:offset + length])
+        bytes_of(out)[:] = held[offset:offset + length]
+        return out
 
     def read_all(self, key: str) -> bytes:
         name = self._remote_name(key)
-        return self._local.read_all(key) if name is None else self._remote.read_all(name)
+        if name is None:
+            return self._local.read_all(key)
+        held = self._held_bytes(name)
+        return self._remote.read_all(name) if held is None else held
 
     def writer(self, key: str, *, keep_open: bool = False) -> StorageWriter:
         raise CheckpointError(f"{self.url} is open for reading only")
@@ -83,11 +100,11 @@ class StagedZarrStorage:
 
     def read_ahead_files(self, files: Sequence[tuple[str, int]], window_bytes: int) -> ReadAhead | None:
         """Fetches the chunk objects behind `files` ((key under the local root, nbytes) in read order)
-        concurrently ahead of the reader (ObjectStore.read_ahead_objects); local files are skipped."""
+        concurrently ahead of the reader (ObjectStore.read_ahead_objects); local and held files are skipped."""
         objects = []
         for key, nbytes in files:
             name = self._remote_name(key)
-            if name is not None and name in self._sizes:
+            if name is not None and name in self._sizes and self._held_bytes(name) is None:
                 objects.append((name, min(int(nbytes), self._sizes[name])))
         return self._remote.read_ahead_objects(objects, window_bytes) if len(objects) > 1 else None
 

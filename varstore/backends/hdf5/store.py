@@ -13,6 +13,7 @@ Knows nothing about variables, manifests, checksums or atomic renames.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -351,12 +352,15 @@ class Hdf5Backend:
         `storage` is ignored (h5py writes the file's metadata itself)."""
         return Hdf5Writer(path, header_bytes)
 
-    def open_reader(self, path: Path, source: BinaryIO | None = None) -> Hdf5Reader:
-        """Opens `path` (or `source`) read-only.
+    def open_reader(self, path: Path, source: BinaryIO | Mapping[str, bytes] | None = None) -> Hdf5Reader:
+        """Opens `path` (or the file object `source`) read-only.
 
         Raises:
           SpecialFileError: a FIFO, socket, device or symlink loop at `path` (checked before opening).
+          NotACheckpointError: `source` is a mapping of files (a directory's; an HDF5 file is one file).
         """
+        if isinstance(source, Mapping):
+            raise NotACheckpointError(f"'{path}': an HDF5 file is one file, not a mapping of files")
         if source is None:
             check_regular_file(path)
         return Hdf5Reader(path, source)

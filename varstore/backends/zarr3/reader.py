@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,11 +60,14 @@ def _chunk_key(encoding: Any, index: tuple[int, ...]) -> str | None:
 class Zarr3Reader:
     """Reads one Zarr v3 directory read-only; see BackendReader."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, files: Mapping[str, bytes] | None = None) -> None:
         self.path = Path(path)
-        if not self.path.exists():
+        # small files held in memory instead of under `path` ({"zarr.json": ..., "w/zarr.json": ...}):
+        # the metadata and manifest of a checkpoint on an object store, its chunks read through the storage
+        self._files = files
+        if files is None and not self.path.exists():
             raise CheckpointNotFoundError(f"no checkpoint at '{self.path}'")
-        if not (self.path / "zarr.json").is_file():
+        if not ("zarr.json" in files if files is not None else (self.path / "zarr.json").is_file()):
             raise NotACheckpointError(f"'{self.path}' is not a Zarr v3 directory (no zarr.json)")
         self._real_root = os.path.realpath(self.path) + os.sep
         self._resolved: dict[str, str] = {os.fspath(self.path): self._real_root[:-1]}
@@ -107,8 +110,20 @@ class Zarr3Reader:
         candidate = os.path.join(real_parent, name)
         return os.path.realpath(candidate) if os.path.islink(candidate) else candidate
 
+    def _held(self, key: str) -> bytes | None:
+        """The bytes of file `key` (relative to the root) when the reader holds its files in memory."""
+        return None if self._files is None else self._files.get(key)
+
     def _document(self, path: str) -> dict[str, Any]:
         file = self._inside(path, self.path / path / "zarr.json")
+        if self._files is not None:
+            data = self._held(f"{path}/zarr.json" if path else "zarr.json")
+            if data is None:
+                raise CorruptCheckpointError(f"'{path}' is missing from '{self.path}' (no {file})")
+            document = load_json(data, f"'{file}'")
+            if not isinstance(document, dict) or document.get("zarr_format") != 3:
+                raise NotACheckpointError(f"'{file}' is not Zarr v3 metadata")
+            return document
         try:
             with os.fdopen(open_for_reading(file, "Zarr metadata"), "rb") as handle:  # never blocks on a FIFO
                 document = load_json(handle.read(), f"'{file}'")
@@ -247,9 +262,13 @@ class Zarr3Reader:
             out = np.empty(shape, dtype=np.uint8)
             self.read_array(path, out)
             return out.tobytes()
+        held = self._held(os.path.relpath(extent.file, self.path).replace(os.sep, "/"))
         try:
-            with os.fdopen(open_for_reading(extent.file, f"chunk of '{path}'"), "rb") as handle:
-                data = handle.read()
+            if held is not None:
+                data = held
+            else:
+                with os.fdopen(open_for_reading(extent.file, f"chunk of '{path}'"), "rb") as handle:
+                    data = handle.read()
         except SpecialFileError:
             raise
         except PermissionError as err:

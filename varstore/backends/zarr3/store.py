@@ -19,6 +19,7 @@ about variables, manifests, checksums or atomic renames.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -306,10 +307,10 @@ class Zarr3Backend:
         groups' zarr.json go through `storage` when given (see Backend.open_writer)."""
         return Zarr3Writer(path, storage)
 
-    def open_reader(self, path: Path, source: BinaryIO | None = None) -> Zarr3Reader:
-        if source is not None:
-            raise NotACheckpointError(f"'{path}': a Zarr directory cannot be read from a single file object")
-        return Zarr3Reader(path)
+    def open_reader(self, path: Path, source: BinaryIO | Mapping[str, bytes] | None = None) -> Zarr3Reader:
+        if source is None or isinstance(source, Mapping):
+            return Zarr3Reader(path, source)
+        raise NotACheckpointError(f"'{path}': a Zarr directory cannot be read from a single file object")
 
 
 BACKEND = Zarr3Backend()

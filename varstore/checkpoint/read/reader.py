@@ -110,7 +110,7 @@ class VarstoreReader(CheckpointReader):
     """
 
     def __init__(self, path: Path, fmt: str, storage: Storage | None = None, *,
-                 backend_source: Callable[[], BinaryIO] | None = None) -> None:
+                 backend_source: Callable[[], BinaryIO | Mapping[str, bytes]] | None = None) -> None:
         super().__init__(path)
         self.format = FORMAT_NAMES[fmt]
         self._backend = get_backend(fmt)
@@ -119,7 +119,7 @@ class VarstoreReader(CheckpointReader):
         self.storage: Storage = located
         self.staged: Path | None = None  # a local copy of an object-store checkpoint, deleted on close
         # a file object over a remote single file, for the backend (also when the constructor needs it)
-        self.backend_source: Callable[[], BinaryIO] | None = backend_source
+        self.backend_source: Callable[[], BinaryIO | Mapping[str, bytes]] | None = backend_source
         self.session: ReadSession | None = None
         self._closed = False
         self._pin = PathPin(path) if storage is None else NO_PIN  # a local one: storage/path_pin.py
@@ -487,7 +487,8 @@ def _open_remote(url: os.PathLike[str] | str, format: str | None,
             reader = VarstoreReader(Path(key), fmt, storage=storage,
                                     backend_source=lambda: io.BufferedReader(storage.open_reader(name), 1 << 16))
         else:
-            reader = VarstoreReader(staged[0], fmt, storage=staged[1])
+            held = staged[2]
+            reader = VarstoreReader(staged[0], fmt, storage=staged[1], backend_source=lambda: held)
             reader.staged = staged[0]
         reader.location = key
     except BaseException:
