@@ -102,6 +102,16 @@ class ShardPart:
         view.setflags(write=False)
         return view
 
+    def restore_buffer(self) -> npt.NDArray[Any]:
+        """This rank's shard memory, writeable: a batched restore (distributed/restore.py) fills it in place.
+
+        Raises:
+          NotOwnedError: this rank does not hold the box.
+        """
+        if self._value is None:
+            raise NotOwnedError(f"shard '{self.name}' of '{self.array}' is not held by this rank")
+        return self._value
+
     def restore_from(self, source: ValueSource, lazy: bool = False) -> None:
         """Fills this rank's shard memory from `source` in place (the checkpoint layer's hook; `lazy` is ignored).
 
