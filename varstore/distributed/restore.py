@@ -119,15 +119,22 @@ def restore_collective(path: os.PathLike[str] | str, store: Any, comm: Any = Non
       ChecksumError, CheckpointNotFoundError, NotACheckpointError, CorruptCheckpointError.
     """
     communicator = as_communicator(comm)
-    check_structure(store, communicator)
+    if not getattr(store, "structure_agreed", False):  # a ShardedState is the same everywhere by construction
+        check_structure(store, communicator)
+    opened: list[VarstoreReader] = []
+
+    def prepare() -> tuple[list[tuple[Any, Any]], RestoreResult, dict[str, str]]:
+        opened.append(open_varstore(path, format))
+        return _planned(opened[0], store, communicator.rank, assignment_map, strict, verify)
+
     with paused_gc():
-        reader = agree(communicator, lambda: open_varstore(path, format))
-        try:
-            pairs, result, waiting = agree(communicator, lambda: _planned(
-                reader, store, communicator.rank, assignment_map, strict, verify))
+        try:  # open and plan in one step: one exchange of outcomes, then one for the reads
+            pairs, result, waiting = agree(communicator, prepare)
+            reader = opened[0]
             agree(communicator, lambda: _apply(reader, pairs, lazy, verify))
         except BaseException:
-            reader.close()
+            for opened_reader in opened:
+                opened_reader.close()
             raise
     deferred: list[str] = []
     resolver = None
