@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 from pathlib import Path
 from typing import Any, cast
 
@@ -53,6 +54,16 @@ __all__ = ["save_collective", "CHECKSUM_RULE"]
 #: How the manifest's checksum of a multi-writer array was computed (recorded in it).
 CHECKSUM_RULE = ("crc32c of the whole array's C-order bytes, combined on rank 0 from the crc32c of every "
                  "byte run each rank wrote (GF(2) shift); 'writes' lists each write's region and its crc32c")
+def _host_identity() -> str:
+    """This machine's kernel (host name and boot id): ranks that share it share one page cache."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+    except OSError:
+        boot = f"pid {os.getpid()}"  # unknown: never taken for another process's host
+    return f"{socket.gethostname()} {boot}"
+
+
+_HOST = _host_identity()
 #: Above this many byte runs in one write, rank 0 reads the array back for its checksum instead.
 _MAX_RUNS = 4096
 
@@ -93,8 +104,16 @@ def _region_value(variables: dict[str, Any], w: WriteItem) -> np.ndarray:
 
 
 def _write_mine(comm: Communicator, store: Any, plan: SavePlan, fmt: str, tmp: Path,
-                extents: dict[str, int | None], chunks: dict[str, tuple[str, list[int] | None, int]]) -> dict[str, Any]:
-    """Writes this rank's regions; returns what rank 0 needs: run crcs, region crcs, small values, bytes."""
+                extents: dict[str, int | None], chunks: dict[str, tuple[str, list[int] | None, int]],
+                host: str) -> dict[str, Any]:
+    """Writes this rank's regions; returns what rank 0 needs: run crcs, region crcs, small values, bytes.
+
+    The HDF5 file's bytes are fsynced here only on a host other than rank 0's
+    (`host`): fsync flushes every dirty page of a file, whoever wrote it, so on
+    rank 0's host its one fsync at commit covers every rank's writes (4 ranks
+    fsyncing one file at once each waited for all of it). Zarr chunk files are
+    each rank's own: it fsyncs them.
+    """
     variables = {v.name: v for v in store.variables()}
     storage = storage_for(tmp)[0]
     runs: dict[str, list[tuple[int, int, int]] | None] = {}
@@ -140,7 +159,7 @@ def _write_mine(comm: Communicator, store: Any, plan: SavePlan, fmt: str, tmp: P
             writer.finish()
         storage.close()
     atomic.fault_point("after_data")
-    if fmt == "h5":
+    if fmt == "h5" and host != _HOST:  # on rank 0's host, its fsync of the one file at commit makes these durable
         atomic.fsync_paths([tmp])
     elif written:
         atomic.fsync_paths(written + sorted({p.parent for p in written}))
@@ -231,8 +250,8 @@ def _save_other(comm: Communicator, store: Any, plan: SavePlan, fmt: str) -> Non
         agree(comm, lambda: None)
         return
     laid_out = cast("list[Any]", where)
-    tmp, extents, chunks = Path(laid_out[0]), laid_out[1], laid_out[2]
-    agree_all(comm, lambda: _write_mine(comm, store, plan, fmt, tmp, extents, chunks))  # the reports go to rank 0
+    tmp, extents, chunks, host = Path(laid_out[0]), laid_out[1], laid_out[2], str(laid_out[3])
+    agree_all(comm, lambda: _write_mine(comm, store, plan, fmt, tmp, extents, chunks, host))  # reports: rank 0
     agree(comm, lambda: None)  # rank 0's commit
 
 
@@ -281,10 +300,10 @@ def _save_rank0(comm: Communicator, store: Any, plan: SavePlan, fmt: str, final:
         _abort(prepared, context, failure)
         agree(comm, lambda: _reraise(failure))
         return
-    comm.bcast([str(prepared["tmp"]), cast(Any, extents), cast(Any, chunks)])
+    comm.bcast([str(prepared["tmp"]), cast(Any, extents), cast(Any, chunks), _HOST])
     try:
         reports = cast("list[dict[str, Any]]",
-                       agree_all(comm, lambda: _write_mine(comm, store, plan, fmt, tmp, extents, chunks)))
+                       agree_all(comm, lambda: _write_mine(comm, store, plan, fmt, tmp, extents, chunks, _HOST)))
         agree(comm, lambda: _commit(prepared, context, plan, fmt, records, planned, reports, single_file))
     except BaseException as err:
         _abort(prepared, context, err)
