@@ -14,19 +14,8 @@ Restores read from the page cache (the files were just written).
     python docs/benchmarks/distributed_frameworks.py --size 1024       # the issue's 1 GB
     python docs/benchmarks/distributed_frameworks.py --size 256 --only fsdp
 
-Measured (2-core shared VM, local disk, page cache warm; --size 256, NOT the 1 GB target:
-time and the 2 cores forced it). Peak RSS includes the model itself.
-
-| workload | method | save | restore | on disk | peak RSS/rank save, restore |
-| --- | --- | --- | --- | --- | --- |
-| FSDP2 4 ranks | varstore | 0.90 s | 0.22 s | 252 MB | 760, 771 MB |
-| FSDP2 4 ranks | DCP | 0.74 s | 0.10 s | 252 MB | 813, 813 MB |
-| JAX 8 devices, restore into P(None, "x") | varstore | 0.53 s | 3.05 s | 269 MB | 722, 1143 MB |
-| JAX 8 devices, restore into P(None, "x") | Orbax | 1.20 s | 0.55 s | 248 MB | 1208, 1125 MB |
-
-Targets (at least as fast as DCP / Orbax, no larger on disk) are NOT met on restore: a
-column box of a row-written array is read as one pread per row, and verify=True reads every
-row write it cuts whole to check its crc32c (8x the bytes here); see the issue.
+Measured: docs/benchmarks/README.md, "Sharded framework state against DCP and Orbax" (256 MB,
+median of 3 on a loaded 2-core host; the issue's targets beside them).
 """
 
 from __future__ import annotations
