@@ -1,9 +1,11 @@
 """TorchCommunicator: varstore's collective operations over a torch.distributed process group (gloo, NCCL).
 
 Implements varstore.distributed.Communicator: messages are JSON as UTF-8
-bytes in uint8 tensors (lengths all-gathered first, payloads padded to the
-longest), never pickles (torch's *_object collectives pickle; they are not
-used). A failure in the transport (a peer died, the group's timeout passed)
+bytes in uint8 tensors, never pickles (torch's *_object collectives pickle;
+they are not used). Each message travels in a fixed-size first frame (its
+length, then its first bytes): a message that fits takes one collective, a
+longer one a second collective for the rest, padded to the longest (each
+collective costs milliseconds on a busy host; a save or restore makes a dozen). A failure in the transport (a peer died, the group's timeout passed)
 becomes CollectiveError naming the operation and the rank; the timeout is
 the process group's (init_process_group(timeout=...)). Registered with
 `as_communicator` by varstore.torch, so comm=dist.group.WORLD works.
@@ -27,6 +29,8 @@ from varstore.errors import CollectiveError, CommunicatorError, MissingDependenc
 __all__ = ["TorchCommunicator", "is_process_group"]
 
 T = TypeVar("T")
+#: Bytes of the first frame of every message: 8 bytes of length, then the message's first bytes.
+_FRAME = 2048
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 
 
@@ -85,42 +89,63 @@ class TorchCommunicator:
             buffer[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         return buffer.to(self._device)
 
+    def _frame(self, data: bytes) -> torch.Tensor:
+        """The first frame of `data`: its length (8 bytes, little-endian), then up to _FRAME - 8 of its bytes."""
+        return self._bytes(len(data).to_bytes(8, "little") + data[:_FRAME - 8], _FRAME)
+
+    @staticmethod
+    def _unframe(frame: torch.Tensor) -> tuple[int, bytes]:
+        raw = frame.cpu().numpy().tobytes()
+        return int.from_bytes(raw[:8], "little"), raw[8:]
+
     def barrier(self) -> None:
         self._run("barrier", lambda: dist.barrier(group=self.group))
 
     def bcast(self, message: Message, root: int = 0) -> Message:
         self._check_root(root)
         data = _encode(message) if self._rank == root else b""
-        length = torch.tensor([len(data)], dtype=torch.int64, device=self._device)
-        self._run("bcast", lambda: dist.broadcast(length, group=self.group, group_src=root))
-        payload = self._bytes(data, int(length.item()))
-        self._run("bcast", lambda: dist.broadcast(payload, group=self.group, group_src=root))
-        return _decode(payload.cpu().numpy().tobytes())
+        frame = self._frame(data)
+        self._run("bcast", lambda: dist.broadcast(frame, group=self.group, group_src=root))
+        length, head = self._unframe(frame)
+        if length <= _FRAME - 8:
+            return _decode(head[:length])
+        rest = self._bytes(data[_FRAME - 8:], length - (_FRAME - 8))
+        self._run("bcast", lambda: dist.broadcast(rest, group=self.group, group_src=root))
+        return _decode(head + rest.cpu().numpy().tobytes())
 
-    def _lengths_and_payloads(self, message: Message) -> tuple[list[int], torch.Tensor, int]:
-        data = _encode(message)
-        mine = torch.tensor([len(data)], dtype=torch.int64, device=self._device)
-        lengths = [torch.zeros(1, dtype=torch.int64, device=self._device) for _ in range(self._size)]
-        self._run("allgather", lambda: dist.all_gather(lengths, mine, group=self.group))
-        counts = [int(n.item()) for n in lengths]
-        longest = max(counts)
-        return counts, self._bytes(data, longest), longest
+    def _first_frames(self, operation: str, data: bytes) -> tuple[list[int], list[bytes]]:
+        """All-gathers every rank's first frame: (lengths, first bytes) per rank."""
+        frames = [torch.empty(_FRAME, dtype=torch.uint8, device=self._device) for _ in range(self._size)]
+        mine = self._frame(data)
+        self._run(operation, lambda: dist.all_gather(frames, mine, group=self.group))
+        unframed = [self._unframe(f) for f in frames]
+        return [n for n, _ in unframed], [head for _, head in unframed]
 
     def allgather(self, message: Message) -> list[Message]:
-        counts, payload, longest = self._lengths_and_payloads(message)
+        data = _encode(message)
+        lengths, heads = self._first_frames("allgather", data)
+        longest = max(lengths) - (_FRAME - 8)
+        if longest <= 0:
+            return [_decode(head[:n]) for head, n in zip(heads, lengths)]
         received = [torch.empty(longest, dtype=torch.uint8, device=self._device) for _ in range(self._size)]
-        self._run("allgather", lambda: dist.all_gather(received, payload, group=self.group))
-        return [_decode(r.cpu().numpy()[:n].tobytes()) for r, n in zip(received, counts)]
+        rest = self._bytes(data[_FRAME - 8:], longest)
+        self._run("allgather", lambda: dist.all_gather(received, rest, group=self.group))
+        return [_decode((head + r.cpu().numpy().tobytes())[:n]) for head, r, n in zip(heads, received, lengths)]
 
     def gather(self, message: Message, root: int = 0) -> list[Message] | None:
         self._check_root(root)
-        counts, payload, longest = self._lengths_and_payloads(message)
+        data = _encode(message)
+        lengths, heads = self._first_frames("gather", data)
+        longest = max(lengths) - (_FRAME - 8)
+        if longest <= 0:
+            return [_decode(head[:n]) for head, n in zip(heads, lengths)] if self._rank == root else None
         received = [torch.empty(longest, dtype=torch.uint8, device=self._device) for _ in range(self._size)] \
             if self._rank == root else None
-        self._run("gather", lambda: dist.gather(payload, received, group=self.group, group_dst=root))
+        rest = self._bytes(data[_FRAME - 8:], longest)
+        self._run("gather", lambda: dist.gather(rest, received, group=self.group, group_dst=root))
         if received is None:
             return None
-        return [_decode(r.cpu().numpy()[:n].tobytes()) for r, n in zip(received, counts)]
+        return [_decode((head + r.cpu().numpy().tobytes())[:n]) for head, r, n in zip(heads, received, lengths)]
 
     def allreduce(self, value: Reducible, op: ReduceOp = "sum") -> Reducible:
         if op not in _OPS:

@@ -14,8 +14,6 @@ Imports torch; the checkpoint format and the plans are not this module's.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,12 +27,12 @@ from varstore import _torch_convert as _convert
 from varstore.checkpoint.read.restore_result import RestoreResult
 from varstore.checkpoint.read.name_hints import missing_with_hints
 from varstore.checkpoint.read.reader import open_varstore
-from varstore.distributed.agree import agree
+from varstore.distributed.agree import agree, agree_all
 from varstore.distributed.communicator import Communicator, as_communicator
 from varstore.distributed.restore import restore_collective
 from varstore.distributed.save import save_collective
-from varstore.distributed.shards import LocalShard, ShardedState, sharded_state
-from varstore.errors import DistributedMismatchError, PartitionError, RestoreError
+from varstore.distributed.shards import LocalShard, ShardedState, describe_shards, sharded_state
+from varstore.errors import PartitionError, RestoreError
 
 DTensor: Any
 compute_local_shape_and_global_offset: Any
@@ -117,33 +115,26 @@ def local_shards(arrays: Mapping[str, Any], sources: Mapping[str, str] | None = 
     return shards, staged
 
 
-def _rank0_aliases(comm: Communicator, arrays: Mapping[str, Any]) -> dict[str, str]:
-    """{alias name: first name} for leaves that are the same memory, as rank 0 sees them (every rank follows)."""
+def _aliases(arrays: Mapping[str, Any]) -> dict[str, str]:
+    """{alias name: first name} for leaves that are the same memory (rank 0's are every rank's: save_sharded)."""
     aliases: dict[str, str] = {}
-    if comm.rank == 0:
-        first: dict[Any, str] = {}
-        for name, value in arrays.items():
-            box = _box(name, value) if isinstance(value, torch.Tensor) else None
-            key = None if box is None else (_convert.alias_key(box[2]), box[0], box[1])
-            if key is not None and key[0] is not None and key in first:
-                aliases[name] = first[key]
-            elif key is not None:
-                first[key] = name
-    return cast("dict[str, str]", comm.bcast(aliases))
-
-
-def _same_everywhere(comm: Communicator, what: str, value: Any) -> None:
-    digest = hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode("utf-8")).hexdigest()
-    digests = comm.allgather(digest)
-    if len(set(digests)) > 1:
-        ranks = [r for r, d in enumerate(digests) if d != digests[0]]
-        raise DistributedMismatchError(f"the {comm.size} ranks disagree about the state's {what}: ranks {ranks} "
-                                       f"differ from rank 0; every rank must save the same structure")
+    first: dict[Any, str] = {}
+    for name, value in arrays.items():
+        box = _box(name, value) if isinstance(value, torch.Tensor) else None
+        key = None if box is None else (_convert.alias_key(box[2]), box[0], box[1])
+        if key is not None and key[0] is not None and key in first:
+            aliases[name] = first[key]
+        elif key is not None:
+            first[key] = name
+    return aliases
 
 
 def save_sharded(path: os.PathLike[str] | str, flat: _tree.Flat, metadata: dict[str, Any], comm: Any, *,
                  step: int | None, format: str | None, overwrite: bool) -> Path:
     """Saves a flattened state collectively (every rank calls it): each box once, each leaf ONE global array.
+
+    Two exchanges before the engine's: the structure check with rank 0's
+    aliases, then every rank's boxes (agree_all: each a single collective).
 
     Raises:
       DistributedMismatchError: the ranks' states differ (names, structure, global shapes or dtypes).
@@ -152,16 +143,23 @@ def save_sharded(path: os.PathLike[str] | str, flat: _tree.Flat, metadata: dict[
     """
     communicator = communicator_for(comm)
     arrays = dict(flat.arrays)
-    _same_everywhere(communicator, "names and structure", [list(arrays), flat.skeleton])
-    aliases = _rank0_aliases(communicator, arrays)
+    first = communicator.rank == 0
+    aliases = cast("dict[str, str]", agree_all(
+        communicator, lambda: _aliases(arrays) if first else None,
+        same=("the state's names and structure", [list(arrays), flat.skeleton]))[0])
     for name in aliases:
         arrays.pop(name)
     if not flat.is_plain:
         metadata[_tree.TREE_KEY] = flat.skeleton
     if aliases:
         metadata[_tree.ALIASES_KEY] = aliases
-    shards, _ = agree(communicator, lambda: local_shards(arrays))
-    state = sharded_state(shards, communicator)
+    shards: list[LocalShard] = []
+
+    def describe() -> list[list[Any]]:
+        shards.extend(local_shards(arrays)[0])
+        return describe_shards(shards)
+
+    state = sharded_state(shards, communicator, described=agree_all(communicator, describe))
     return save_collective(path, state, communicator, step=step, metadata=metadata, format=format,
                            overwrite=overwrite)
 
@@ -194,26 +192,34 @@ def restore_sharded(path: os.PathLike[str] | str, tensors: Mapping[str, Any], co
     """
     communicator = communicator_for(comm)
     names = list(tensors)
-    _same_everywhere(communicator, "names", names)
-    sources, missing, unexpected = agree(communicator, lambda: _sources(path, format, names, strict))
-    chosen: dict[str, Any] = {}
-    copies: list[tuple[str, str]] = []  # a second target of one saved array: copied from the first after reading
-    first_of: dict[str, str] = {}
-    for name, source in sources.items():
-        if source in first_of:
-            copies.append((name, first_of[source]))
-        else:
-            first_of[source] = name
-            chosen[name] = tensors[name]
-    shards, staged = agree(communicator, lambda: local_shards(chosen, sources, writeable=True))
-    state = sharded_state(shards, communicator)
+    prepared: dict[str, Any] = {}
+
+    def prepare() -> list[list[Any]]:  # names, sources and boxes in one exchange
+        sources, missing, unexpected = _sources(path, format, names, strict)
+        chosen: dict[str, Any] = {}
+        copies: list[tuple[str, str]] = []  # a second target of one saved array: copied from the first after reading
+        first_of: dict[str, str] = {}
+        for name, source in sources.items():
+            if source in first_of:
+                copies.append((name, first_of[source]))
+            else:
+                first_of[source] = name
+                chosen[name] = tensors[name]
+        shards, staged = local_shards(chosen, sources, writeable=True)
+        prepared.update(sources=sources, missing=missing, unexpected=unexpected, copies=copies, shards=shards,
+                        staged=staged)
+        return describe_shards(shards)
+
+    described = agree_all(communicator, prepare, same=("the state's names", names))
+    state = sharded_state(prepared["shards"], communicator, described=described)
+    sources, staged, copies = prepared["sources"], prepared["staged"], prepared["copies"]
     restore_collective(path, state, communicator, strict=False, verify=verify, format=format)
     with torch.no_grad():
         for tensor, host in staged:
             tensor.copy_(_convert.from_host(host))
         for name, original in copies:
             _copy_local(tensors[name], tensors[original])
-    return RestoreResult(list(sources), missing, unexpected)
+    return RestoreResult(list(sources), prepared["missing"], prepared["unexpected"])
 
 
 def _copy_local(target: Any, source: Any) -> None:
@@ -226,5 +232,10 @@ def _copy_local(target: Any, source: Any) -> None:
 def state_for_manager(arrays: Mapping[str, Any], comm: Any) -> ShardedState:
     """The ShardedState of a flattened state, for vs.CheckpointManager(comm=...).save / restore_latest."""
     communicator = communicator_for(comm)
-    shards, _ = agree(communicator, lambda: local_shards(arrays, writeable=True))
-    return sharded_state(shards, communicator)
+    shards: list[LocalShard] = []
+
+    def describe() -> list[list[Any]]:
+        shards.extend(local_shards(arrays, writeable=True)[0])
+        return describe_shards(shards)
+
+    return sharded_state(shards, communicator, described=agree_all(communicator, describe))

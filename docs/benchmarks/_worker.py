@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _memory import peak_bytes, reset_peak, rss_bytes
 from _methods import METHODS, Method, files_under, remove, touch_pages
 from _workloads import READ_ONE_NAME, Workload, load_workload
 
@@ -37,37 +37,8 @@ PHASES = {
 
 # -- memory ---------------------------------------------------------------------------------
 
-def _status_kib(field: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def _rss_bytes() -> int:
-    kib = _status_kib("VmRSS")
-    return kib * 1024 if kib is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _reset_peak() -> str:
-    """Resets the peak-RSS mark (VmHWM) to the current RSS; says how peak RSS is read."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return "VmHWM reset at the start of the timed region"
-    except OSError:
-        return "ru_maxrss since process start (could not reset VmHWM)"
-
-
-def _peak_bytes() -> int:
-    kib = _status_kib("VmHWM")
-    if kib is None:
-        kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return kib * 1024
+# VmHWM / VmRSS (not ru_maxrss, which Linux carries over from the parent): _memory.py
+_rss_bytes, _reset_peak, _peak_bytes = rss_bytes, reset_peak, peak_bytes
 
 
 # -- page cache -----------------------------------------------------------------------------

@@ -10,7 +10,8 @@ partitioning after the checkpoint's pages were dropped from the page cache
 (posix_fadvise DONTNEED, so restores read the disk where the kernel honours it).
 Then the embedding checkpoint saved by 4 ranks is restored on 2 and on 3 ranks.
 Reports wall time (slowest rank, between barriers), aggregate GB/s (checkpoint bytes /
-time), peak RSS per rank (ru_maxrss; in brackets its value before the save/restore) and
+time), peak RSS per rank (VmHWM over the save and the restore, reset through
+/proc/self/clear_refs before the save; in brackets the RSS before it: the store's own memory) and
 bytes written per rank (the manifest's record).
 
 Sharded framework state (FSDP2 against DCP, JAX against Orbax): distributed_frameworks.py.
@@ -24,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -52,6 +52,7 @@ def worker(args: argparse.Namespace) -> None:
     import varstore as vs
 
     sys.path.insert(0, str(HERE))
+    from _memory import peak_bytes, reset_peak, rss_bytes
     from _workloads import w1_layout
 
     comm = MPI.COMM_WORLD
@@ -65,7 +66,8 @@ def worker(args: argparse.Namespace) -> None:
     for name, shape in w1_layout(100 / 1209 * args.scale):
         store.get_variable(name, list(shape), initializer=vs.initializers.RandomNormal(stddev=0.02))
     store.initialize(comm=comm)
-    before = comm.gather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, root=0)
+    before = comm.gather(rss_bytes(), root=0)
+    reset_peak()  # VmHWM from here (ru_maxrss would carry mpiexec's and the imports' peaks)
     path = Path(args.path)
     row: dict = {"workload": args.workload, "ranks": comm.size}
     if args.mode == "save":
@@ -82,7 +84,7 @@ def worker(args: argparse.Namespace) -> None:
     vs.restore(path, store, comm=comm)
     comm.Barrier()
     row["restore_s"] = time.perf_counter() - start
-    rss = comm.gather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, root=0)
+    rss = comm.gather(peak_bytes(), root=0)
     if comm.rank == 0:
         reader = vs.checkpoint.open_varstore(path)
         section = reader.distributed or {}

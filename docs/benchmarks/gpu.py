@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
 import statistics
 import sys
@@ -36,7 +35,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _worker import _cold_cache as cold_cache  # noqa: E402  (sibling modules of this script)
+from _memory import peak_bytes  # noqa: E402  (sibling modules of this script)
+from _worker import _cold_cache as cold_cache  # noqa: E402
 from _workloads import w1_layout  # noqa: E402
 
 
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         host = host_store()
         restore(paths["h5"], host)
         cells["blocking_save_host_s"] = _median_s(lambda: save(target, host, overwrite=True), args.repeat)
-        cells["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        cells["peak_rss_mb"] = peak_bytes() / 2**20  # VmHWM since exec (ru_maxrss carries the parent's peak)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     _report(cells)

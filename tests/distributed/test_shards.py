@@ -7,21 +7,20 @@ import pytest
 
 import varstore as vs
 from varstore.distributed import SingleProcess, restore_collective, save_collective
-from varstore.distributed.shards import LocalShard, sharded_state
+from varstore.distributed.shards import LocalShard, describe_shards, sharded_state
 
 
 class Gathered(SingleProcess):
-    """Rank `rank` of a job whose other ranks' allgather messages are given (one process plays all)."""
+    """Rank `rank` of a job whose other ranks' shard descriptions are given (one process plays all).
+
+    sharded_state gathers [outcome, digest, description] per rank (agree.agree_all); the others succeeded.
+    """
 
     def __init__(self, rank: int, others: dict[int, object], size: int) -> None:
         self.rank, self.size, self._others = rank, size, others
 
     def allgather(self, message):  # type: ignore[override]
-        return [message if r == self.rank else self._others[r] for r in range(self.size)]
-
-
-def _describe(shards: list[LocalShard]) -> list:
-    return [[s.array, list(s.global_shape), s.value.dtype.name, list(s.offset), list(s.value.shape)] for s in shards]
+        return [message if r == self.rank else [None, None, self._others[r]] for r in range(self.size)]
 
 
 def test_single_process_round_trip_writes_whole_arrays_and_fills_views_in_place(tmp_path) -> None:
@@ -46,7 +45,7 @@ def test_replicas_are_one_part_written_by_the_least_loaded_holder() -> None:
     block = np.zeros((2, 2), dtype=np.float32)
     # 3 ranks: "a" rows 0-1 on ranks 0 and 1, rows 2-3 on rank 2; "r" on every rank; "s" on ranks 1 and 2
     mine = [LocalShard("a", (4, 2), (0, 0), block), LocalShard("r", (2,), (0,), np.zeros(2, np.float32))]
-    others = {1: _describe(mine) + [["s", [8], "float32", [0], [8]]],
+    others = {1: describe_shards(mine) + [["s", [8], "float32", [0], [8]]],
               2: [["a", [4, 2], "float32", [2, 0], [2, 2]], ["r", [2], "float32", [0], [2]], ["s", [8], "float32", [0], [8]]]}
     state = sharded_state(mine, Gathered(0, others, 3))
     parts = {p.name: p for p in state.variables()}
@@ -55,6 +54,38 @@ def test_replicas_are_one_part_written_by_the_least_loaded_holder() -> None:
     assert parts["a/part_0"].save_slice_info.var_offset == (0, 0) and parts["s"].save_slice_info is None
     with pytest.raises(vs.NotOwnedError, match="held by ranks \\[2\\]"):
         parts["a/part_1"].host_view()
+    assert parts["a/part_0"].restore_buffer() is block and parts["a/part_0"].restore_buffer().flags.writeable
+    with pytest.raises(vs.NotOwnedError, match="'a/part_1' of 'a' is not held by this rank"):
+        parts["a/part_1"].restore_buffer()
+
+
+class Peers(SingleProcess):
+    """Rank 0 of 3 whose peers sent the given agree_all messages ([outcome, digest, result])."""
+
+    size = 3
+
+    def __init__(self, peers: list[list]) -> None:
+        self._peers = peers
+
+    def allgather(self, message):  # type: ignore[override]
+        return [message, *self._peers]
+
+
+def test_agree_all_returns_every_result_and_checks_a_value_is_the_same_everywhere() -> None:
+    from varstore.distributed.agree import agree_all
+
+    assert agree_all(SingleProcess(), lambda: {"x": 1}, same=("names", ["a"])) == [{"x": 1}]
+    sent: list = []
+    echo = Peers([])
+    echo.allgather = lambda message: sent.append(message) or [message] * 3  # type: ignore[method-assign]
+    assert agree_all(echo, lambda: 7, same=("names", ["a"])) == [7, 7, 7]
+    digest = sent[0][1]  # what rank 0 sent: [outcome, sha256 of the value, result]
+    assert sent[0][0] is None and len(digest) == 64 and sent[0][2] == 7
+    with pytest.raises(vs.DistributedMismatchError, match="3 ranks disagree about names: ranks \\[2\\] differ"):
+        agree_all(Peers([[None, digest, 7], [None, "0" * 64, 7]]), lambda: 7, same=("names", ["a"]))
+    failed = [["ShapeMismatchError", "box outside"], None, None]
+    with pytest.raises(vs.ShapeMismatchError, match="rank 1 of 3: box outside"):
+        agree_all(Peers([failed, [None, None, 1]]), lambda: 7)
 
 
 def test_ranks_that_disagree_about_an_array_or_a_shard_outside_it_are_refused() -> None:

@@ -149,24 +149,6 @@ def run_case(case: dict[str, Any], scratch: Path) -> dict[str, Any]:
     return result
 
 
-def _peak_rss_kb() -> int:
-    """This process's peak resident memory (KiB) since exec.
-
-    VmHWM where /proc has it: getrusage's ru_maxrss survives execve on Linux, so a
-    worker started by a large parent (a pytest that imported torch) would report
-    the parent's peak instead of its own.
-    """
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
 def main(argv: list[str]) -> int:
     limit = os.environ.get("VARSTORE_TEST_RLIMIT_AS")
     if limit:  # memory-bound cases: an attempt to allocate a claimed 10**15 bytes fails instead of swapping

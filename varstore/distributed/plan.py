@@ -139,6 +139,18 @@ def _check_tiling(array: str, shape: tuple[int, ...], parts: list[VariableLayout
         names = ", ".join(p.name for p in parts)
         raise PartitionError(f"the parts of partitioned variable '{array}' ({names}) cover {covered} of its "
                              f"{math.prod(shape)} elements (shape {shape}); every part must exist on every rank")
+    outside = [p for p in parts if any(o < 0 or o + n > f for o, n, f in zip(p.offset, p.shape, shape))]
+    if outside:
+        raise PartitionError(f"part '{outside[0].name}' of partitioned variable '{array}' at {outside[0].offset} "
+                             f"with shape {outside[0].shape} lies outside its shape {shape}")
+    if len(parts) <= 64:  # inside, as many elements as the array and no two parts overlap: they tile it
+        boxes = [(p.offset, p.shape) for p in parts if math.prod(p.shape)]
+        for index, (offset, size) in enumerate(boxes):
+            for other, other_size in boxes[index + 1:]:
+                if all(max(a, b) < min(a + n, b + m) for a, n, b, m in zip(offset, size, other, other_size)):
+                    raise PartitionError(f"the parts of partitioned variable '{array}' overlap (shape {shape}): "
+                                         + ", ".join(f"{p.name} at {p.offset}" for p in parts))
+        return
     marks = np.zeros(shape, dtype=np.int8) if math.prod(shape) <= (1 << 24) else None
     if marks is not None:
         for p in parts:

@@ -22,13 +22,14 @@ import numpy as np
 
 from varstore.checkpoint._batch import paused_gc
 from varstore.checkpoint.read.reader import VarstoreReader, open_varstore
-from varstore.checkpoint.read.regions import RegionSource
+from varstore.checkpoint.read.regions import RegionSource, RegionTarget, read_regions
 from varstore.checkpoint.read.restoration import PendingResolver, covered_targets, map_names
 from varstore.checkpoint.read.restore_result import Consumption, RestoreResult, strict_restore_error
 from varstore.distributed.agree import agree
 from varstore.distributed.checks import check_structure
 from varstore.distributed.communicator import as_communicator
 from varstore.distributed.plan import VariableLayout, layouts_of, plan_restore
+from varstore.distributed.shards import ShardPart
 from varstore.value_sources import check_restorable
 
 __all__ = ["restore_collective"]
@@ -72,7 +73,9 @@ def _planned(reader: VarstoreReader, store: Any, rank: int, assignment_map: Mapp
     return pairs, result, waiting
 
 
-def _apply(pairs: list[tuple[Any, Any]], lazy: bool) -> None:
+def _apply(reader: VarstoreReader, pairs: list[tuple[Any, Any]], lazy: bool, verify: bool) -> None:
+    """Reads every pair's region; the regions of one array in one pass (regions.read_regions: each stored byte
+    read and checked once), into new memory for unallocated variables and in place for shards."""
     from varstore.variables import restore_many
 
     if lazy:
@@ -80,14 +83,21 @@ def _apply(pairs: list[tuple[Any, Any]], lazy: bool) -> None:
             variable.restore_from(source, lazy=True)
         return
     fresh = [(v, s) for v, s in pairs if not v.is_allocated]
-    values = []
-    for variable, source in fresh:  # read and check into new memory before any variable changes
-        value = np.empty(source.shape, dtype=source.dtype)
-        source.read_into(value)
-        values.append(value)
+    values = [np.empty(source.shape, dtype=source.dtype) for _, source in fresh]
+    batches: dict[str, list[RegionTarget]] = {}
+    for (_, source), value in zip(fresh, values):  # read and check into new memory before any variable changes
+        batches.setdefault(source.name, []).append(RegionTarget(source.offset, source.shape, value))
+    in_place = []
     for variable, source in pairs:
-        if variable.is_allocated:
-            variable.restore_from(source)
+        if isinstance(variable, ShardPart) and variable.is_owned:
+            batches.setdefault(source.name, []).append(
+                RegionTarget(source.offset, source.shape, variable.restore_buffer()))
+        elif variable.is_allocated:
+            in_place.append((variable, source))
+    for array, targets in batches.items():
+        read_regions(reader, array, targets, verify)
+    for variable, source in in_place:
+        variable.restore_from(source)
     restore_many([v for v, _ in fresh], values, adopt=True)
 
 
@@ -109,15 +119,22 @@ def restore_collective(path: os.PathLike[str] | str, store: Any, comm: Any = Non
       ChecksumError, CheckpointNotFoundError, NotACheckpointError, CorruptCheckpointError.
     """
     communicator = as_communicator(comm)
-    check_structure(store, communicator)
+    if not getattr(store, "structure_agreed", False):  # a ShardedState is the same everywhere by construction
+        check_structure(store, communicator)
+    opened: list[VarstoreReader] = []
+
+    def prepare() -> tuple[list[tuple[Any, Any]], RestoreResult, dict[str, str]]:
+        opened.append(open_varstore(path, format))
+        return _planned(opened[0], store, communicator.rank, assignment_map, strict, verify)
+
     with paused_gc():
-        reader = agree(communicator, lambda: open_varstore(path, format))
-        try:
-            pairs, result, waiting = agree(communicator, lambda: _planned(
-                reader, store, communicator.rank, assignment_map, strict, verify))
-            agree(communicator, lambda: _apply(pairs, lazy))
+        try:  # open and plan in one step: one exchange of outcomes, then one for the reads
+            pairs, result, waiting = agree(communicator, prepare)
+            reader = opened[0]
+            agree(communicator, lambda: _apply(reader, pairs, lazy, verify))
         except BaseException:
-            reader.close()
+            for opened_reader in opened:
+                opened_reader.close()
             raise
     deferred: list[str] = []
     resolver = None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 from pathlib import Path
 from typing import Any, cast
 
@@ -39,11 +40,11 @@ from varstore.checkpoint.format.manifest import (
 )
 from varstore.checkpoint.write.overwrite import check_replaceable
 from varstore.checkpoint.write.plan import array_attrs, header, root_attrs
-from varstore.distributed.agree import agree
+from varstore.distributed.agree import agree, agree_all
 from varstore.distributed.checks import check_replicas as check_replica_values
 from varstore.distributed.checks import check_structure
 from varstore.distributed.communicator import Communicator, as_communicator
-from varstore.distributed.crc import crc32c_of_runs
+from varstore.distributed.crc import crc32c_combine, crc32c_of_runs
 from varstore.distributed.plan import SavePlan, WriteItem, byte_runs, layouts_of, plan_save
 from varstore.errors import CollectiveError, VarstoreError
 from varstore.storage import storage_for
@@ -53,6 +54,16 @@ __all__ = ["save_collective", "CHECKSUM_RULE"]
 #: How the manifest's checksum of a multi-writer array was computed (recorded in it).
 CHECKSUM_RULE = ("crc32c of the whole array's C-order bytes, combined on rank 0 from the crc32c of every "
                  "byte run each rank wrote (GF(2) shift); 'writes' lists each write's region and its crc32c")
+def _host_identity() -> str:
+    """This machine's kernel (host name and boot id): ranks that share it share one page cache."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+    except OSError:
+        boot = f"pid {os.getpid()}"  # unknown: never taken for another process's host
+    return f"{socket.gethostname()} {boot}"
+
+
+_HOST = _host_identity()
 #: Above this many byte runs in one write, rank 0 reads the array back for its checksum instead.
 _MAX_RUNS = 4096
 
@@ -93,8 +104,16 @@ def _region_value(variables: dict[str, Any], w: WriteItem) -> np.ndarray:
 
 
 def _write_mine(comm: Communicator, store: Any, plan: SavePlan, fmt: str, tmp: Path,
-                extents: dict[str, int | None], chunks: dict[str, tuple[str, list[int] | None, int]]) -> dict[str, Any]:
-    """Writes this rank's regions; returns what rank 0 needs: run crcs, region crcs, small values, bytes."""
+                extents: dict[str, int | None], chunks: dict[str, tuple[str, list[int] | None, int]],
+                host: str) -> dict[str, Any]:
+    """Writes this rank's regions; returns what rank 0 needs: run crcs, region crcs, small values, bytes.
+
+    The HDF5 file's bytes are fsynced here only on a host other than rank 0's
+    (`host`): fsync flushes every dirty page of a file, whoever wrote it, so on
+    rank 0's host its one fsync at commit covers every rank's writes (4 ranks
+    fsyncing one file at once each waited for all of it). Zarr chunk files are
+    each rank's own: it fsyncs them.
+    """
     variables = {v.name: v for v in store.variables()}
     storage = storage_for(tmp)[0]
     runs: dict[str, list[tuple[int, int, int]] | None] = {}
@@ -109,48 +128,60 @@ def _write_mine(comm: Communicator, store: Any, plan: SavePlan, fmt: str, tmp: P
             itemsize = dtypes.as_dtype(spec.dtype).itemsize
             data = _region_value(variables, w)
             flat = data.reshape(-1).view(np.uint8)
-            regions.append((w.array, list(w.offset), list(w.shape), crc32c_of(flat)))
             nbytes += flat.nbytes
+            pieces = byte_runs(spec.shape, w.offset, w.shape, itemsize) if flat.nbytes else []
+            # each run's crc32c once: the region's is their combination (crc.py), the array's is rank 0's
+            run_crcs = [] if len(pieces) > _MAX_RUNS else _run_crcs(flat, pieces)
+            region_crc = crc32c_of(flat) if len(pieces) > _MAX_RUNS else _combined(run_crcs)
+            regions.append((w.array, list(w.offset), list(w.shape), region_crc))
             if not flat.nbytes:
                 continue
-            pieces = byte_runs(spec.shape, w.offset, w.shape, itemsize)
             if fmt == "h5":
                 base = extents.get(w.array)
                 if base is None:
                     inline[w.array] = flat.tobytes().hex()
                     continue
                 position = 0
-                crcs = runs.setdefault(w.array, [])
                 for start, length in pieces:
-                    piece = flat[position:position + length]
-                    writer.write_at(base + start, piece)  # type: ignore[union-attr]
-                    if crcs is not None:
-                        crcs.append((start, length, crc32c_of(piece)))
+                    writer.write_at(base + start, flat[position:position + length])  # type: ignore[union-attr]
                     position += length
-                if crcs is not None and len(crcs) > _MAX_RUNS:
-                    runs[w.array] = None
             else:
                 array_path, grid, extra = chunks[w.array]
                 written += _write_zarr_chunks(storage, tmp, array_path, spec.shape, grid, extra, w, data)
-                crcs = runs.setdefault(w.array, [])
-                if crcs is not None:
-                    if len(pieces) > _MAX_RUNS:
-                        runs[w.array] = None
-                    else:
-                        position = 0
-                        for start, length in pieces:
-                            crcs.append((start, length, crc32c_of(flat[position:position + length])))
-                            position += length
+            crcs = runs.setdefault(w.array, [])
+            if crcs is not None:
+                if len(pieces) > _MAX_RUNS:
+                    runs[w.array] = None
+                else:
+                    crcs += run_crcs
     finally:
         if writer is not None:
             writer.finish()
         storage.close()
     atomic.fault_point("after_data")
-    if fmt == "h5":
+    if fmt == "h5" and host != _HOST:  # on rank 0's host, its fsync of the one file at commit makes these durable
         atomic.fsync_paths([tmp])
     elif written:
         atomic.fsync_paths(written + sorted({p.parent for p in written}))
     return {"runs": runs, "regions": regions, "inline": inline, "bytes": nbytes}
+
+
+def _run_crcs(flat: np.ndarray, pieces: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """(start, length, crc32c) of each byte run, the runs lying one after another in `flat`."""
+    out = []
+    position = 0
+    for start, length in pieces:
+        out.append((start, length, crc32c_of(flat[position:position + length])))
+        position += length
+    return out
+
+
+def _combined(run_crcs: list[tuple[int, int, int]]) -> int:
+    """crc32c of the runs' bytes one after another (the region's C-order bytes)."""
+    crc = 0
+    for _, length, run_crc in run_crcs:
+        crc = crc32c_combine(crc, run_crc, length)
+    return crc
 
 
 def _write_zarr_chunks(storage: Any, tmp: Path, array: str, shape: tuple[int, ...], chunks: list[int] | None,
@@ -188,7 +219,8 @@ def save_collective(path: os.PathLike[str] | str, store: Any, comm: Any = None, 
       committed then and what was under `path` is left as it was.
     """
     communicator = as_communicator(comm)
-    check_structure(store, communicator)
+    if not getattr(store, "structure_agreed", False):  # a ShardedState is the same everywhere by construction
+        check_structure(store, communicator)
     if check_replicas:
         check_replica_values(store, communicator)
     final = Path(path)
@@ -218,9 +250,8 @@ def _save_other(comm: Communicator, store: Any, plan: SavePlan, fmt: str) -> Non
         agree(comm, lambda: None)
         return
     laid_out = cast("list[Any]", where)
-    tmp, extents, chunks = Path(laid_out[0]), laid_out[1], laid_out[2]
-    report = agree(comm, lambda: _write_mine(comm, store, plan, fmt, tmp, extents, chunks))
-    comm.gather(report)
+    tmp, extents, chunks, host = Path(laid_out[0]), laid_out[1], laid_out[2], str(laid_out[3])
+    agree_all(comm, lambda: _write_mine(comm, store, plan, fmt, tmp, extents, chunks, host))  # reports: rank 0
     agree(comm, lambda: None)  # rank 0's commit
 
 
@@ -269,10 +300,10 @@ def _save_rank0(comm: Communicator, store: Any, plan: SavePlan, fmt: str, final:
         _abort(prepared, context, failure)
         agree(comm, lambda: _reraise(failure))
         return
-    comm.bcast([str(prepared["tmp"]), cast(Any, extents), cast(Any, chunks)])
+    comm.bcast([str(prepared["tmp"]), cast(Any, extents), cast(Any, chunks), _HOST])
     try:
-        report = agree(comm, lambda: _write_mine(comm, store, plan, fmt, tmp, extents, chunks))
-        reports = cast("list[dict[str, Any]] | None", comm.gather(report))
+        reports = cast("list[dict[str, Any]]",
+                       agree_all(comm, lambda: _write_mine(comm, store, plan, fmt, tmp, extents, chunks, _HOST)))
         agree(comm, lambda: _commit(prepared, context, plan, fmt, records, planned, reports, single_file))
     except BaseException as err:
         _abort(prepared, context, err)

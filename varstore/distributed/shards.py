@@ -18,18 +18,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes
+from varstore.distributed.agree import agree_all
 from varstore.distributed.communicator import Communicator
 from varstore.errors import DistributedMismatchError, InvalidNameError, NotOwnedError, ShapeMismatchError
 from varstore.partitioning import SaveSliceInfo
 from varstore.value_sources import ValueSource, check_restorable
 
-__all__ = ["LocalShard", "ShardPart", "ShardedState", "sharded_state"]
+__all__ = ["LocalShard", "ShardPart", "ShardedState", "describe_shards", "sharded_state"]
 
 #: The job name of the placement a written-by-one-rank part carries ("/job:shard/task:K"), for check_structure.
 _JOB = "shard"
@@ -102,6 +103,16 @@ class ShardPart:
         view.setflags(write=False)
         return view
 
+    def restore_buffer(self) -> npt.NDArray[Any]:
+        """This rank's shard memory, writeable: a batched restore (distributed/restore.py) fills it in place.
+
+        Raises:
+          NotOwnedError: this rank does not hold the box.
+        """
+        if self._value is None:
+            raise NotOwnedError(f"shard '{self.name}' of '{self.array}' is not held by this rank")
+        return self._value
+
     def restore_from(self, source: ValueSource, lazy: bool = False) -> None:
         """Fills this rank's shard memory from `source` in place (the checkpoint layer's hook; `lazy` is ignored).
 
@@ -125,7 +136,12 @@ class ShardedState:
     Attributes:
       rank, size: this rank and the number of ranks that described their shards.
       arrays: global array name -> (shape, logical dtype name), sorted by name.
+      structure_agreed: True: built from every rank's description, so the
+        structure is the same on every rank by construction (the collective
+        save and restore skip check_structure's exchange).
     """
+
+    structure_agreed = True
 
     def __init__(self, rank: int, size: int, parts: list[ShardPart], arrays: dict[str, tuple[tuple[int, ...], str]]) -> None:
         self.rank = rank
@@ -146,7 +162,12 @@ class ShardedState:
         return f"<ShardedState rank={self.rank} size={self.size} arrays={len(self.arrays)} parts={len(self._parts)}>"
 
 
-def _describe(shards: Sequence[LocalShard]) -> list[list[Any]]:
+def describe_shards(shards: Sequence[LocalShard]) -> list[list[Any]]:
+    """This rank's boxes as JSON: [array, global shape, dtype name, offset, shape] per shard (what sharded_state gathers).
+
+    Raises:
+      ShapeMismatchError: a shard lies outside its global shape.
+    """
     described = []
     for shard in shards:
         shape = tuple(int(d) for d in shard.value.shape)
@@ -161,24 +182,29 @@ def _describe(shards: Sequence[LocalShard]) -> list[list[Any]]:
     return described
 
 
-def sharded_state(shards: Sequence[LocalShard], comm: Communicator) -> ShardedState:
+def sharded_state(shards: Sequence[LocalShard], comm: Communicator, *,
+                  described: Sequence[Any] | None = None) -> ShardedState:
     """Builds the ShardedState of a job: collective, every rank of `comm` calls it with the shards it holds.
 
     Args:
       shards: this rank's LocalShards (any number, any arrays; a box held by
         several ranks, a replica, is passed by each of them).
       comm: the job's communicator.
+      described: every rank's describe_shards (index = rank) when the caller
+        already gathered them (with its own step, agree.agree_all); then no
+        collective runs here.
 
     Returns:
       The same structure on every rank; this rank's parts view its own shard memory.
 
     Raises:
       DistributedMismatchError: ranks disagree about an array's global shape or dtype (on every rank).
-      ShapeMismatchError: a shard lies outside its global shape (on the rank that passed it).
+      ShapeMismatchError: a shard lies outside its global shape (on every rank, naming the rank).
       InvalidNameError: a part name "A/part_K" would equal another array's name.
     """
-    mine = _describe(shards)
-    gathered: list[list[list[Any]]] = comm.allgather(mine)  # type: ignore[assignment]
+    if described is None:
+        described = agree_all(comm, lambda: describe_shards(shards))
+    gathered = cast("list[list[list[Any]]]", list(described))
     arrays: dict[str, tuple[tuple[int, ...], str]] = {}
     seen: dict[str, dict[str, list[int]]] = {}
     boxes: dict[str, dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]]] = {}
