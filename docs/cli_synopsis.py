@@ -54,7 +54,7 @@ def synopsis() -> str:
     """The synopsis block's text (without the code fence), from the commands registered in varstore_cli.main."""
     import click
 
-    from varstore.formats.registry import read_names, write_names
+    from varstore.formats.registry import read_format_names, write_format_names
     from varstore_cli.main import cli
 
     lines: list[str] = []
@@ -65,9 +65,9 @@ def synopsis() -> str:
     root = [text for p in cli.params if (text := _option(p)) is not None]
     lines += _usage(["varstore", *root, "[--help]"])
     lines.append("")
-    lines += textwrap.wrap(f"read formats (--format, --from): {', '.join(read_names())}", WIDTH,
+    lines += textwrap.wrap(f"read formats (--format, --from): {', '.join(read_format_names())}", WIDTH,
                            subsequent_indent="    ")
-    lines += textwrap.wrap(f"written formats (--to): {', '.join(write_names())}", WIDTH, subsequent_indent="    ")
+    lines += textwrap.wrap(f"written formats (--to): {', '.join(write_format_names())}", WIDTH, subsequent_indent="    ")
     return "\n".join(lines) + "\n"
 
 

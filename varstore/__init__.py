@@ -15,26 +15,26 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from varstore import dtypes, errors
-from varstore._version import __version__
+from varstore._version import __version__ as __version__
 from varstore.errors import *  # noqa: F401,F403
 
 if TYPE_CHECKING:
-    from varstore import initializers
+    from varstore import initializers as initializers
     from varstore._core_api import *  # noqa: F401,F403
-    from varstore.checkpoint.read.restore_result import RestoreResult
-    from varstore.checkpoint.write.snapshot import SaveHandle
-    from varstore.distributed.api import CheckpointManager, restore, save  # comm=: one process or every rank
-    from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo
-    from varstore._open import open_checkpoint
-    from varstore.formats import ConvertReport, convert, detect_format
-    from varstore.formats.load import load
-    from varstore.formats.registry import FormatEntry, format_entry, register_format, unregister_format
-    from varstore.inspect import CheckpointDiff, ScopeNode, VariableStats, diff_checkpoints, scope_tree, variable_stats
-    from varstore.checkpoint.manage.managed import is_manager_directory, latest_checkpoint, list_checkpoints
-    from varstore.formats.format_entry import parse_write_options
-    from varstore.formats.registry import read_names as read_format_names, write_names as write_format_names
-    from varstore.formats.rename import parse_rename_rule
-    from varstore.storage import is_remote as is_url, parse_storage_options
+    from varstore.checkpoint.read.restore_result import RestoreResult as RestoreResult
+    from varstore.checkpoint.write.snapshot import SaveHandle as SaveHandle
+    from varstore.distributed.api import CheckpointManager as CheckpointManager, restore as restore, save as save  # comm=: one process or every rank
+    from varstore.checkpoint.read.reader_api import CheckpointReader as CheckpointReader, SkippedEntry as SkippedEntry, VariableInfo as VariableInfo
+    from varstore._open import open_checkpoint as open_checkpoint
+    from varstore.formats import ConvertReport as ConvertReport, convert as convert, detect_format as detect_format
+    from varstore.formats.load import load as load
+    from varstore.formats.registry import FormatEntry as FormatEntry, format_entry as format_entry, register_format as register_format, unregister_format as unregister_format
+    from varstore.inspect import CheckpointDiff as CheckpointDiff, ScopeNode as ScopeNode, VariableStats as VariableStats, diff_checkpoints as diff_checkpoints, scope_tree as scope_tree, variable_stats as variable_stats
+    from varstore.checkpoint.manage.managed import is_manager_directory as is_manager_directory, latest_checkpoint as latest_checkpoint, list_checkpoints as list_checkpoints
+    from varstore.formats.format_entry import parse_write_options as parse_write_options
+    from varstore.formats.registry import read_format_names as read_format_names, write_format_names as write_format_names
+    from varstore.formats.rename import parse_rename_rule as parse_rename_rule
+    from varstore.storage import is_url as is_url, parse_storage_options as parse_storage_options
 
 
 def _core() -> ModuleType:
@@ -112,8 +112,6 @@ def _storage() -> ModuleType:
     return importlib.import_module("varstore.storage")
 
 
-#: Public names that are another name in their module.
-_RENAMED = {"read_format_names": "read_names", "write_format_names": "write_names", "is_url": "is_remote"}
 
 
 #: Public names imported on first access (module __getattr__): `import varstore` loads the core only,
@@ -143,7 +141,7 @@ def __getattr__(name: str) -> Any:
     if loader is _core:  # all core names at once
         globals().update({core_name: getattr(module, core_name) for core_name in _CORE_NAMES})
         return globals()[name]
-    value = getattr(module, _RENAMED.get(name, name))
+    value = getattr(module, name)
     globals()[name] = value  # later accesses skip this function
     return value
 

@@ -39,15 +39,15 @@ STORAGE_OPTION_HELP = ("For s3://, gs://, az:// paths: a client setting KEY=VALU
 
 
 def read_format_help() -> str:
-    from varstore import read_format_names as read_names
+    from varstore import read_format_names
 
-    return f"Read PATH as this format instead of detecting it: {', '.join(read_names())}."
+    return f"Read PATH as this format instead of detecting it: {', '.join(read_format_names())}."
 
 
 def write_format_help() -> str:
-    from varstore import write_format_names as write_names
+    from varstore import write_format_names
 
-    return f"Destination format (default: from DST's suffix): {', '.join(write_names())}."
+    return f"Destination format (default: from DST's suffix): {', '.join(write_format_names())}."
 
 
 class FormatOption(click.Option):

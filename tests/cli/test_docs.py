@@ -47,7 +47,7 @@ def test_docs_synopsis_is_the_click_commands_own() -> None:
     page = synopsis.PAGE.read_text(encoding="utf-8")
     assert synopsis.render(page) == page, "docs/cli.md's synopsis is stale; run `python docs/cli_synopsis.py`"
     text = synopsis.synopsis()
-    from varstore.formats.registry import read_names, write_names
+    from varstore.formats.registry import read_format_names, write_format_names
     from varstore_cli.main import cli
 
     for name, command in cli.commands.items():  # every option of every command is on the page
@@ -55,8 +55,8 @@ def test_docs_synopsis_is_the_click_commands_own() -> None:
         for param in command.params:
             long = [o for o in param.opts if o.startswith("--") and o != "--help"]
             assert not long or long[0] in text, (name, long)
-    assert ", ".join(read_names()) in text.replace("\n    ", " ")
-    assert ", ".join(write_names()) in text
+    assert ", ".join(read_format_names()) in text.replace("\n    ", " ")
+    assert ", ".join(write_format_names()) in text
 
 
 def test_docs_name_formats_only_through_the_registry_list() -> None:

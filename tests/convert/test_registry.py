@@ -205,10 +205,10 @@ def test_builtin_names_aliases_and_order() -> None:
                              "pt": "pt", "pytorch": "pt", "torch": "pt", "pth": "pt",
                              "tf": "tf", "tensorflow": "tf", "dcp": "dcp", "distcp": "dcp", "torch-dcp": "dcp",
                              "orbax": "orbax", "jax-orbax": "orbax"}
-    assert registry.read_names() == ["varstore-hdf5", "varstore-zarr", "keras3", "keras2", "keras", "hdf5",
+    assert registry.read_format_names() == ["varstore-hdf5", "varstore-zarr", "keras3", "keras2", "keras", "hdf5",
                                      "zarr", "orbax", "dcp", "safetensors-sharded", "tf", "safetensors", "npz",
                                      "gguf", "keras3-sharded", "pytorch"]
-    assert registry.write_names() == ["h5", "zarr", "orbax", "dcp", "safetensors-sharded", "tf", "safetensors", "npz", "gguf", "pt"]
+    assert registry.write_format_names() == ["h5", "zarr", "orbax", "dcp", "safetensors-sharded", "tf", "safetensors", "npz", "gguf", "pt"]
     with pytest.raises(UnsupportedFormatError, match="cannot tell the destination format"):
         registry.writer_for_path(Path("out/model.safetensors.index.json"))  # sharded output is named, not implied
     assert registry.writer_for_path(Path("a/model.weights.h5")).name == "varstore-hdf5"
@@ -228,7 +228,7 @@ def test_unknown_names_list_what_is_accepted() -> None:
 
 
 def test_lazy_entries_import_nothing_until_called() -> None:
-    code = ("import sys, varstore; from varstore.formats import registry as r; r.formats(); r.read_names(); "
+    code = ("import sys, varstore; from varstore.formats import registry as r; r.formats(); r.read_format_names(); "
             "heavy = [m for m in ('h5py', 'zarr', 'safetensors', 'varstore.formats.keras', 'varstore.formats.npz', "
             "'varstore.formats.safetensors', 'varstore.formats.tf_checkpoint', 'varstore.formats.generic') "
             "if m in sys.modules]; print(heavy)")
@@ -307,7 +307,7 @@ def test_a_refused_format_claimed_by_suffix_is_refused_by_detection_too(tmp_path
 
     with pytest.raises(UnsafeFormatError, match=r"model.pkl'.*suffix '.pkl'.*never unpickles"):
         detect_format(path)
-    assert "pickle" not in registry.read_names() and "pickle" in registry.read_names(include_refusals=True)
+    assert "pickle" not in registry.read_format_names() and "pickle" in registry.read_format_names(include_refusals=True)
     # a PyTorch suffix is claimed by the real reader, which says what the bytes are not
     torch_named = tmp_path / "model.pth"
     torch_named.write_bytes(b"not a pickle at all")

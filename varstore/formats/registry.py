@@ -70,8 +70,8 @@ __all__ = [
     "url_format",
     "format_entry",
     "detect",
-    "read_names",
-    "write_names",
+    "read_format_names",
+    "write_format_names",
     "open_detected",
     "detected_name",
 ]
@@ -313,12 +313,12 @@ def unregister_format(name: str) -> FormatEntry:
                                  f"{', '.join(e.name for e in formats())}")
 
 
-def read_names(*, include_refusals: bool = False) -> list[str]:
+def read_format_names(*, include_refusals: bool = False) -> list[str]:
     """Canonical names of the formats that can be opened, in detection order ("varstore-hdf5", ...)."""
     return [e.name for e in formats() if e.reads and (include_refusals or not e.refuses)]
 
 
-def write_names() -> list[str]:
+def write_format_names() -> list[str]:
     """The first write name of every destination format, in order ("h5", "zarr", "safetensors", "npz")."""
     return [e.names_for_writing()[0] for e in formats() if e.writes]
 

@@ -20,7 +20,8 @@ from varstore.storage.local import LocalStorage
 from varstore.storage.protocol import Buffer, ConditionalStorage, ObjectStore, ReadAhead, Storage, StorageWriter
 
 __all__ = ["Storage", "StorageWriter", "ReadAhead", "ConditionalStorage", "ObjectStore", "Buffer", "LocalStorage",
-           "StorageOpener", "storage_for", "object_store_for", "register_storage", "is_remote"]
+           "StorageOpener", "storage_for", "object_store_for", "register_storage", "is_remote", "is_url", "url_from_path",
+           "parse_storage_options"]
 
 #: Makes the Storage for a URL: (url, storage_options) -> a storage whose keys include that URL.
 StorageOpener = Callable[[str, "Mapping[str, object] | None"], Storage]
@@ -94,6 +95,10 @@ def object_store_for(location: os.PathLike[str] | str,
 def is_remote(location: object) -> bool:
     """True when `location` is a URL served by a registered storage (also as `pathlib.Path` spells one)."""
     return url_from_path(location) is not None
+
+
+#: The public name of is_remote (varstore.is_url): does a path name an object-store URL?
+is_url = is_remote
 
 
 def parse_storage_options(items: tuple[str, ...] | list[str]) -> dict[str, str]:
