@@ -55,7 +55,7 @@ from varstore.storage.local import LocalStorage
 if TYPE_CHECKING:
     from varstore.storage.object_info import ObjectInfo
 
-__all__ = ["publish_remote", "check_replaceable_remote", "describe_remote", "committed", "is_checkpoint", "container_of", "stage_for_reading", "remove_staged", "sweep",
+__all__ = ["publish_remote", "check_replaceable_remote", "describe_remote", "committed", "is_checkpoint", "container_of", "stage_for_reading", "sweep",
            "PENDING_MARKER", "COMMIT_OBJECT", "SWEEP_GRACE_SECONDS"]
 
 _log = logging.getLogger("varstore.checkpoint")
@@ -365,6 +365,3 @@ def _metadata_to_copy(name: str, listing: Mapping[str, int]) -> list[str]:
             or key.startswith(manifest_chunks)]
 
 
-def remove_staged(local: os.PathLike[str] | str) -> None:
-    """Deletes what stage_for_reading left under `local`'s parent (nothing since it holds metadata in memory)."""
-    shutil.rmtree(Path(local).parent, ignore_errors=True)

@@ -98,7 +98,8 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
                 rest.append(item)
     with device_transfers.batch(0 if lazy else _device_bytes(items)):  # GPU targets: see device_transfers
         checks = _Checks(reader, session)
-        reader.session = session
+        lent = reader.in_session(session)
+        lent.__enter__()
         try:
             sources = [(obj, name, reader.source(ckpt, verify=verify)) for ckpt, name, obj in rest]
             batch_values = _packed_values(reader, blob, batch_indices)
@@ -154,7 +155,7 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
             del fresh_values, fresh_batch_values
         finally:
             checks.close()
-            reader.session = None
+            lent.__exit__(None, None, None)
 
 
 def _device_bytes(items: Sequence[tuple[str, str, Any]]) -> int:

@@ -14,9 +14,10 @@ initializers, never writes.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -106,7 +107,7 @@ class VarstoreReader(CheckpointReader):
 
     Attributes:
       storage: where its bytes are read from (the Storage protocol).
-      session: the ReadSession of a running bulk read, or None.
+      session: the ReadSession of a running bulk read (lent with `in_session`), or None.
     """
 
     def __init__(self, path: Path, fmt: str, storage: Storage | None = None, *,
@@ -117,10 +118,10 @@ class VarstoreReader(CheckpointReader):
         self._backend_reader: BackendReader | None = None
         located, self._key = storage_for(path) if storage is None else (storage, os.fspath(path))
         self.storage: Storage = located
-        self.staged: Path | None = None  # a local copy of an object-store checkpoint, deleted on close
+        self.staged: Path | None = None  # the path standing for a Zarr checkpoint on an object store (nothing there)
         # a file object over a remote single file, for the backend (also when the constructor needs it)
         self.backend_source: Callable[[], BinaryIO | Mapping[str, bytes]] | None = backend_source
-        self.session: ReadSession | None = None
+        self._session: ReadSession | None = None
         self._closed = False
         self._pin = PathPin(path) if storage is None else NO_PIN  # a local one: storage/path_pin.py
         with self._pin.opening(self.close):  # the reader is closed on any error
@@ -158,6 +159,20 @@ class VarstoreReader(CheckpointReader):
         self._names = columns.names
         self._order = KeyOrder(self)  # loops reading the keys in order (key_order.py)
         self._infos = InfoColumns(columns)  # info() straight from the columns (info_columns.py)
+
+    @property
+    def session(self) -> ReadSession | None:
+        """The ReadSession of the bulk read running over this reader, or None (plain lazy reads)."""
+        return self._session
+
+    @contextlib.contextmanager
+    def in_session(self, session: ReadSession) -> Iterator[ReadSession]:
+        """Lends the reader `session` for one bulk read (read_engine, verify); the previous one is back after."""
+        previous, self._session = self._session, session
+        try:
+            yield session
+        finally:
+            self._session = previous
 
     @property
     def _store(self) -> BackendReader:
@@ -228,7 +243,7 @@ class VarstoreReader(CheckpointReader):
     def __getitem__(self, name: str) -> npt.NDArray[Any]:
         """`read(name)`; in a loop in key order over packed variables, one copy out of the checked blob."""
         index = self._columns.index.get(name)
-        if index is not None and self.session is None:
+        if index is not None and self._session is None:
             value = self._order.next_copy(index)
             if value is not None:
                 return value
@@ -239,7 +254,7 @@ class VarstoreReader(CheckpointReader):
         index = self._columns.index.get(name)
         if index is None:
             raise UnknownVariableError(f"no variable '{name}' in '{self.path}'")
-        if self.session is None:
+        if self._session is None:
             self._order.follow(index)
             if out is None:
                 view = self._order.packed_view(index, verify)
@@ -247,11 +262,11 @@ class VarstoreReader(CheckpointReader):
                     return view.copy()
         record = self.record(name)
         if out is None:
-            blob = self._order.blob if self.session is None and record.path is None else None
+            blob = self._order.blob if self._session is None and record.path is None else None
             if blob is not None:  # a loop in key order over packed variables: out of the blob read once
                 return copy_packed(record, blob, verify, str(self.path), self.checksum_error)
             self.check_stored(record)  # before allocating what the manifest claims
-            if self.session is None:
+            if self._session is None:
                 out = self._order.new_array(index)  # made and faulted in ahead in a loop in key order
         out = checked_out(name, record.shape, record.numpy_dtype, out)
         self.fill(record, out, verify)
@@ -291,7 +306,7 @@ class VarstoreReader(CheckpointReader):
         order = getattr(self, "_order", None)
         if order is not None:
             order.close()
-        session = getattr(self, "session", None)
+        session = getattr(self, "_session", None)
         if session is not None and session.read_ahead is not None:
             session.read_ahead.stop()  # before its descriptor is closed
             session.read_ahead = None
@@ -303,11 +318,6 @@ class VarstoreReader(CheckpointReader):
             self._closed = True
             if self._backend_reader is not None:
                 self._backend_reader.close()
-            staged = getattr(self, "staged", None)
-            if staged is not None:
-                from varstore.checkpoint.publish.remote import remove_staged
-
-                remove_staged(staged)
 
     def __del__(self) -> None:
         try:
@@ -389,7 +399,7 @@ class VarstoreReader(CheckpointReader):
         """
         if self._closed:
             raise CheckpointError(f"checkpoint '{self.path}' is closed; cannot read '{record.name}'")
-        session = self.session
+        session = self._session
         where = f"variable '{record.name}' in '{self.path}'"
         if record.nbytes:
             if record.path is None:
@@ -447,8 +457,8 @@ def open_varstore(path: os.PathLike[str] | str, format: str | None = None, *,
     Args:
       path: the checkpoint, or an object-store URL ("s3://bucket/runs/a7/model.h5", gs://, az://).
         On an object store, HDF5 is read in place with ranged GETs (the index header, then only
-        the bytes of the variables read); a Zarr checkpoint is copied into a local temporary
-        directory first (deleted when the reader is closed).
+        the bytes of the variables read); a Zarr checkpoint's metadata is fetched into memory
+        first, its chunks read on demand.
       format: "h5" or "zarr"; None detects it from the contents (the suffix for URLs).
       storage_options: for URLs: endpoint, region, credentials (see docs/guide/object-storage.md).
 
@@ -472,27 +482,19 @@ def open_varstore(path: os.PathLike[str] | str, format: str | None = None, *,
 
 def _open_remote(url: os.PathLike[str] | str, format: str | None,
                  storage_options: Mapping[str, object] | None) -> VarstoreReader:
-    """open_varstore for an object-store URL: commit object checked, HDF5 in place, Zarr staged locally."""
+    """open_varstore for an object-store URL: commit object checked, HDF5 in place, Zarr metadata in memory."""
     # the object-store client and the remote layer: imported only for URLs (a local open stays light)
-    from varstore.checkpoint.publish.remote import container_of, remove_staged, stage_for_reading
+    from varstore.checkpoint.publish.remote import container_of, stage_for_reading
     from varstore.storage import object_store_for
 
     storage, key = object_store_for(url, storage_options)
     name = storage.name_of(key)
     fmt = container_of(storage, name, format)
     staged = stage_for_reading(storage, name, fmt)
-    local = None if staged is None else staged[0]
-    try:
-        if staged is None:
-            reader = VarstoreReader(Path(key), fmt, storage=storage,
-                                    backend_source=lambda: io.BufferedReader(storage.open_reader(name), 1 << 16))
-        else:
-            held = staged[2]
-            reader = VarstoreReader(staged[0], fmt, storage=staged[1], backend_source=lambda: held)
-            reader.staged = staged[0]
-        reader.location = key
-    except BaseException:
-        if local is not None:
-            remove_staged(local)
-        raise
+    if staged is None:
+        reader = VarstoreReader(Path(key), fmt, storage=storage,
+                                backend_source=lambda: io.BufferedReader(storage.open_reader(name), 1 << 16))
+    else:  # the root stands for the checkpoint; its metadata is held in memory
+        reader = VarstoreReader(staged[0], fmt, storage=staged[1], backend_source=lambda: staged[2])
+    reader.staged, reader.location = None if staged is None else staged[0], key
     return reader

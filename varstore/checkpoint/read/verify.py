@@ -14,6 +14,7 @@ Never writes; owns no thread (the storage's read-ahead does).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -34,7 +35,7 @@ __all__ = ["verify_all", "scratch_view", "VerifiedReader"]
 class VerifiedReader(Protocol):
     """What verify_all needs of its reader (VarstoreReader implements it)."""
 
-    session: ReadSession | None
+    def in_session(self, session: ReadSession) -> AbstractContextManager[ReadSession]: ...
 
     @property
     def manifest(self) -> ManifestColumns: ...
@@ -97,7 +98,8 @@ def verify_all(reader: VerifiedReader, progress: Callable[[int, int, str], None]
         progress(0, total, "")
         if on_blob:
             progress(done, total, names[max(on_blob)])
-    previous, reader.session = reader.session, session
+    lent = reader.in_session(session)
+    lent.__enter__()
     try:
         session.read_ahead = reader.start_read_ahead(loop, LAZY_READ_AHEAD_BYTES)
         buffer: npt.NDArray[np.uint8] | None = None
@@ -115,7 +117,7 @@ def verify_all(reader: VerifiedReader, progress: Callable[[int, int, str], None]
         if session.read_ahead is not None:
             session.read_ahead.stop()  # before the reader's descriptors may be closed
             session.read_ahead = None
-        reader.session = previous
+        lent.__exit__(None, None, None)
 
 
 def _check_on_blob(reader: VerifiedReader, blob: bytearray | None, names: list[str]
