@@ -105,6 +105,16 @@ def _pick_ports() -> dict[str, int]:
     raise SeaweedUnavailable("no free block of ports on 127.0.0.1 for SeaweedFS")
 
 
+def _remove_sockets(ports: dict[str, int]) -> None:
+    """Removes the unix sockets weed makes in /tmp whatever TMPDIR says ("seaweedfs-<service>[-grpc]-<port>.sock",
+    named by a port of ours or its gRPC port): only sockets, only our ports."""
+    mine = {str(port) for port in ports.values()} | {str(port + GRPC_OFFSET) for port in ports.values()}
+    for directory in {"/tmp", tempfile.gettempdir()}:
+        for path in Path(directory).glob("seaweedfs-*.sock"):
+            if path.stem.rsplit("-", 1)[-1] in mine and path.is_socket():
+                path.unlink(missing_ok=True)
+
+
 def _ready(endpoint: str, bucket: str) -> bool:
     """A signed listing of `bucket` succeeds (the S3 gateway, filer and identities are up)."""
     from obstore.store import S3Store
@@ -172,7 +182,7 @@ def start_seaweedfs(bucket: str = "varstore-test") -> SeaweedServer:
         if process.poll() is None and _ready(endpoint, bucket):
             break
         _terminate(process)
-        Path(tempfile.gettempdir(), f"seaweedfs-s3-{ports['s3.port']}.sock").unlink(missing_ok=True)
+        _remove_sockets(ports)
         last_error = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
         shutil.rmtree(workdir / "data", ignore_errors=True)
     else:
@@ -182,8 +192,7 @@ def start_seaweedfs(bucket: str = "varstore-test") -> SeaweedServer:
     def stop() -> None:
         _terminate(process)
         shutil.rmtree(workdir, ignore_errors=True)
-        # the S3 gateway also makes a unix socket in the system temp dir, named by its port
-        Path(tempfile.gettempdir(), f"seaweedfs-s3-{ports['s3.port']}.sock").unlink(missing_ok=True)
+        _remove_sockets(ports)
 
     return SeaweedServer(endpoint, bucket, process.pid, log_path,
                          f"http://127.0.0.1:{ports['metricsPort']}/metrics", stop)
