@@ -14,44 +14,33 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from varstore.distributed.communicator import Communicator, Message, ReduceOp, Reducible
+from varstore.distributed.communicator import Communicator, FrameworkCommunicator, Message, ReduceOp, Reducible
 from varstore.distributed.communicator import decode_message as _decode
 from varstore.distributed.communicator import encode_message as _encode
-from varstore.errors import CollectiveError, CommunicatorError
+from varstore.errors import CommunicatorError
 
 __all__ = ["JaxCommunicator"]
 
-T = TypeVar("T")
 _barriers = itertools.count()
 
 
-class JaxCommunicator:
+class JaxCommunicator(FrameworkCommunicator):
     """A varstore Communicator over the processes of a JAX job (one per host; one process: size 1)."""
+
+    transport = "JAX's processes"
+    member = "process"
+    failure_hint = "a peer process died or the runtime timed out"  # XlaRuntimeError is a RuntimeError
 
     def __init__(self) -> None:
         self._rank = int(jax.process_index())
         self._size = int(jax.process_count())
 
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def size(self) -> int:
-        return self._size
-
-    def _run(self, operation: str, call: Callable[[], T]) -> T:
-        try:
-            return call()
-        except (RuntimeError, ValueError) as err:  # XlaRuntimeError is a RuntimeError
-            raise CollectiveError(f"{operation} over JAX's processes failed on process {self._rank} of "
-                                  f"{self._size}: {err}; a peer process died or the runtime timed out") from err
 
     def _allgather_array(self, operation: str, array: np.ndarray) -> np.ndarray:
         if self._size == 1:

@@ -14,21 +14,19 @@ Knows nothing about checkpoints. Imports torch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from varstore.distributed.communicator import Communicator, Message, ReduceOp, Reducible
+from varstore.distributed.communicator import Communicator, FrameworkCommunicator, Message, ReduceOp, Reducible
 from varstore.distributed.communicator import decode_message as _decode
 from varstore.distributed.communicator import encode_message as _encode
-from varstore.errors import CollectiveError, CommunicatorError, MissingDependencyError
+from varstore.errors import CommunicatorError, MissingDependencyError
 
 __all__ = ["TorchCommunicator", "is_process_group"]
 
-T = TypeVar("T")
 #: Bytes of the first frame of every message: 8 bytes of length, then the message's first bytes.
 _FRAME = 2048
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
@@ -39,7 +37,7 @@ def is_process_group(value: Any) -> bool:
     return isinstance(value, dist.ProcessGroup)
 
 
-class TorchCommunicator:
+class TorchCommunicator(FrameworkCommunicator):
     """A varstore Communicator over a torch.distributed process group.
 
     Args:
@@ -51,6 +49,11 @@ class TorchCommunicator:
       CommunicatorError: the default process group is not initialized, or
         this process is not a member of `group`.
     """
+
+    transport = "torch.distributed"
+    member = "rank"
+    #: DistBackendError and DistNetworkError are RuntimeErrors
+    failure_hint = "a peer rank died or the process group's timeout passed (init_process_group(timeout=...))"
 
     def __init__(self, group: Any = None) -> None:
         if not dist.is_available():
@@ -67,21 +70,6 @@ class TorchCommunicator:
         backend = str(dist.get_backend(self.group))
         self._device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
 
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def size(self) -> int:
-        return self._size
-
-    def _run(self, operation: str, call: Callable[[], T]) -> T:
-        try:
-            return call()
-        except (RuntimeError, ValueError) as err:  # DistBackendError, DistNetworkError are RuntimeErrors
-            raise CollectiveError(
-                f"{operation} over torch.distributed failed on rank {self._rank} of {self._size}: {err}; a peer "
-                f"rank died or the process group's timeout passed (init_process_group(timeout=...))") from err
 
     def _bytes(self, data: bytes, length: int) -> torch.Tensor:
         buffer = torch.zeros(length, dtype=torch.uint8)

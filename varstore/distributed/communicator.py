@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, Literal, Protocol, Union, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, Union, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-from varstore.errors import CommunicatorError, MissingDependencyError
+from varstore.errors import CollectiveError, CommunicatorError, MissingDependencyError
 
-__all__ = ["Message", "ReduceOp", "Communicator", "SingleProcess", "MPICommunicator", "as_communicator",
+__all__ = ["Message", "ReduceOp", "Communicator", "SingleProcess", "MPICommunicator", "FrameworkCommunicator", "as_communicator",
            "register_communicator", "encode_message", "decode_message"]
 
 #: A JSON-compatible value: what bcast / allgather / gather carry.
@@ -88,6 +88,42 @@ def decode_message(data: bytes) -> Message:
 def _check_op(op: str) -> None:
     if op not in ("sum", "max", "min"):
         raise CommunicatorError(f"allreduce op must be 'sum', 'max' or 'min', got {op!r}")
+
+
+_T = TypeVar("_T")
+
+
+class FrameworkCommunicator:
+    """Shared by communicators over a framework's collectives (torch.distributed, JAX's processes):
+    rank and size, and every transport failure as one CollectiveError naming the operation and member.
+
+    Subclasses set `_rank`, `_size` and the three class attributes that word the error.
+    """
+
+    _rank: int
+    _size: int
+    #: the transport as messages name it ("torch.distributed", "JAX's processes")
+    transport = "the collectives"
+    #: what one member is called ("rank", "process")
+    member = "rank"
+    #: what a failure usually means and what to do
+    failure_hint = "a peer died"
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def _run(self, operation: str, call: Callable[[], _T]) -> _T:
+        """`call()`, its RuntimeError or ValueError (a dead peer, a timeout) as CollectiveError."""
+        try:
+            return call()
+        except (RuntimeError, ValueError) as err:
+            raise CollectiveError(f"{operation} over {self.transport} failed on {self.member} {self._rank} of "
+                                  f"{self._size}: {err}; {self.failure_hint}") from err
 
 
 class SingleProcess:
