@@ -261,3 +261,26 @@ def bucket(request: pytest.FixtureRequest) -> Bucket:
     request.getfixturevalue(f"{name}_env")
     server = request.getfixturevalue(f"{name}_server")
     return Bucket(request.param, request.getfixturevalue(f"{name}_prefix"), dict(server.storage_options))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A green run leaves nothing in /tmp: its base temporary directory goes (session-scoped
+    `tmp_path_factory.mktemp` folders too, which the retention policy keeps), and the per-user parent
+    when nothing else is in it. A failed run keeps its folders to look at; an explicit --basetemp is left alone."""
+    import shutil
+
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if exitstatus != 0 or factory is None or session.config.option.basetemp:
+        return
+    try:
+        base = factory.getbasetemp()
+    except (OSError, ValueError):
+        return
+    shutil.rmtree(base, ignore_errors=True)
+    current = base.parent / f"{base.name.rsplit('-', 1)[0]}-current"  # pytest's link to the newest base
+    if current.is_symlink() and not current.exists():
+        current.unlink()
+    try:
+        base.parent.rmdir()  # only when empty: other runs' folders stay
+    except OSError:
+        pass
