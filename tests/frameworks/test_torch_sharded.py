@@ -122,3 +122,15 @@ def test_fsdp2_state_saved_on_four_ranks_restores_onto_hsdp_and_one_process(job)
     assert sorted(result.restored) == sorted(n for n in names if n.startswith("model/"))
     for key, value in model.state_dict().items():
         np.testing.assert_array_equal(value.numpy(), expected[f"model/{key}"])
+
+
+def test_four_rank_and_one_process_checkpoints_restore_onto_two_ranks(job) -> None:
+    """4 -> 2 and 1 -> 2: a world of two ranks restores both checkpoints in place, bit-exactly."""
+    directory, _ = job
+    two = run_ranks(Path(__file__).parent / "scripts" / "torch_two_ranks_job.py", 2, directory, (str(directory),))
+    assert two.returncodes == [0, 0], two.stderr
+    for rank in two.json_lines():
+        steps = {"four.h5": 5.0, "plain.h5": 4.0}
+        for source in ("four.h5", "plain.h5"):  # model/w: Shard(1) of 4 columns -> 2 columns per rank
+            assert rank[source] == {"restored": 7, "exact": True, "in_place": True, "local_w": [6, 2],
+                                    "step": steps[source]}, (source, rank)
