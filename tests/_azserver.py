@@ -33,6 +33,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from email.utils import format_datetime
 from pathlib import Path
+from tests._processes import terminate_group
 
 AZURITE_VERSION = "3.37.0"
 ACCOUNT = "devstoreaccount1"   # Azurite's well-known development account (public, documented by Microsoft)
@@ -262,14 +263,14 @@ def start_azurite(container: str = "varstore-test", directory: Path | None = Non
             time.sleep(0.1)
         if process.poll() is None and _answers(port):
             break
-        _terminate(process)
+        terminate_group(process)
         last_error = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
     else:
         shutil.rmtree(workdir, ignore_errors=True)
         raise AzuriteUnavailable(f"azurite-blob did not answer on 127.0.0.1 within {START_TIMEOUT:.0f} s: {last_error}")
 
     def stop() -> None:
-        _terminate(process)
+        terminate_group(process)
         shutil.rmtree(workdir, ignore_errors=True)
 
     server = AzuriteServer(f"http://127.0.0.1:{port}/{ACCOUNT}", ACCOUNT, ACCOUNT_KEY, container, log_path,
@@ -284,21 +285,3 @@ def start_azurite(container: str = "varstore-test", directory: Path | None = Non
         raise
     return server
 
-
-def _terminate(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the server's process group, SIGKILL after 10 s, then reap."""
-    if process.poll() is None:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            process.wait(timeout=10)
-    else:
-        process.wait()

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests._s3server import DUMMY_CREDENTIALS
+from tests._processes import terminate_group
 
 START_TIMEOUT = 60.0
 GRPC_OFFSET = 10000  # SeaweedFS puts each service's gRPC port at its HTTP port + 10000
@@ -130,23 +131,6 @@ def _ready(endpoint: str, bucket: str) -> bool:
     return True
 
 
-def _terminate(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the server's process group (by its PID), SIGKILL after 10 s, then reap."""
-    if process.poll() is None:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            process.wait(timeout=10)
-
-
 def start_seaweedfs(bucket: str = "varstore-test") -> SeaweedServer:
     """Starts `weed mini` on 127.0.0.1 with `bucket` and the dummy identity; waits for a signed listing.
 
@@ -181,7 +165,7 @@ def start_seaweedfs(bucket: str = "varstore-test") -> SeaweedServer:
             time.sleep(0.2)
         if process.poll() is None and _ready(endpoint, bucket):
             break
-        _terminate(process)
+        terminate_group(process)
         _remove_sockets(ports)
         last_error = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
         shutil.rmtree(workdir / "data", ignore_errors=True)
@@ -190,7 +174,7 @@ def start_seaweedfs(bucket: str = "varstore-test") -> SeaweedServer:
         raise SeaweedUnavailable(f"SeaweedFS did not answer on 127.0.0.1 within {START_TIMEOUT:.0f} s: {last_error}")
 
     def stop() -> None:
-        _terminate(process)
+        terminate_group(process)
         shutil.rmtree(workdir, ignore_errors=True)
         _remove_sockets(ports)
 

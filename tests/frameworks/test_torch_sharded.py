@@ -18,19 +18,11 @@ h5py = pytest.importorskip("h5py")
 
 import varstore as vs  # noqa: E402
 import varstore.torch as vst  # noqa: E402
+from tests.frameworks.scripts._sharded_values import full as _full  # noqa: E402
 from tests.frameworks.torch_ranks import require_gloo, run_ranks  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "scripts" / "torch_sharded_job.py"
 NAMES = ["model/b", "model/odd", "model/tiny", "model/v", "model/w", "optim/state/0/exp_avg", "optim/state/0/step"]
-
-
-def _full(name: str) -> "torch.Tensor":
-    shapes = {"model/w": ((6, 4), torch.float32), "model/v": ((5, 3), torch.bfloat16), "model/b": ((4,), torch.float32),
-              "model/odd": ((5,), torch.float64), "model/tiny": ((1, 3), torch.int32),
-              "optim/state/0/exp_avg": ((6, 4), torch.float32)}
-    shape, dtype = shapes[name]
-    base = sum(map(ord, name)) % 97
-    return (torch.arange(int(np.prod(shape)), dtype=torch.float64).reshape(shape) * 0.5 + base).to(dtype)
 
 
 @pytest.fixture(scope="module")

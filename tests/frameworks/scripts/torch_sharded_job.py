@@ -28,21 +28,13 @@ from torch.distributed.tensor import Replicate, Shard, distribute_tensor, init_d
 
 import varstore as vs
 import varstore.torch as vst
+from _sharded_values import SHAPES, full  # this folder: first on sys.path
 
 directory = Path(sys.argv[1])
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
 rank, size = dist.get_rank(), dist.get_world_size()
 result: dict = {"rank": rank}
 
-SHAPES = {"model/w": ((6, 4), torch.float32), "model/v": ((5, 3), torch.bfloat16), "model/b": ((4,), torch.float32),
-          "model/odd": ((5,), torch.float64), "model/tiny": ((1, 3), torch.int32),
-          "optim/state/0/exp_avg": ((6, 4), torch.float32)}
-
-
-def full(name: str) -> torch.Tensor:
-    shape, dtype = SHAPES[name]
-    base = sum(map(ord, name)) % 97
-    return (torch.arange(int(np.prod(shape)), dtype=torch.float64).reshape(shape) * 0.5 + base).to(dtype)
 
 
 def nest(leaves: dict) -> dict:
