@@ -163,3 +163,66 @@ def load_json(data: bytes | str, what: str) -> Any:
     except RecursionError:
         raise CorruptCheckpointError(
             f"{what} is damaged or hostile: its JSON nests deeper than Python can parse") from None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Counts (issue 36, part D): Python objects built from a file are bounded by count as well as bytes.
+# A file's metadata (GGUF key-value arrays, TF string tensors) becomes lists of Python objects that cost
+# 8 to 60 bytes each whatever the file stores for them (an empty string stores 1 to 8 bytes), so the
+# number of items one file may claim is capped too; HDF5 attributes above a small size are listed, never
+# turned into Python lists. (Not in __all__ above, to keep merges of that line easy; import them by name.)
+
+#: Environment variable holding the most items (strings, numbers of a list) one file's metadata or one
+#: string tensor may build as Python objects (an int; overrides MAX_OBJECTS).
+ENV_MAX_OBJECTS = "VARSTORE_MAX_OBJECTS"
+#: Default of VARSTORE_MAX_OBJECTS (items): 8 Mi. A 262,144-token GGUF vocabulary with its scores, token
+#: types and merges is under 1.5 Mi items; 8 Mi items cost at most ~0.5 GiB of Python objects.
+MAX_OBJECTS = 1 << 23
+#: An HDF5 attribute holding more than this many bytes (its values in memory, or its stored bytes) is
+#: listed as "<attribute NAME: DTYPE SHAPE not loaded, over the cap>" instead of read (bytes). HDF5's
+#: compact attribute storage, which Keras 2 and h5py's defaults use, holds at most 64 KiB.
+ATTRIBUTE_CAP_BYTES = 64 << 10
+
+
+def max_objects() -> int:
+    """The most Python objects one file's metadata may build: VARSTORE_MAX_OBJECTS, else MAX_OBJECTS.
+
+    Raises:
+      VarstoreError: VARSTORE_MAX_OBJECTS is not a non-negative int.
+    """
+    text = os.environ.get(ENV_MAX_OBJECTS, "").strip().replace("_", "")
+    if not text:
+        return MAX_OBJECTS
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise VarstoreError(f"{ENV_MAX_OBJECTS}={os.environ[ENV_MAX_OBJECTS]!r} is not a non-negative number "
+                            f"of items")
+    return value
+
+
+def check_object_count(what: str, where: str, claimed: int, stored: int, *, before: int = 0) -> None:
+    """Refuses `claimed` more Python objects (after `before` already built) over max_objects(), before building.
+
+    Args:
+      what: the value ("the value of key 'tokenizer.ggml.tokens'", "variable 'vocab'"), for the message.
+      where: the file as messages name it ("GGUF file 'm.gguf'").
+      claimed: items the file claims for it.
+      stored: bytes the file stores for them.
+      before: items this file's metadata already built (a per-file budget).
+
+    Raises:
+      ValueTooLargeError: naming the file, the value, the claimed count, the stored bytes, the cap and
+        VARSTORE_MAX_OBJECTS.
+      VarstoreError: a bad VARSTORE_MAX_OBJECTS.
+    """
+    limit = max_objects()
+    if before + claimed <= limit:
+        return
+    earlier = f" after {before:,} built for earlier values" if before else ""
+    raise ValueTooLargeError(
+        f"{where}: {what} claims {claimed:,} items{earlier} ({stored:,} bytes stored for them); at most "
+        f"{limit:,} Python objects are built from one file's metadata or string tensor; set "
+        f"{ENV_MAX_OBJECTS} to a larger count to read it")

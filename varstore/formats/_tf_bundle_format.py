@@ -47,6 +47,7 @@ __all__ = [
     "encode_tensor_name_slice",
     "is_slice_key",
     "decode_string_tensor",
+    "longest_string",
     "data_filename",
 ]
 
@@ -331,6 +332,8 @@ def _string_lengths(raw: bytes, count: int, what: str) -> tuple[Any, int]:
     bytes, or fewer than `count` of them, is corrupt.
     """
     buf = np.frombuffer(raw, dtype=np.uint8)
+    if count <= len(buf) and int(buf[:count].max(initial=0)) < 0x80:  # every length one byte (under 128)
+        return buf[:count].astype(np.uint64), count
     ends = np.flatnonzero(buf < 0x80)[:count]  # the last byte of each varint has its high bit clear
     if len(ends) < count:
         raise CorruptCheckpointError(f"{what}: truncated varint (the string lengths run past the stored bytes)")
@@ -355,11 +358,38 @@ def decode_string_tensor(raw: bytes, count: int, what: str) -> tuple[list[bytes]
     The returned crc covers the hashed lengths, the 4 checksum bytes and the
     string bytes, to compare with the entry's crc32c. Linear time, the lengths
     decoded and hashed with NumPy (a million strings take well under a second).
+    Builds `count` bytes objects: callers bound `count` first (VARSTORE_MAX_OBJECTS).
 
     Raises:
       CorruptCheckpointError: lengths run past `raw`.
       ChecksumError: the lengths' checksum does not match.
     """
+    lengths, pos, crc = _checked_lengths(raw, count, what)
+    bounds = np.empty(count + 1, dtype=np.int64)
+    bounds[0] = pos
+    np.cumsum(lengths.astype(np.int64), out=bounds[1:])
+    bounds[1:] += pos
+    cuts = bounds.tolist()
+    elements = [raw[cuts[i]:cuts[i + 1]] for i in range(count)]
+    crc = crc32c(raw[pos:], crc)
+    return elements, crc
+
+
+def longest_string(raw: bytes, count: int, what: str) -> int:
+    """The length in bytes of the longest of a DT_STRING tensor's `count` elements, building no Python objects.
+
+    The lengths are checked as decode_string_tensor checks them (their
+    checksum, their sum against the stored bytes); the string bytes are not read.
+
+    Raises:
+      CorruptCheckpointError, ChecksumError: as decode_string_tensor.
+    """
+    lengths, _, _ = _checked_lengths(raw, count, what)
+    return int(lengths.max(initial=0))
+
+
+def _checked_lengths(raw: bytes, count: int, what: str) -> tuple[Any, int, int]:
+    """(lengths as uint64, where the string bytes start, crc32c up to there) of a DT_STRING tensor, checked."""
     end = len(raw)
     if count > end:  # every element needs at least one length byte
         raise CorruptCheckpointError(f"{what}: {count} strings cannot fit in {end} bytes")
@@ -383,11 +413,4 @@ def decode_string_tensor(raw: bytes, count: int, what: str) -> tuple[list[bytes]
         total = sum(int(n) for n in lengths) if bool(np.any(lengths > end)) else int(lengths.sum(dtype=np.uint64))
         raise CorruptCheckpointError(
             f"{what}: string lengths add up to {total} bytes, {end - pos} are stored")
-    bounds = np.empty(count + 1, dtype=np.int64)
-    bounds[0] = pos
-    np.cumsum(lengths.astype(np.int64), out=bounds[1:])
-    bounds[1:] += pos
-    cuts = bounds.tolist()
-    elements = [raw[cuts[i]:cuts[i + 1]] for i in range(count)]
-    crc = crc32c(raw[pos:end], crc)
-    return elements, crc
+    return lengths, pos, crc

@@ -9,7 +9,10 @@ TensorFlow or protobuf.
 
 String tensors are returned as fixed-length NumPy bytes arrays "S<n>" with n
 the longest element (at least 1). NumPy strips trailing NUL bytes from "S"
-elements, so a TF string that ends in b"\\x00" reads back without it.
+elements, so a TF string that ends in b"\\x00" reads back without it. A
+string tensor of more elements than VARSTORE_MAX_OBJECTS (varstore/_limits.py)
+is refused before its elements become Python objects; its info() reads only
+the element lengths.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
+from varstore._limits import check_object_count
 from varstore.formats._confine import inside
 from varstore.formats._coverage import check_coverage
 from varstore.storage.special_files import open_for_reading
@@ -335,13 +339,13 @@ class TFCheckpointReader(CheckpointReader):
         if count == 0 or entry.size == 0:
             return 0
         raw = bytes(self._raw(entry, name))
-        elements, _ = fmt.decode_string_tensor(raw, count, f"variable '{name}' in {self._label}")
-        return max(len(e) for e in elements)
+        return fmt.longest_string(raw, count, f"variable '{name}' in {self._label}")
 
     def _read_strings(self, entry: fmt.BundleEntry, name: str) -> list[bytes]:
         count = int(np.prod(entry.shape, dtype=object))
         if count == 0:
             return []
+        check_object_count(f"string variable '{name}'", f"TF checkpoint {self._label}", count, entry.size)
         raw = bytes(self._raw(entry, name))
         elements, crc = fmt.decode_string_tensor(raw, count, f"variable '{name}' in {self._label}")
         self._check_crc(entry, crc, name)
