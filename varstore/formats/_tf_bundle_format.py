@@ -48,6 +48,7 @@ __all__ = [
     "is_slice_key",
     "decode_string_tensor",
     "longest_string",
+    "lengths_size",
     "data_filename",
 ]
 
@@ -375,22 +376,34 @@ def decode_string_tensor(raw: bytes, count: int, what: str) -> tuple[list[bytes]
     return elements, crc
 
 
-def longest_string(raw: bytes, count: int, what: str) -> int:
+def longest_string(head: bytes, count: int, stored: int, what: str) -> int:
     """The length in bytes of the longest of a DT_STRING tensor's `count` elements, building no Python objects.
 
-    The lengths are checked as decode_string_tensor checks them (their
-    checksum, their sum against the stored bytes); the string bytes are not read.
+    Args:
+      head: the first min(stored, lengths_size(count)) of the tensor's stored bytes (the lengths and
+        their checksum; the string bytes are not needed).
+      count: elements.
+      stored: bytes the file stores for the tensor (the lengths must add up to it).
+      what: names the variable and file in errors.
 
     Raises:
       CorruptCheckpointError, ChecksumError: as decode_string_tensor.
     """
-    lengths, _, _ = _checked_lengths(raw, count, what)
+    lengths, _, _ = _checked_lengths(head, count, what, stored)
     return int(lengths.max(initial=0))
 
 
-def _checked_lengths(raw: bytes, count: int, what: str) -> tuple[Any, int, int]:
-    """(lengths as uint64, where the string bytes start, crc32c up to there) of a DT_STRING tensor, checked."""
-    end = len(raw)
+def lengths_size(count: int) -> int:
+    """The most bytes `count` varint64 lengths and their 4-byte checksum take (10 bytes a varint)."""
+    return count * 10 + 4
+
+
+def _checked_lengths(raw: bytes, count: int, what: str, stored: int | None = None) -> tuple[Any, int, int]:
+    """(lengths as uint64, where the string bytes start, crc32c up to there) of a DT_STRING tensor, checked.
+
+    `raw` is the tensor's stored bytes, or (with `stored`, their number) a head of them holding the lengths.
+    """
+    end = len(raw) if stored is None else stored
     if count > end:  # every element needs at least one length byte
         raise CorruptCheckpointError(f"{what}: {count} strings cannot fit in {end} bytes")
     if count == 0:
@@ -402,7 +415,7 @@ def _checked_lengths(raw: bytes, count: int, what: str) -> tuple[Any, int, int]:
     keep = np.ones(as_bytes.shape, dtype=bool)
     keep[~wide, 4:] = False  # each length hashed as uint32, or uint64 when it does not fit
     crc = crc32c(as_bytes[keep].tobytes())
-    if pos + 4 > end:
+    if pos + 4 > min(end, len(raw)):
         raise CorruptCheckpointError(f"{what}: string lengths run past the stored bytes")
     stored = raw[pos:pos + 4]
     if unmask_crc(int.from_bytes(stored, "little")) != crc:

@@ -338,8 +338,11 @@ class TFCheckpointReader(CheckpointReader):
         count = int(np.prod(entry.shape, dtype=object))
         if count == 0 or entry.size == 0:
             return 0
-        raw = bytes(self._raw(entry, name))
-        return fmt.longest_string(raw, count, f"variable '{name}' in {self._label}")
+        check_object_count(f"string variable '{name}'", f"TF checkpoint {self._label}", count, entry.size)
+        handle = self._shard(entry, name)
+        handle.seek(entry.offset)
+        head = handle.read(min(entry.size, fmt.lengths_size(count)))  # the lengths, not the strings
+        return fmt.longest_string(head, count, entry.size, f"variable '{name}' in {self._label}")
 
     def _read_strings(self, entry: fmt.BundleEntry, name: str) -> list[bytes]:
         count = int(np.prod(entry.shape, dtype=object))
