@@ -398,12 +398,12 @@ def lengths_size(count: int) -> int:
     return count * 10 + 4
 
 
-def _checked_lengths(raw: bytes, count: int, what: str, stored: int | None = None) -> tuple[Any, int, int]:
+def _checked_lengths(raw: bytes, count: int, what: str, size: int | None = None) -> tuple[Any, int, int]:
     """(lengths as uint64, where the string bytes start, crc32c up to there) of a DT_STRING tensor, checked.
 
-    `raw` is the tensor's stored bytes, or (with `stored`, their number) a head of them holding the lengths.
+    `raw` is the tensor's stored bytes, or (with `size`, their number) a head of them holding the lengths.
     """
-    end = len(raw) if stored is None else stored
+    end = len(raw) if size is None else size
     if count > end:  # every element needs at least one length byte
         raise CorruptCheckpointError(f"{what}: {count} strings cannot fit in {end} bytes")
     if count == 0:

@@ -32,7 +32,8 @@ from varstore import dtypes as _dtypes
 from varstore._limits import check_object_count
 from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo, checked_out
 from varstore.formats import _gguf_quants
-from varstore.errors import ConversionError, CorruptCheckpointError, NotACheckpointError, UnknownVariableError
+from varstore.errors import (ConversionError, CorruptCheckpointError, NotACheckpointError, UnknownVariableError,
+                             VarstoreError)
 
 if TYPE_CHECKING:
     from varstore.formats.probe import Probe
@@ -219,6 +220,8 @@ class GGUFReader(CheckpointReader):
                         f"writes 32; varstore reads up to {MAX_ALIGNMENT:,}); damaged or hostile header")
                 table = [self._tensor_entry(cursor, i) for i in range(tensor_count)]
                 data_start = -(-cursor.pos // alignment) * alignment
+        except VarstoreError:
+            raise  # typed already (CheckpointError is an OSError)
         except OSError as err:
             raise CorruptCheckpointError(f"cannot read {label}: {err}") from err
         self.format_version = str(version)
