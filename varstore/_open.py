@@ -38,7 +38,7 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
     """Opens a checkpoint of any registered format, read-only and lazily: the one open_checkpoint.
 
     A local varstore HDF5 file or Zarr v3 directory opened without `format`,
-    `storage_options` or reader options (but `max_bytes`) is opened by
+    `storage_options` or reader options (but `max_bytes` and `max_expansion`) is opened by
     `varstore.checkpoint.open_varstore` directly, without importing the
     format registry; everything else goes through it (varstore.formats.open_any:
     arguments, detection, result and errors are described there).
@@ -49,19 +49,23 @@ def open_checkpoint(path: os.PathLike[str] | str, format: str | None = None, *,
     """
     from varstore.storage import is_remote  # the URL rules only (no object-store client)
 
-    if format is None and storage_options is None and set(options) <= {"max_bytes"} and not is_remote(path):
+    if format is None and storage_options is None and set(options) <= {"max_bytes", "max_expansion"} and not is_remote(path):
         from varstore.checkpoint.read.detection import own_container
 
         container = own_container(path)
         if container is not None and _registry_unchanged():
-            from varstore._limits import max_bytes
+            from varstore._limits import max_bytes, max_expansion
             from varstore.checkpoint.read.reader import open_varstore
 
             limit = options.get("max_bytes")
             if limit is not None:
                 max_bytes(limit)  # a bad limit is refused before the file is opened
+            expansion = options.get("max_expansion")
+            if expansion is not None:
+                max_expansion(expansion)
             reader = open_varstore(Path(path), container)
             reader.max_bytes = limit
+            reader.max_expansion = expansion
             return reader
     from varstore.formats import open_any
 

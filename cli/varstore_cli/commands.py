@@ -10,6 +10,7 @@ one line and exit status 2.
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import fnmatch
 import json
@@ -92,6 +93,23 @@ def _describe(reader: CheckpointReader) -> str:
     return f"{reader.location}  ({', '.join(parts)})"
 
 
+#: Up to this many names a missing name is compared with every one; past it with its _NEAR neighbours on
+#: each side in sort order and in reversed-text order (a hint costs O(_NEAR), not one comparison per name).
+_ALL_COMPARED = 2000
+_NEAR = 200
+
+
+def _near(name: str, keys: list[str]) -> list[str]:
+    """The names a did-you-mean hint compares `name` with (as the library's restore hints do)."""
+    if len(keys) <= _ALL_COMPARED:
+        return keys
+    found: dict[str, None] = {}
+    for ordered, key, flip in ((sorted(keys), name, False), (sorted(k[::-1] for k in keys), name[::-1], True)):
+        at = bisect.bisect_left(ordered, key)
+        found.update((k[::-1] if flip else k, None) for k in ordered[max(0, at - _NEAR):at + _NEAR])
+    return list(found)
+
+
 def _resolve_name(reader: CheckpointReader, name: str) -> str:
     """`name` itself, or its TF2 key with the attribute suffix, or an error with suggestions."""
     keys = reader.keys()
@@ -107,7 +125,7 @@ def _resolve_name(reader: CheckpointReader, name: str) -> str:
             f"'{name}' in '{reader.location}' is a scope of {fmt.plural(len(inside), 'variable')} ({shown}), "
             f"not a variable: show one of them, or `varstore ls {reader.location} --filter '{scope}/*'` "
             f"lists them")
-    close = difflib.get_close_matches(name, keys, n=3)
+    close = difflib.get_close_matches(name, _near(name, keys), n=3)
     hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
     raise UnknownVariableError(
         f"no variable '{name}' in '{reader.location}' ({reader.format}, {fmt.plural(len(keys), 'variable')}); "

@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
 from varstore._limits import max_bytes as _max_bytes
+from varstore._limits import max_expansion as _max_expansion
 from varstore.checkpoint.format.entry import SaveEntry
 from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry
 from varstore.formats import registry as _registry
@@ -107,7 +108,9 @@ def open_any(path: os.PathLike[str] | str, format: str | None = None, *,
         `dequantize=True` (gguf: Q8_0/Q4_0/Q4_1 as float32), and for every reader
         `max_bytes=` (int, bytes): the most a value read without `out` may declare
         (default: VARSTORE_MAX_BYTES, else the available memory, and for values whose
-        stored size is known at most that plus 64 MiB; docs/reliability.md).
+        stored size is known at most that plus 64 MiB; docs/reliability.md), and
+        `max_expansion=` (a number >= 1, or math.inf): a value may decode or fill to at most the bytes the
+        file stores for it times this plus 64 MiB (default: VARSTORE_MAX_EXPANSION, else 64).
 
     Returns:
       A CheckpointReader; `reader.format` names what was opened.
@@ -126,8 +129,12 @@ def open_any(path: os.PathLike[str] | str, format: str | None = None, *,
     limit = options.pop("max_bytes", None)
     if limit is not None:
         _max_bytes(limit)  # a bad limit is refused before the file is opened
+    expansion = options.pop("max_expansion", None)
+    if expansion is not None:
+        _max_expansion(expansion)  # a bad factor too
     reader = _open_any(path, format, storage_options, options)
     reader.max_bytes = limit
+    reader.max_expansion = expansion
     return reader
 
 

@@ -106,7 +106,8 @@ class WalkerReader(CheckpointReader):
         if out is None:
             declared = int(np.prod(entry.shape, dtype=object)) * np.dtype(entry.dtype).itemsize
             stored, filtered = self._walker.stored(path)
-            check_value_size(name, self.location, declared, self.max_bytes, stored=stored, filtered=filtered)
+            check_value_size(name, self.location, declared, self.max_bytes, stored=stored, filtered=filtered,
+                             expansion=self.max_expansion)
         result = checked_out(name, entry.shape, entry.dtype, out)
         return self._walker.read(path, result)
 

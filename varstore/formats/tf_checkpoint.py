@@ -9,7 +9,10 @@ TensorFlow or protobuf.
 
 String tensors are returned as fixed-length NumPy bytes arrays "S<n>" with n
 the longest element (at least 1). NumPy strips trailing NUL bytes from "S"
-elements, so a TF string that ends in b"\\x00" reads back without it.
+elements, so a TF string that ends in b"\\x00" reads back without it. A
+string tensor of more elements than VARSTORE_MAX_OBJECTS (varstore/_limits.py)
+is refused before its elements become Python objects; its info() reads only
+the element lengths.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
+from varstore._limits import check_object_count
 from varstore.formats._confine import inside
 from varstore.formats._coverage import check_coverage
 from varstore.storage.special_files import open_for_reading
@@ -334,14 +338,17 @@ class TFCheckpointReader(CheckpointReader):
         count = int(np.prod(entry.shape, dtype=object))
         if count == 0 or entry.size == 0:
             return 0
-        raw = bytes(self._raw(entry, name))
-        elements, _ = fmt.decode_string_tensor(raw, count, f"variable '{name}' in {self._label}")
-        return max(len(e) for e in elements)
+        check_object_count(f"string variable '{name}'", f"TF checkpoint {self._label}", count, entry.size)
+        handle = self._shard(entry, name)
+        handle.seek(entry.offset)
+        head = handle.read(min(entry.size, fmt.lengths_size(count)))  # the lengths, not the strings
+        return fmt.longest_string(head, count, entry.size, f"variable '{name}' in {self._label}")
 
     def _read_strings(self, entry: fmt.BundleEntry, name: str) -> list[bytes]:
         count = int(np.prod(entry.shape, dtype=object))
         if count == 0:
             return []
+        check_object_count(f"string variable '{name}'", f"TF checkpoint {self._label}", count, entry.size)
         raw = bytes(self._raw(entry, name))
         elements, crc = fmt.decode_string_tensor(raw, count, f"variable '{name}' in {self._label}")
         self._check_crc(entry, crc, name)

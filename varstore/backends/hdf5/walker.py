@@ -1,6 +1,7 @@
 """Read-only walker for HDF5 files that varstore did not write (Keras weights, plain h5py files).
 
-Lists every dataset with its shape, dtype and attributes, and every object
+Lists every dataset with its shape, dtype and attributes (those over
+ATTRIBUTE_CAP_BYTES listed by type and shape, not read), and every object
 that is not a plain array (soft, dangling and external links, compound,
 variable-length, reference, opaque and virtual datasets, named datatypes)
 with the reason it is not read. Reads one dataset at a time. Never follows
@@ -20,6 +21,7 @@ import numpy as np
 from h5py import h5t, h5z
 import numpy.typing as npt
 
+from varstore._limits import ATTRIBUTE_CAP_BYTES
 from varstore.errors import CorruptCheckpointError, UnknownVariableError, UnsupportedFormatError
 
 #: Registered HDF5 filter ids (https://github.com/HDFGroup/hdf5_plugins) -> names, for messages.
@@ -29,7 +31,7 @@ _TYPE_CLASSES = {h5t.INTEGER: "integer", h5t.FLOAT: "float", h5t.TIME: "time", h
                  h5t.BITFIELD: "bitfield", h5t.OPAQUE: "opaque", h5t.COMPOUND: "compound",
                  h5t.REFERENCE: "reference", h5t.ENUM: "enum", h5t.VLEN: "variable-length", h5t.ARRAY: "array"}
 
-__all__ = ["DatasetEntry", "GroupEntry", "SkippedObject", "HDF5Walker", "json_attrs"]
+__all__ = ["DatasetEntry", "GroupEntry", "SkippedObject", "HDF5Walker", "json_attrs", "over_cap"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,17 +94,46 @@ def _json_value(value: Any) -> Any:
     return str(value)
 
 
+def over_cap(attrs: h5py.AttributeManager, key: str) -> str | None:
+    """A listing of attribute `key` when it holds more than ATTRIBUTE_CAP_BYTES, else None (read it).
+
+    Its size is taken from its dataspace and type (its values in memory) and
+    from the bytes the file stores for it, without reading a value: a 96 MiB
+    float16 attribute is "<attribute 'big': float16 (50331648,) not loaded,
+    over the cap of 65,536 bytes>", never 48 Mi Python floats.
+
+    Raises:
+      OSError, TypeError, ValueError: h5py cannot describe the attribute (callers list it as unreadable).
+    """
+    attr = attrs.get_id(key)
+    shape = attr.shape
+    dtype = attr.dtype
+    elements = 1
+    for extent in shape or ():
+        elements *= int(extent)
+    try:
+        stored = int(attr.get_storage_size())
+    except RuntimeError:  # h5py raises for a size of 0 (an empty attribute)
+        stored = 0
+    size = max(elements * dtype.itemsize, stored)
+    if size <= ATTRIBUTE_CAP_BYTES:
+        return None
+    return (f"<attribute {key!r}: {dtype} {tuple(int(d) for d in shape or ())} not loaded, over the cap of "
+            f"{ATTRIBUTE_CAP_BYTES:,} bytes>")
+
+
 def json_attrs(attrs: h5py.AttributeManager) -> dict[str, Any]:
     """An object's attributes as JSON-compatible values.
 
     bytes become str (UTF-8, invalid bytes replaced), arrays become lists,
-    complex numbers become [real, imag], empty attributes become None, and
+    complex numbers become [real, imag], empty attributes become None, an
+    attribute over ATTRIBUTE_CAP_BYTES becomes its listing (see over_cap) and
     an attribute h5py cannot read becomes "<unreadable: reason>".
     """
     result: dict[str, Any] = {}
     for key in attrs:
         try:
-            result[key] = _json_value(attrs[key])
+            result[key] = over_cap(attrs, key) or _json_value(attrs[key])
         except (OSError, TypeError, ValueError) as err:
             result[key] = f"<unreadable: {err}>"
     return result

@@ -360,7 +360,8 @@ class VarstoreReader(CheckpointReader):
           ValueTooLargeError: naming the variable, its bytes and the limit.
         """
         self._bytes.check_stored(record)
-        check_value_size(record.name, self.location, record.nbytes, self.max_bytes, stored=record.nbytes)
+        check_value_size(record.name, self.location, record.nbytes, self.max_bytes, stored=record.nbytes,
+                         expansion=self.max_expansion)
 
     def record_extent(self, record: Record) -> RawExtent | None:
         """Where an own-array variable's bytes lie (file, offset, bytes), or None when only the

@@ -56,6 +56,9 @@ class CheckpointReader(abc.ABC):
       notes: remarks on how values are read (e.g. tensors a GGUF --dequantize left raw); convert reports them.
       max_bytes: the read limit in bytes a value may declare (None: VARSTORE_MAX_BYTES, else the
         default of varstore/_limits.py); set by open_checkpoint(..., max_bytes=).
+      max_expansion: the expansion factor: a value may decode or fill to at most its stored bytes times
+        this plus 64 MiB (None: VARSTORE_MAX_EXPANSION, else 64; varstore/_limits.py); set by
+        open_checkpoint(..., max_expansion=).
     """
 
     format: str = "unknown"
@@ -70,6 +73,7 @@ class CheckpointReader(abc.ABC):
         self.skipped: list[SkippedEntry] = []
         self.notes: tuple[str, ...] = ()
         self.max_bytes: int | None = None
+        self.max_expansion: float | None = None
 
     # -- subclasses implement these three
     @abc.abstractmethod
