@@ -15,7 +15,7 @@ import numpy as np
 from varstore import devices, ownership
 from varstore._array_interop import ArrayInterop
 from varstore.errors import DtypeMismatchError, ShapeMismatchError
-from varstore.values import convert_value, is_python_value
+from varstore.values import check_fits, convert_value, is_python_value
 from varstore.variable_batches import MATERIALIZE_LOCK
 from varstore._variable_state import VariableState
 
@@ -40,6 +40,8 @@ class Assignable:
 
     def _convert_operand(self, value: Any, op: str) -> Any:
         what = f"{op} to variable '{self._name}'" if op == "assign" else f"{op} on variable '{self._name}'"
+        if self._dtype.kind in "US" and op == "assign" and (is_python_value(value) or isinstance(value, np.ndarray)):
+            return self._string_operand(value, what)
         if is_python_value(value):
             return convert_value(value, self._dtype, what=what)
         if isinstance(value, ArrayInterop):  # another Variable
@@ -52,7 +54,32 @@ class Assignable:
             raise DtypeMismatchError(
                 f"cannot {what}: the value has dtype {arr.dtype.name}, the variable has "
                 f"{self._dtype.name}, and NumPy's 'same_kind' rule forbids the cast")
+        if isinstance(arr, np.ndarray):
+            check_fits(arr, self._dtype, what)
         return arr
+
+    def _string_operand(self, value: Any, what: str) -> Any:
+        """A string value for a string variable at its full length: the storage grows to fit (never truncated).
+
+        TF's strings have no width (tf.Variable("abc").assign("defgh") reads
+        b"defgh"); NumPy's do, so a longer value widens the variable's dtype
+        ("U3" -> "U5") and its buffer is replaced on assign.
+        """
+        arr = convert_value(value, None, what=what)
+        if arr.dtype.kind not in "US" or (arr.dtype.kind == "U" and self._dtype.kind == "S"):
+            return convert_value(value, self._dtype, what=what)  # refused with the usual message
+        chars = arr.dtype.itemsize // (4 if arr.dtype.kind == "U" else 1)
+        width = self._dtype.itemsize // (4 if self._dtype.kind == "U" else 1)
+        if chars > width:
+            self._widen(np.dtype(f"{self._dtype.kind}{chars}"))
+        return arr.astype(self._dtype)
+
+    def _widen(self, dtype: np.dtype) -> None:
+        """Replaces a string variable's dtype by a wider one, keeping its value (host only: strings never live on a GPU)."""
+        with MATERIALIZE_LOCK:
+            old = self._state.buffer if self._state.source is None else None
+            self._dtype = dtype
+            self._state.buffer = None if old is None else np.asarray(old).astype(dtype)
 
     def assign(self, value: Any) -> Self:
         """Overwrites the value in place (same buffer), as tf.Variable.assign.

@@ -1,0 +1,99 @@
+"""Issue 37 (checkpoint side): no silent value change on restore, partitioned variables saved whole, resume finds TF's state file.
+
+The values TensorFlow 2.21 gives are written in each test, with the TF call
+they come from in a comment (TensorFlow is not installed here).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import varstore as vs
+from varstore.errors import ValueOutOfRangeError
+
+
+def _saved(path: Path, **values: np.ndarray) -> Path:
+    store = vs.VariableStore()
+    kept = [vs.Variable(value, name=name, store=store) for name, value in values.items()]
+    vs.save(path, kept)
+    return path
+
+
+# ------------------------------------------------ item 1: narrowing restores refuse a changed value
+@pytest.mark.parametrize("target_kind", ["store", "list", "dict_of_variables", "dict_of_arrays", "lazy"])
+def test_int64_2_pow_40_into_int32_is_refused(ckpt: Path, target_kind: str) -> None:
+    # TF: tf.train.Checkpoint(v=tf.Variable(tf.zeros([2], tf.int32))).restore(<int64 [1, 2**40]>) raises
+    # InvalidArgumentError ("expected dtype int32 does not equal original dtype int64"); NumPy would give 0.
+    _saved(ckpt, step=np.array([1, 2**40], np.int64))
+    store = vs.VariableStore()
+    step = vs.Variable(np.zeros(2, np.int32), name="step", store=store)
+    array = np.zeros(2, np.int32)
+    target = {"store": store, "list": [step], "dict_of_variables": {"step": step},
+              "dict_of_arrays": {"step": array}, "lazy": [step]}[target_kind]
+    with pytest.raises(ValueOutOfRangeError) as raised:
+        vs.restore(ckpt, target, lazy=target_kind == "lazy")
+        step.numpy()  # a lazy restore reads at first use
+    message = str(raised.value)
+    assert "'step'" in message and "int64" in message and "int32" in message and "1099511627776" in message
+    assert "[1]" in message  # the index of the offending value
+    assert array.tolist() == [0, 0]
+    if target_kind != "lazy":  # a lazy restore stays pending: every read raises again, never a wrapped value
+        assert step.numpy().tolist() == [0, 0]  # nothing changed
+    else:
+        with pytest.raises(ValueOutOfRangeError):
+            step.numpy()
+
+
+def test_float32_1e5_into_float16_is_refused(ckpt: Path) -> None:
+    # TF: restoring a float32 1e5 into a float16 variable raises InvalidArgumentError (dtype mismatch);
+    # a cast would make it inf (float16's largest is 65504).
+    _saved(ckpt, w=np.array([1.0, 1e5], np.float32))
+    w = vs.Variable(np.zeros(2, np.float16), name="w", store=vs.VariableStore())
+    with pytest.raises(ValueOutOfRangeError, match=r"'w'.*100000\.0.*float32.*float16.*inf"):
+        vs.restore(ckpt, [w])
+    assert w.numpy().tolist() == [0.0, 0.0]
+
+
+def test_a_lossless_narrowing_restore_stays_allowed(ckpt: Path) -> None:
+    # varstore's documented deviation: TF refuses any dtype mismatch; varstore casts 'same_kind' when no value changes.
+    _saved(ckpt, i=np.array([-(2**31), 2**31 - 1], np.int64), f=np.array([1.5, 65504.0, np.inf, np.nan], np.float32))
+    store = vs.VariableStore()
+    i = vs.Variable(np.zeros(2, np.int32), name="i", store=store)
+    f = vs.Variable(np.zeros(4, np.float16), name="f", store=store)
+    vs.restore(ckpt, store)
+    assert i.numpy().tolist() == [-(2**31), 2**31 - 1]
+    got = f.numpy()
+    assert got[:3].tolist() == [1.5, 65504.0, np.inf] and np.isnan(got[3])  # inf stays inf, NaN stays NaN
+
+
+def test_packed_values_are_checked_too(tmp_path: Path) -> None:
+    # small variables go through the packed blob (restore_many): the same refusal
+    path = _saved(tmp_path / "small.h5", a=np.array([3], np.int64), b=np.array([70000], np.int64))
+    store = vs.VariableStore()
+    a = vs.Variable(np.zeros(1, np.int16), name="a", store=store)
+    b = vs.Variable(np.zeros(1, np.int16), name="b", store=store)
+    with pytest.raises(ValueOutOfRangeError, match="'b'.*70000.*int16"):
+        vs.restore(path, store)
+    assert b.numpy().tolist() == [0]
+
+
+def test_foreign_checkpoints_are_checked_too(tmp_path: Path) -> None:
+    # a NumPy .npz (another format's reader, restored through foreign_read): int64 2**40 into int32
+    path = tmp_path / "values.npz"
+    np.savez(path, step=np.array([2**40], np.int64))
+    step = vs.Variable(np.zeros(1, np.int32), name="step", store=vs.VariableStore())
+    with pytest.raises(ValueOutOfRangeError, match="1099511627776"):
+        vs.restore(path, [step])
+    assert step.numpy().tolist() == [0]
+
+
+def test_strings_restore_whole_or_not_at_all(ckpt: Path) -> None:
+    # TF strings have no width: a restore gives the full b"defgh"; a fixed-width U3 variable refuses to cut it
+    _saved(ckpt, s=np.array(["defgh"]))
+    s = vs.Variable(np.array(["abc"]), name="s", store=vs.VariableStore())
+    with pytest.raises(ValueOutOfRangeError, match="'defgh'"):
+        vs.restore(ckpt, [s])
+    assert s.numpy().tolist() == ["abc"]
