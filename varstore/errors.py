@@ -72,7 +72,7 @@ class DtypeMismatchError(VarstoreError, TypeError):
 
 
 class ValueOutOfRangeError(DtypeMismatchError, ValueError):
-    """A Python number does not fit the dtype it becomes (1e40 as float32, 2**40 as int32); refused as TF's conversion refuses it, never stored as inf or wrapped."""
+    """A value does not fit the dtype it becomes: a Python number (1e40 as float32, 2**40 as int32), or an array restored or assigned into a narrower dtype (int64 2**40 into int32, float32 1e5 into float16, "defgh" into U3); refused as TF refuses it, never stored as inf, wrapped or cut."""
 
 
 class VariableExistsError(VarstoreError, ValueError):

@@ -97,3 +97,53 @@ def test_strings_restore_whole_or_not_at_all(ckpt: Path) -> None:
     with pytest.raises(ValueOutOfRangeError, match="'defgh'"):
         vs.restore(ckpt, [s])
     assert s.numpy().tolist() == ["abc"]
+
+
+# ------------------------------------------------ item 2: a partitioned variable is ONE global value
+def _embedding(store: vs.VariableStore, rows: int) -> vs.PartitionedVariable:
+    return store.get_variable("emb", [rows, 2], initializer=np.arange(rows * 2, dtype=np.float32).reshape(rows, 2),
+                              partitioner=vs.fixed_size_partitioner(2))
+
+
+@pytest.mark.parametrize("rows", [4, 5])  # 5 rows: parts of (3, 2) and (2, 2)
+@pytest.mark.parametrize("form", ["store", "dict", "list_of_parts", "list", "partitioned_variable"])
+def test_partitioned_variable_saves_one_value_under_its_name(ckpt: Path, form: str, rows: int) -> None:
+    # TF: tf.compat.v1.train.Saver({"emb": pv}) (or var_list=list(pv), or the graph's variables) writes ONE
+    # tensor "emb" of shape (4, 2) (saveable_object_util groups the parts by save_slice_info.full_name);
+    # varstore used to stack a dict's parts into (2, 2, 2), and refused parts of different sizes.
+    store = vs.VariableStore()
+    pv = _embedding(store, rows)
+    target = {"store": store, "dict": {"emb": pv}, "list_of_parts": list(pv), "list": [pv],
+              "partitioned_variable": pv}[form]
+    vs.save(ckpt, target)
+    with vs.open_checkpoint(ckpt) as reader:
+        assert reader.keys() == ["emb"]
+        assert reader.info("emb").shape == (rows, 2)
+        assert reader.read("emb").tolist() == np.arange(rows * 2).reshape(rows, 2).tolist()
+    pv.assign(np.zeros((rows, 2), np.float32))
+    # TF: Saver.restore(sess, path) with the same var_list fills every part from "emb"
+    vs.restore(ckpt, target)
+    assert pv.numpy().tolist() == np.arange(rows * 2).reshape(rows, 2).tolist()
+    assert [p.numpy().shape for p in pv] == [((rows + 1) // 2, 2), (rows // 2, 2)]
+
+
+def test_partitioned_variable_with_plain_variables_in_a_dict(ckpt: Path) -> None:
+    store = vs.VariableStore()
+    pv = _embedding(store, 4)
+    w = store.get_variable("w", [2], initializer=np.array([7.0, 8.0], np.float32))
+    vs.save(ckpt, {"emb": pv, "w": w})
+    with vs.open_checkpoint(ckpt) as reader:
+        assert sorted(reader.keys()) == ["emb", "w"] and reader.info("emb").shape == (4, 2)
+    w.assign([0.0, 0.0])
+    pv.assign(np.zeros((4, 2)))
+    vs.restore(ckpt, {"emb": pv, "w": w})
+    assert w.numpy().tolist() == [7.0, 8.0] and pv.numpy()[3].tolist() == [6.0, 7.0]
+
+
+def test_partitioned_variable_under_another_key_is_refused(ckpt: Path) -> None:
+    pv = _embedding(vs.VariableStore(), 4)
+    with pytest.raises(vs.PartitionError, match="'emb'.*'table'"):
+        vs.save(ckpt, {"table": pv})
+    with pytest.raises(vs.PartitionError, match="ndarray"):
+        vs.save(ckpt, {"emb": pv, "a": np.zeros(2)})
+    assert not ckpt.exists()
