@@ -6,6 +6,7 @@ they come from in a comment (TensorFlow is not installed here).
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -147,3 +148,57 @@ def test_partitioned_variable_under_another_key_is_refused(ckpt: Path) -> None:
     with pytest.raises(vs.PartitionError, match="ndarray"):
         vs.save(ckpt, {"emb": pv, "a": np.zeros(2)})
     assert not ckpt.exists()
+
+
+# ------------------------------------------------ item 4: latest_checkpoint finds what open_checkpoint opens
+FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures"
+
+
+def test_latest_checkpoint_of_a_tf_saver_directory(tmp_path: Path) -> None:
+    # TF: tf.train.latest_checkpoint("run") -> "run/model.ckpt" (the state file's model_checkpoint_path);
+    # varstore returned None while open_checkpoint("run") read the same state file.
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "tf1_scopes", run)
+    latest = vs.latest_checkpoint(run)
+    assert latest == str(run / "model.ckpt")
+    with vs.open_checkpoint(run) as by_directory, vs.open_checkpoint(latest) as by_prefix:
+        assert by_directory.keys() == by_prefix.keys() and by_directory.keys()
+
+
+def test_latest_checkpoint_says_why_not(tmp_path: Path) -> None:
+    # TF: tf.train.latest_checkpoint(d) is None without a state file -> varstore too (documented None)
+    assert vs.latest_checkpoint(tmp_path) is None
+    # TF logs "Couldn't match files for checkpoint" and returns None; varstore raises (a resume must not restart)
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-7"\n', encoding="utf-8")
+    with pytest.raises(vs.CheckpointNotFoundError, match="model.ckpt-7"):
+        vs.latest_checkpoint(tmp_path)
+    (tmp_path / "checkpoint").write_text("all_model_checkpoint_paths: nothing\n", encoding="utf-8")
+    with pytest.raises(vs.CorruptCheckpointError, match="model_checkpoint_path"):
+        vs.latest_checkpoint(tmp_path)
+
+
+def test_latest_checkpoint_of_a_manager_directory_comes_first(tmp_path: Path) -> None:
+    store = vs.VariableStore()
+    vs.Variable(np.ones(2, np.float32), name="w", store=store)
+    manager = vs.CheckpointManager(tmp_path)
+    saved = manager.save(store, step=3)
+    shutil.copy(FIXTURES / "tf1_scopes" / "checkpoint", tmp_path / "checkpoint")  # a stray TF state file too
+    assert vs.latest_checkpoint(tmp_path) == saved
+
+
+# ------------------------------------------------ item 5: CheckpointManager.save() numbers checkpoints itself
+def test_manager_save_without_step_numbers_checkpoints(tmp_path: Path) -> None:
+    # TF: manager = tf.train.CheckpointManager(ckpt, d, max_to_keep=5); manager.save(); manager.save()
+    #     -> "d/ckpt-1", "d/ckpt-2" (checkpoint_number=None: the save counter)
+    store = vs.VariableStore()
+    w = vs.Variable(np.zeros(2, np.float32), name="w", store=store)
+    manager = vs.CheckpointManager(tmp_path, max_to_keep=5)
+    first, second = manager.save(store), manager.save(store)
+    assert [Path(first).name, Path(second).name] == ["ckpt-1.h5", "ckpt-2.h5"]
+    with vs.open_checkpoint(second) as reader:
+        assert reader.step == 2
+    manager.save(store, step=10)
+    again = vs.CheckpointManager(tmp_path)  # a new manager continues after the largest step
+    w.assign([5.0, 6.0])
+    assert Path(again.save(store)).name == "ckpt-11.h5"
+    assert vs.latest_checkpoint(tmp_path) == tmp_path / "ckpt-11.h5"

@@ -304,7 +304,7 @@ class CheckpointManager(_manager.CheckpointManager):
                          storage_options)
         self.comm: Communicator | None = None if comm is None else as_communicator(comm)
 
-    def save(self, target: Any, step: int, *, metadata: dict[str, Any] | None = None, blocking: bool = True,
+    def save(self, target: Any, step: int | None = None, *, metadata: dict[str, Any] | None = None, blocking: bool = True,
              max_snapshot_bytes: int | None = None, checksum: bool = True,
              pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES, layout: str | None = None,
              durable: bool = True) -> Path | str | SaveHandle:
@@ -324,7 +324,7 @@ class CheckpointManager(_manager.CheckpointManager):
         if unsupported:
             raise TypeError(f"a collective save (comm=, or partitioned variables) does not take {unsupported}")
         comm = comm or as_communicator(None)
-        step = int(cast(int, comm.bcast(int(step))))  # rank 0 owns numbering
+        step = int(cast(int, comm.bcast(int(self.next_step() if step is None else step))))  # rank 0 owns numbering
         final = Path(cast(str, comm.bcast(str(self.directory / f"{self.checkpoint_name}-{step}{self._suffix}"))))
         lock = self._lock() if comm.rank == 0 else None
 
