@@ -57,6 +57,8 @@ _CORE_NAMES = (
     "constant_initializer", "random_normal_initializer", "truncated_normal_initializer", "random_uniform_initializer",
     "variance_scaling_initializer", "glorot_uniform_initializer", "glorot_normal_initializer", "orthogonal_initializer",
     "GreedyLoadBalancingStrategy", "byte_size_load_fn",
+    "VariableSynchronization", "VariableAggregation", "RegularizationLoss", "REGULARIZATION_LOSSES",
+    "get_local_variable", "assign", "assign_add", "assign_sub", "scatter_update",
 )
 
 

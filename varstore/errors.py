@@ -19,6 +19,7 @@ __all__ = [
     "ReshapeError",
     "InitializationCycleError",
     "InitializerError",
+    "VariableArgumentError",
     "DeviceError",
     "MissingDependencyError",
     "CheckpointError",
@@ -97,6 +98,10 @@ class InitializationCycleError(VarstoreError, RuntimeError):
 
 class InitializerError(VarstoreError, ValueError):
     """An initializer was misused (bad shape for identity/orthogonal, bad argument)."""
+
+
+class VariableArgumentError(VarstoreError, ValueError):
+    """An argument ported TF code passes to Variable / get_variable has a value TF refuses too: an unknown synchronization or aggregation, a constraint, regularizer or custom_getter that is not callable."""
 
 
 class DeviceError(VarstoreError, RuntimeError):

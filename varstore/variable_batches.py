@@ -115,7 +115,7 @@ def restore_many(variables: Sequence[BatchVariable], values: Sequence[Any], adop
     for variable, value in zip(variables, values):
         if value.shape != variable._shape or value.dtype != variable._dtype:
             check_host_value(variable, value)
-            check_fits(value, variable._dtype, f"restore variable '{variable._name}'")
+            check_fits(value, variable._dtype, f"restore variable '{variable.name}'")
     with MATERIALIZE_LOCK:
         for variable, value in zip(variables, values):
             if variable._task is not None and not variable.is_owned:  # another rank holds it (ownership.py)
