@@ -141,6 +141,9 @@ def convert_value(value: Any, dtype: npt.DTypeLike | None = None, *, what: str =
             inferred = np.asarray(value)
         except ValueError as err:
             raise UnsupportedDtypeError(f"cannot make {what} from a ragged value {value!r}") from err
+        if inferred.dtype.kind == "O" and all(type(x) is int for x in np.asarray(value, dtype=object).ravel()):
+            raise ValueOutOfRangeError(f"integer value {reprlib.repr(value)} does not fit int64 for {what} "
+                                       f"(TF: \"Can't convert Python int to int64\"); pass it as a float or a string")
         if inferred.dtype.kind == "O":
             raise UnsupportedDtypeError(f"cannot make {what} from {value!r}: it is not a numeric or string array")
         natural = _tf_dtype(value, inferred.dtype)
