@@ -202,3 +202,20 @@ def test_manager_save_without_step_numbers_checkpoints(tmp_path: Path) -> None:
     w.assign([5.0, 6.0])
     assert Path(again.save(store)).name == "ckpt-11.h5"
     assert vs.latest_checkpoint(tmp_path) == tmp_path / "ckpt-11.h5"
+
+
+def test_parts_restored_from_a_global_value_are_checked(ckpt: Path) -> None:
+    # the regions of a stored global array (a partitioned variable's parts) pass the same check
+    _saved(ckpt, emb=np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 1e5], [7.0, 8.0]], np.float32))
+    store = vs.VariableStore()
+    pv = store.get_variable("emb", [4, 2], dtype=np.float16, initializer=vs.zeros_initializer(),
+                            partitioner=vs.fixed_size_partitioner(2))
+    with pytest.raises(ValueOutOfRangeError, match="100000.0"):
+        vs.restore(ckpt, store)
+    assert pv.numpy()[1].tolist() == [0.0, 0.0]  # the failing part is unchanged
+    later = vs.VariableStore()  # a deferred restore: the part created after restore refuses at first read
+    vs.restore(ckpt, later, strict=False)
+    part_of = later.get_variable("emb", [4, 2], dtype=np.float16, partitioner=vs.fixed_size_partitioner(2))
+    assert part_of[0].numpy().tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    with pytest.raises(ValueOutOfRangeError, match="100000.0"):
+        part_of[1].numpy()
