@@ -47,8 +47,8 @@ ALLOWED = {
 # The core: never imports checkpoint/, backends/, formats/, inspect/, storage/, distributed/ (also implied by the layers).
 CORE = {"variables", "scopes", "initializers", "initializers_v1", "collections", "devices", "device_transfers", "placement", "_naming",
         "_array_interop", "dtypes", "errors", "_version", "_core_api", "partitioning", "ownership",
-        "values", "value_sources", "_variable_state", "variable_batches", "_assignment",
-        "_variable_scope", "reuse", "default_store", "partitioners"}
+        "values", "value_sources", "_variable_state", "variable_batches", "_assignment", "variable_options",
+        "_variable_scope", "reuse", "default_store", "partitioners", "_getter"}
 ABOVE_CORE = ("checkpoint", "backends", "formats", "inspect", "storage", "distributed")
 
 # Import edges that close a known cycle, each with the branch expected to remove it. An entry here

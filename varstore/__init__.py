@@ -25,12 +25,12 @@ if TYPE_CHECKING:
     from varstore.checkpoint.write.snapshot import SaveHandle as SaveHandle
     from varstore.distributed.api import CheckpointManager as CheckpointManager, restore as restore, save as save  # comm=: one process or every rank
     from varstore.checkpoint.read.reader_api import CheckpointReader as CheckpointReader, SkippedEntry as SkippedEntry, VariableInfo as VariableInfo
-    from varstore._open import open_checkpoint as open_checkpoint
+    from varstore._open import latest_checkpoint as latest_checkpoint, open_checkpoint as open_checkpoint
     from varstore.formats import ConvertReport as ConvertReport, convert as convert, detect_format as detect_format
     from varstore.formats.load import load as load
     from varstore.formats.registry import FormatEntry as FormatEntry, format_entry as format_entry, register_format as register_format, unregister_format as unregister_format
     from varstore.inspect import CheckpointDiff as CheckpointDiff, ScopeNode as ScopeNode, VariableStats as VariableStats, diff_checkpoints as diff_checkpoints, scope_tree as scope_tree, variable_stats as variable_stats
-    from varstore.checkpoint.manage.managed import is_manager_directory as is_manager_directory, latest_checkpoint as latest_checkpoint, list_checkpoints as list_checkpoints
+    from varstore.checkpoint.manage.managed import is_manager_directory as is_manager_directory, list_checkpoints as list_checkpoints
     from varstore.formats.format_entry import parse_write_options as parse_write_options
     from varstore.formats.registry import read_format_names as read_format_names, write_format_names as write_format_names
     from varstore.formats.rename import parse_rename_rule as parse_rename_rule
@@ -57,6 +57,8 @@ _CORE_NAMES = (
     "constant_initializer", "random_normal_initializer", "truncated_normal_initializer", "random_uniform_initializer",
     "variance_scaling_initializer", "glorot_uniform_initializer", "glorot_normal_initializer", "orthogonal_initializer",
     "GreedyLoadBalancingStrategy", "byte_size_load_fn",
+    "VariableSynchronization", "VariableAggregation", "RegularizationLoss", "REGULARIZATION_LOSSES",
+    "get_local_variable", "assign", "assign_add", "assign_sub", "scatter_update",
 )
 
 
@@ -126,7 +128,7 @@ _LAZY: dict[str, Callable[[], ModuleType]] = {
     "load": _load,
     "CheckpointDiff": _inspect, "VariableStats": _inspect, "diff_checkpoints": _inspect,
     "scope_tree": _inspect, "variable_stats": _inspect, "ScopeNode": _inspect,
-    "latest_checkpoint": _managed, "list_checkpoints": _managed, "is_manager_directory": _managed,
+    "latest_checkpoint": _open, "list_checkpoints": _managed, "is_manager_directory": _managed,
     "read_format_names": _registry, "write_format_names": _registry, "parse_rename_rule": _rename,
     "parse_write_options": _format_entry, "parse_storage_options": _storage, "is_url": _storage,
     **{name: _core for name in _CORE_NAMES},

@@ -253,7 +253,11 @@ class CheckpointManager:
             os.close(fd)  # releases the flock
 
     # -- saving
-    def save(self, target: Any, step: int, *, metadata: dict[str, Any] | None = None,
+    def next_step(self) -> int:
+        """The step a save without `step=` takes: one past the largest step in the directory, 1 when none."""
+        return max((step for step, _ in self._scan()), default=0) + 1
+
+    def save(self, target: Any, step: int | None = None, *, metadata: dict[str, Any] | None = None,
              blocking: bool = True, max_snapshot_bytes: int | None = None, checksum: bool = True,
              pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES, layout: str | None = None,
              durable: bool = True) -> Path | str | SaveHandle:
@@ -261,7 +265,10 @@ class CheckpointManager:
 
         Args:
           target: as varstore.save (a store, mapping or list of Variables).
-          step: global step (int), part of the file name.
+          step: global step (int), part of the file name; None numbers the checkpoints
+            itself as tf.train.CheckpointManager.save(checkpoint_number=None) does
+            (ckpt-1, ckpt-2, ...), continuing after the largest step in the directory
+            (`next_step`; TF continues its restored save_counter, 0 for a fresh tf.train.Checkpoint).
           metadata: JSON-compatible dict recorded in the checkpoint.
           blocking: False snapshots the values and returns a SaveHandle at once
             (see varstore.save); the write, the "latest" pointer and
@@ -280,7 +287,7 @@ class CheckpointManager:
           CorruptCheckpointError: the "latest" pointer is malformed (nothing is written; see rebuild_state).
           As varstore.save.
         """
-        step = int(step)
+        step = self.next_step() if step is None else int(step)
         final = self._where(f"{self.checkpoint_name}-{step}{self._suffix}")
         if not blocking:
             lock = self._lock()

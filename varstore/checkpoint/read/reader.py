@@ -45,7 +45,7 @@ from varstore.checkpoint.format.manifest import (
     decode_manifest_columns,
     storage_layout,
 )
-from varstore.checkpoint.read.reader_api import CheckpointReader, checked_out
+from varstore.checkpoint.read.reader_api import CheckpointReader, cast_into, checked_out
 from varstore.errors import (
     CheckpointError,
     ChecksumError,
@@ -96,7 +96,7 @@ class CheckpointValue:
         self._reader.check_stored(self._record)
         value = np.empty(self.shape, dtype=self.dtype)
         self._reader.fill(self._record, value, self._verify)
-        np.copyto(out, value, casting="unsafe")
+        cast_into(out, value, self.origin)
 
     def __repr__(self) -> str:
         return f"<CheckpointValue {self.origin} {self.shape} {self.dtype}>"

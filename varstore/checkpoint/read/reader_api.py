@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import; Varia
 
     from varstore.checkpoint.format.variable_info import SkippedEntry, VariableInfo
 
-__all__ = ["VariableInfo", "SkippedEntry", "CheckpointReader", "checked_out"]
+__all__ = ["VariableInfo", "SkippedEntry", "CheckpointReader", "cast_into", "checked_out"]
 
 
 def __getattr__(name: str) -> Any:
@@ -166,3 +166,15 @@ def checked_out(name: str, shape: tuple[int, ...], dtype: np.dtype,
             f"cannot read variable '{name}' into an array of shape {tuple(out.shape)} and dtype "
             f"{out.dtype}: need a C-contiguous array of shape {tuple(shape)} and dtype {dtype}")
     return out
+
+
+def cast_into(out: npt.NDArray[Any], value: npt.NDArray[Any], origin: str) -> None:
+    """Copies stored `value` into `out` of another dtype, refusing a value the cast would change (values.check_fits).
+
+    Raises:
+      ValueOutOfRangeError: naming `origin` ("'step' in 'ckpt.h5'"), both dtypes and the first offending value.
+    """
+    from varstore.values import check_fits  # the rare cast path only: a plain read never needs the core
+
+    check_fits(value, out.dtype, f"restore {origin} into {out.dtype.name}")
+    np.copyto(out, value, casting="unsafe")
