@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from varstore.formats.probe import Probe
     from varstore.formats.format_entry import WriteRequest
 
-__all__ = ["SafetensorsReader", "write_safetensors", "SAFETENSORS_DTYPES", "open_reader", "write_checkpoint"]
+__all__ = ["SafetensorsReader", "write_safetensors", "SAFETENSORS_DTYPES", "open_reader", "write_checkpoint", "holds"]
 
 #: safetensors dtype code -> logical dtype name.
 SAFETENSORS_DTYPES = {
@@ -222,6 +222,14 @@ class SafetensorsReader(CheckpointReader):
             self._file = None
 
 
+def holds(dtype: np.dtype) -> str | None:
+    """None when safetensors has a code for `dtype`, else why not (convert skips such a variable with it)."""
+    name = _dtypes.dtype_name(dtype)
+    if name in _CODES:
+        return None
+    return f"dtype {name} has no safetensors code (supported: {', '.join(sorted(_CODES))})"
+
+
 def _header_for(entries: Sequence[SaveEntry], metadata: dict[str, str] | None) -> bytes:
     header: dict[str, Any] = {}
     if metadata:
@@ -229,12 +237,12 @@ def _header_for(entries: Sequence[SaveEntry], metadata: dict[str, str] | None) -
     offset = 0
     for entry in entries:
         dtype = _dtypes.as_dtype(entry.dtype)
-        code = _CODES.get(_dtypes.dtype_name(dtype))
-        if code is None:
+        refusal = holds(dtype)
+        if refusal is not None:
             raise UnsupportedDtypeError(
-                f"cannot write variable '{entry.name}' to safetensors: dtype {_dtypes.dtype_name(dtype)} has "
-                f"no safetensors code (supported: {', '.join(sorted(_CODES))}); leave it out with a filter "
+                f"cannot write variable '{entry.name}' to safetensors: {refusal}; leave it out with a filter "
                 f"or convert to .h5, .zarr or .npz")
+        code = _CODES[_dtypes.dtype_name(dtype)]
         if entry.name in header or entry.name == "__metadata__":
             raise ConversionError(f"cannot write safetensors: duplicate tensor name '{entry.name}'")
         nbytes = int(np.prod(entry.shape, dtype=object)) * dtype.itemsize
