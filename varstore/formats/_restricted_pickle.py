@@ -69,7 +69,7 @@ class _Inert:
 
 
 def _refuse_change(target: Any, *args: Any) -> None:
-    raise UnsafeCheckpointError(
+    raise CorruptCheckpointError(
         f"the pickle tries to change varstore's stand-in for {getattr(target, '__name__', type(target).__name__)} "
         f"(a BUILD or setattr on an allowed global); stand-ins are shared by every read and never change; refused")
 
@@ -80,7 +80,9 @@ class _Frozen(_Inert):
     __slots__ = ()
     __setattr__ = _refuse_change
     __delattr__ = _refuse_change
-    __setstate__ = _refuse_change
+
+    def __setstate__(self, state: Any) -> None:
+        _refuse_change(self)
 
 
 class _FrozenType(type):
@@ -94,6 +96,7 @@ class _FrozenCall(_Frozen):
     """An allowed function as the pickle sees it: callable, but no attribute (`__defaults__`) can change."""
 
     __slots__ = ("function", "__name__")
+    function: Callable[..., Any]
 
     def __init__(self, function: Callable[..., Any]) -> None:
         object.__setattr__(self, "function", function)

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
+from varstore._limits import load_json
 from varstore.checkpoint.format.entry import SaveEntry
 from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.errors import (ConversionError, CorruptCheckpointError, UnknownVariableError, UnsafeCheckpointError,
@@ -127,7 +128,7 @@ class SafetensorsReader(CheckpointReader):
         except OSError as err:
             raise CorruptCheckpointError(f"cannot read {label}: {err}") from err
         try:
-            header = json.loads(raw.decode("utf-8"))
+            header = load_json(raw.decode("utf-8"), f"{label} (its JSON header)")
         except (UnicodeDecodeError, ValueError) as err:
             raise CorruptCheckpointError(f"{label}: header is not valid JSON: {err}") from err
         if not isinstance(header, dict):
