@@ -277,3 +277,28 @@ def test_a_build_on_a_stand_in_cannot_change_what_the_next_read_sees(tmp_path: P
     assert function.function.__defaults__ == (False, None, None) and not hasattr(function, "evil")
     assert _ALLOWED["torch.float32"].name == "float32" and _ALLOWED["torch.FloatStorage"].dtype == "float32"
     assert "evil" not in vars(_ALLOWED["torch.Tensor"])
+
+
+def test_memo_bound_allows_python2_numbering_and_nothing_further() -> None:
+    from varstore.errors import UnsafeCheckpointError
+
+    assert unpickle(b"\x80\x02}q\x01(X\x01\x00\x00\x00aq\x02K\x01u.", "py2", {}) == {"a": 1}  # from 1
+    assert unpickle(b"\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01K\x01u.", "py3", {}) == {"a": 1}  # from 0
+    with pytest.raises(UnsafeCheckpointError, match="memo entry 2 after only 0 entries"):
+        unpickle(b"\x80\x02}q\x02.", "skip", {})
+    with pytest.raises(CorruptCheckpointError, match="reads memo entry 0, which was never stored"):
+        unpickle(b"\x80\x02}q\x01h\x00.", "get", {})
+
+
+def test_stride0_views_open_once_the_user_raises_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from varstore.errors import ValueTooLargeError
+
+    path = stride0_views(tmp_path, count=40)  # 160 stored bytes viewed as 40 MiB
+    with pytest.raises(ValueTooLargeError, match=r"declare 41,943,040 bytes but its storages hold 160 bytes.*"
+                                                 r"VARSTORE_MAX_BYTES to at least 41943040"):
+        vs.open_checkpoint(path)
+    monkeypatch.setenv("VARSTORE_MAX_BYTES", str(64 << 20))
+    with vs.open_checkpoint(path) as reader:
+        assert len(reader.keys()) == 40 and reader.info("w7").attributes["stride"] == [0]
+        value = reader["w7"]
+    assert value.shape == (262144,) and np.all(value == np.float32(1.5))
