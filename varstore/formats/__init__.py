@@ -283,7 +283,9 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       unknown destination format; ConversionError when renaming makes two names
       equal or a rename rule is malformed; CheckpointExistsError when `dst`
       exists (without force) or is `src`; UnsupportedDtypeError when the
-      destination cannot hold a dtype (safetensors has no strings);
+      destination cannot hold a dtype (a writer with no `holds` rule; where the registry entry
+      has one, as Zarr and safetensors do, such a variable is skipped instead, its reason in
+      `ConvertReport.skipped`);
       the checkpoint layer's errors for invalid names.
     """
     src_label = url_from_path(src) or Path(src)
@@ -302,6 +304,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
         names = reader.filter(filter) if filter is not None else reader.keys()
         plan: list[tuple[str, str, np.dtype, np.dtype, Any]] = []
         seen: dict[str, str] = {}
+        skipped = list(reader.skipped)
         for name in names:
             info = reader.info(name)
             new = rewrite(name, pairs, separator)
@@ -310,6 +313,10 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
             seen[new] = name
             stored = _dtypes.as_dtype(info.dtype)
             target = cast if cast is not None and _dtypes.is_floating(stored) else stored
+            refusal = dest.holds(target) if dest.holds is not None else None
+            if refusal is not None:  # one variable the destination cannot hold never refuses the whole source
+                skipped.append(SkippedEntry(name, f"not written to {dest.names_for_writing()[0]}: {refusal}"))
+                continue
             plan.append((name, new, stored, target, info))
         total = sum(int(np.prod(info.shape, dtype=object)) * target.itemsize
                     for _, _, _, target, info in plan)
@@ -344,7 +351,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
             notes = dest.write(dst, entries, request)
         return ConvertReport(
             source=src_label, destination=dst_label, source_format=reader.format, destination_format=dest.names_for_writing()[0],
-            variables=len(entries), bytes=done[0], skipped=tuple(reader.skipped),
+            variables=len(entries), bytes=done[0], skipped=tuple(skipped),
             renamed={name: new for name, new, *_ in plan if new != name}, notes=(*reader.notes, *notes))
 
 

@@ -15,7 +15,6 @@ any failure to open it, removes.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -25,7 +24,7 @@ import zipfile
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from varstore._limits import check_expansion
+from varstore._limits import check_expansion, load_json
 from varstore.backends.hdf5.walker import HDF5Walker
 from varstore.formats._zip_members import ZIP_ERRORS, bounded_chunks, check_method, read_member, stored_data_start
 from varstore.formats.generic import WalkerReader
@@ -185,7 +184,8 @@ def _open_archive_member(path: Path) -> tuple[IO[bytes] | _Window | Path, Path |
             meta_info = next((i for i in archive.infolist() if i.filename == "metadata.json"), None)
             if meta_info is not None:
                 try:
-                    loaded = json.loads(read_member(archive, meta_info, _MAX_METADATA, label).decode("utf-8"))
+                    loaded = load_json(read_member(archive, meta_info, _MAX_METADATA, label).decode("utf-8"),
+                                       f"{label} (metadata.json)")
                     metadata = loaded if isinstance(loaded, dict) else {}
                 except (ValueError, UnicodeDecodeError):
                     metadata = {}

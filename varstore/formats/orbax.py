@@ -12,7 +12,6 @@ scopes: the leaf ('weights', 'mlp', 'fc', 'kernel') is the variable
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
+from varstore._limits import check_value_size, load_json
 from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.formats._confine import inside
 from varstore.errors import (
@@ -45,7 +45,7 @@ def _leaves(directory: Path, label: str) -> list[tuple[tuple[str, ...], str | No
     try:
         if (directory / "_METADATA").stat().st_size > _MAX_METADATA:
             raise CorruptCheckpointError(f"{label}: _METADATA is larger than {_MAX_METADATA} bytes")
-        meta = json.loads((directory / "_METADATA").read_text("utf-8"))
+        meta = load_json((directory / "_METADATA").read_text("utf-8"), f"{label}/_METADATA")
     except (OSError, UnicodeDecodeError, ValueError) as err:
         raise CorruptCheckpointError(f"cannot read {label}/_METADATA: {err}") from err
     tree = meta.get("tree_metadata") if isinstance(meta, dict) else None
@@ -122,6 +122,18 @@ class OrbaxReader(CheckpointReader):
         dtype = _dtypes.as_dtype(str(store.dtype.name))
         return param, tuple(int(d) for d in store.shape), dtype, store
 
+    def _stored_bytes(self, param: str) -> int:
+        """Bytes stored for one array: its folder's files (Zarr layout), or the whole checkpoint's (OCDBT)."""
+        folder = self.path if self._ocdbt else self.path / param
+        total = 0
+        for root, _, files in os.walk(folder):  # symlinks are not followed into other trees
+            for file in files:
+                try:
+                    total += os.lstat(os.path.join(root, file)).st_size
+                except OSError:
+                    continue
+        return total
+
     def keys(self) -> list[str]:
         return list(self._arrays)
 
@@ -141,10 +153,15 @@ class OrbaxReader(CheckpointReader):
 
         Raises:
           UnknownVariableError: unknown name.
+          ValueTooLargeError: the array declares more bytes than its stored (compressed) bytes can
+            decode to, or than `max_bytes`, before anything is allocated.
           CorruptCheckpointError: a damaged chunk, naming the array.
         """
         param, shape, dtype, source = self._lookup(name)
-        result = checked_out(name, shape, dtype, out)
+        if out is None:  # bounded by the (compressed) bytes stored for it, before anything is allocated
+            check_value_size(name, self._label, int(np.prod(shape, dtype=object)) * dtype.itemsize, self.max_bytes,
+                             stored=self._stored_bytes(param), filtered=True)
+        result = checked_out(name, shape, dtype, out, self._label)
         if self._ocdbt:
             try:
                 result[...] = source.read().result()

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
+from varstore._limits import load_json
 from varstore.checkpoint.format.entry import SaveEntry
 from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.errors import (ConversionError, CorruptCheckpointError, UnknownVariableError, UnsafeCheckpointError,
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from varstore.formats.probe import Probe
     from varstore.formats.format_entry import WriteRequest
 
-__all__ = ["SafetensorsReader", "write_safetensors", "SAFETENSORS_DTYPES", "open_reader", "write_checkpoint"]
+__all__ = ["SafetensorsReader", "write_safetensors", "SAFETENSORS_DTYPES", "open_reader", "write_checkpoint", "holds"]
 
 #: safetensors dtype code -> logical dtype name.
 SAFETENSORS_DTYPES = {
@@ -127,7 +128,7 @@ class SafetensorsReader(CheckpointReader):
         except OSError as err:
             raise CorruptCheckpointError(f"cannot read {label}: {err}") from err
         try:
-            header = json.loads(raw.decode("utf-8"))
+            header = load_json(raw.decode("utf-8"), f"{label} (its JSON header)")
         except (UnicodeDecodeError, ValueError) as err:
             raise CorruptCheckpointError(f"{label}: header is not valid JSON: {err}") from err
         if not isinstance(header, dict):
@@ -222,6 +223,14 @@ class SafetensorsReader(CheckpointReader):
             self._file = None
 
 
+def holds(dtype: np.dtype) -> str | None:
+    """None when safetensors has a code for `dtype`, else why not (convert skips such a variable with it)."""
+    name = _dtypes.dtype_name(dtype)
+    if name in _CODES:
+        return None
+    return f"dtype {name} has no safetensors code (supported: {', '.join(sorted(_CODES))})"
+
+
 def _header_for(entries: Sequence[SaveEntry], metadata: dict[str, str] | None) -> bytes:
     header: dict[str, Any] = {}
     if metadata:
@@ -229,12 +238,12 @@ def _header_for(entries: Sequence[SaveEntry], metadata: dict[str, str] | None) -
     offset = 0
     for entry in entries:
         dtype = _dtypes.as_dtype(entry.dtype)
-        code = _CODES.get(_dtypes.dtype_name(dtype))
-        if code is None:
+        refusal = holds(dtype)
+        if refusal is not None:
             raise UnsupportedDtypeError(
-                f"cannot write variable '{entry.name}' to safetensors: dtype {_dtypes.dtype_name(dtype)} has "
-                f"no safetensors code (supported: {', '.join(sorted(_CODES))}); leave it out with a filter "
+                f"cannot write variable '{entry.name}' to safetensors: {refusal}; leave it out with a filter "
                 f"or convert to .h5, .zarr or .npz")
+        code = _CODES[_dtypes.dtype_name(dtype)]
         if entry.name in header or entry.name == "__metadata__":
             raise ConversionError(f"cannot write safetensors: duplicate tensor name '{entry.name}'")
         nbytes = int(np.prod(entry.shape, dtype=object)) * dtype.itemsize

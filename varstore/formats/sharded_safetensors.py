@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
+from varstore._limits import load_json
 from varstore.checkpoint.format.entry import SaveEntry
 from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo
 from varstore.formats.safetensors import SafetensorsReader, write_safetensors
@@ -76,8 +77,8 @@ def find_index(path: Path) -> Path | None:
             try:
                 if candidate.stat().st_size > _MAX_INDEX:
                     continue
-                index = json.loads(candidate.read_text("utf-8"))
-            except (OSError, ValueError):
+                index = load_json(candidate.read_text("utf-8"), f"safetensors index '{candidate}'")
+            except (OSError, ValueError):  # CorruptCheckpointError (JSON nested too deep) is an OSError
                 continue
             weight_map = index.get("weight_map") if isinstance(index, dict) else None
             if isinstance(weight_map, dict) and path.name in set(weight_map.values()):
@@ -114,7 +115,7 @@ class ShardedSafetensorsReader(CheckpointReader):
         try:
             if index_path.stat().st_size > _MAX_INDEX:
                 raise CorruptCheckpointError(f"{label} is larger than {_MAX_INDEX} bytes")
-            index = json.loads(index_path.read_text("utf-8"))
+            index = load_json(index_path.read_text("utf-8"), label)
         except (OSError, UnicodeDecodeError, ValueError) as err:
             raise CorruptCheckpointError(f"cannot read {label}: {err}") from err
         weight_map = index.get("weight_map") if isinstance(index, dict) else None

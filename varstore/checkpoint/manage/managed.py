@@ -52,7 +52,7 @@ def _pointer(directory: Path) -> str | None:
     try:
         with open(directory / _POINTER, encoding="utf-8") as handle:
             state = json.load(handle)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # nested too deep: no usable pointer, as a missing one
         return None
     name = state.get("latest") if isinstance(state, dict) else None
     return name if isinstance(name, str) and "/" not in name and _MANAGED.match(name) else None

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from varstore._limits import load_json
 from varstore.backends import FORMATS, format_for_path
 from varstore.checkpoint.publish import atomic
 from varstore.checkpoint.format.manifest import DEFAULT_PACK_THRESHOLD_BYTES
@@ -87,9 +88,9 @@ def checked_state(state: object, where: str) -> dict[str, Any]:
         raise CorruptCheckpointError(
             f"the manager's \"latest\" pointer '{where}': \"checkpoints\" and \"preserved\" must be lists; "
             f"{_REBUILD}")
-    for i, entry in enumerate(entries):
-        if (not isinstance(entry, dict) or type(entry.get("step", 0)) is not int
-                or not isinstance(entry.get("time", 0.0), (int, float))):
+    for i, entry in enumerate(entries):  # every key retention reads, of its type (no KeyError later)
+        if (not isinstance(entry, dict) or type(entry.get("step")) is not int
+                or type(entry.get("time")) not in (int, float)):
             raise CorruptCheckpointError(
                 f"the manager's \"latest\" pointer '{where}': checkpoints[{i}] is {entry!r}, expected "
                 f"{{\"name\": str, \"step\": int, \"time\": float}}; {_REBUILD}")
@@ -187,7 +188,7 @@ class CheckpointManager:
                 f"the manager's \"latest\" pointer '{where}' holds more than {_MAX_POINTER_BYTES} bytes; "
                 f"{_REBUILD}")
         try:
-            state = json.loads(data)
+            state = load_json(data, f"the manager's \"latest\" pointer '{where}'")
         except ValueError as err:
             raise CorruptCheckpointError(
                 f"the manager's \"latest\" pointer '{where}' is not valid JSON ({err}); {_REBUILD}") from err

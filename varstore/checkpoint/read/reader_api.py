@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from varstore.errors import ValueTooLargeError
 from varstore.storage import url_from_path
 
 if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import; VariableInfo see __getattr__
@@ -157,10 +158,23 @@ class CheckpointReader(abc.ABC):
 
 
 def checked_out(name: str, shape: tuple[int, ...], dtype: np.dtype,
-                out: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
-    """Returns `out` after checking it fits (C-contiguous, same shape and dtype), or a new empty array."""
+                out: npt.NDArray[Any] | None, where: str | None = None) -> npt.NDArray[Any]:
+    """Returns `out` after checking it fits (C-contiguous, same shape and dtype), or a new empty array.
+
+    Raises:
+      ValueTooLargeError: NumPy cannot make the array (MemoryError, or a ValueError for a dimension or
+        size beyond what it indexes), naming the variable and `where` (the file), never the bare error.
+      ValueError: `out` does not fit.
+    """
     if out is None:
-        return np.empty(shape, dtype=dtype)
+        try:
+            return np.empty(shape, dtype=dtype)
+        except (MemoryError, ValueError, OverflowError) as err:
+            place = f" in {where}" if where else ""
+            declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            raise ValueTooLargeError(
+                f"variable '{name}'{place} declares shape {list(shape)} of {dtype} ({declared:,} bytes), which "
+                f"cannot be allocated ({type(err).__name__}: {err}); a damaged or hostile size") from None
     if tuple(out.shape) != tuple(shape) or out.dtype != dtype or not out.flags.c_contiguous:
         raise ValueError(
             f"cannot read variable '{name}' into an array of shape {tuple(out.shape)} and dtype "
