@@ -352,8 +352,7 @@ class VarstoreReader(CheckpointReader):
         return self._bytes.packed_blob(limit)
 
     def check_stored(self, record: Record) -> None:
-        """Refuses a variable whose manifest claims more bytes than its storage holds, or than the read
-        limit (`max_bytes`, varstore/_limits.py), before allocating.
+        """Refuses a variable claiming more bytes than its storage holds or the read limit allows, before allocating.
 
         Raises:
           CorruptCheckpointError: naming the variable, the file and both sizes (see locations.py).
