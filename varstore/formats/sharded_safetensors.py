@@ -28,6 +28,7 @@ from varstore.checkpoint.format.entry import SaveEntry
 from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo
 from varstore.formats.safetensors import SafetensorsReader, write_safetensors
 from varstore.formats._confine import inside
+from varstore.storage.links import check_inside
 from varstore.errors import ConversionError, CorruptCheckpointError, NotACheckpointError, UnknownVariableError
 
 if TYPE_CHECKING:
@@ -109,6 +110,8 @@ class ShardedSafetensorsReader(CheckpointReader):
         if index_path is None:
             raise NotACheckpointError(f"'{given}' is not part of a sharded safetensors set: no "
                                       f"*.safetensors.index.json names it")
+        if given.is_dir():  # an index found in the directory given: a link never leads out of it
+            check_inside(given, index_path, "safetensors index")
         super().__init__(index_path)
         label = f"safetensors index '{index_path}'"
         try:

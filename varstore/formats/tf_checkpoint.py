@@ -25,6 +25,7 @@ import numpy.typing as npt
 from varstore import dtypes as _dtypes
 from varstore.formats._confine import inside
 from varstore.formats._coverage import check_coverage
+from varstore.storage.links import check_inside
 from varstore.storage.special_files import open_for_reading
 from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.formats import _tf_bundle_format as fmt
@@ -296,6 +297,7 @@ class TFCheckpointReader(CheckpointReader):
         handle = self._files.get(entry.shard_id)
         if handle is None:
             path = fmt.data_filename(self.prefix, entry.shard_id, self._header.num_shards)
+            check_inside(Path(self.prefix).parent, path, f"data shard of '{name}'")  # a link never leads out
             try:
                 handle = os.fdopen(open_for_reading(path, f"data shard of '{name}'"), "rb")  # never blocks
             except SpecialFileError:
