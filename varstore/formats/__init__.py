@@ -29,6 +29,7 @@ from varstore._limits import max_bytes as _max_bytes
 from varstore.checkpoint.format.entry import SaveEntry
 from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry
 from varstore.formats import registry as _registry
+from varstore.formats._confine import written_names
 from varstore.formats.registry import FormatEntry, WriteRequest, register_format, unregister_format
 from varstore.formats.rename import rename_pairs, rewrite
 from varstore.errors import ConversionError, UnsupportedFormatError
@@ -311,6 +312,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
             stored = _dtypes.as_dtype(info.dtype)
             target = cast if cast is not None and _dtypes.is_floating(stored) else stored
             plan.append((name, new, stored, target, info))
+        written_names([new for _, new, *_ in plan], file=dst_label)  # no "..", "/abs", NUL, lone surrogate
         total = sum(int(np.prod(info.shape, dtype=object)) * target.itemsize
                     for _, _, _, target, info in plan)
         done = [0]
