@@ -71,14 +71,16 @@ def find_index(path: Path) -> Path | None:
         return path
     if path.is_dir():
         found = sorted(p for p in path.iterdir() if p.name.endswith(_INDEX_SUFFIXES) and p.is_file())
-        return found[0] if found else None
+        # an index found in the directory given is the checkpoint's: a link never leads out of it
+        return check_inside(path, found[0], "safetensors index") if found else None
     if path.is_file() and path.name.endswith(".safetensors"):
         for candidate in sorted(path.parent.glob("*.safetensors.index.json")):
             try:
+                check_inside(path.parent, candidate, "safetensors index")  # a linked sibling leading out: none
                 if candidate.stat().st_size > _MAX_INDEX:
                     continue
                 index = json.loads(candidate.read_text("utf-8"))
-            except (OSError, ValueError):
+            except (OSError, ValueError):  # PathOutsideCheckpointError is an OSError
                 continue
             weight_map = index.get("weight_map") if isinstance(index, dict) else None
             if isinstance(weight_map, dict) and path.name in set(weight_map.values()):
@@ -110,8 +112,6 @@ class ShardedSafetensorsReader(CheckpointReader):
         if index_path is None:
             raise NotACheckpointError(f"'{given}' is not part of a sharded safetensors set: no "
                                       f"*.safetensors.index.json names it")
-        if given.is_dir():  # an index found in the directory given: a link never leads out of it
-            check_inside(given, index_path, "safetensors index")
         super().__init__(index_path)
         label = f"safetensors index '{index_path}'"
         try:
