@@ -354,13 +354,16 @@ _FULL = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk qu
          errno.EFBIG: "the file size limit is reached"}
 #: The same failures as h5py and other C libraries word them (their OSError carries no errno).
 _FULL_WORDS = ("No space left on device", "Disk quota exceeded", "File too large")
+#: NumPy's ndarray.tofile after a short write (no errno): "524288 requested and 65504 written".
+_SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")
 
 
 def write_failure(err: BaseException, final: Path) -> CheckpointWriteError | None:
     """The typed error for an OSError a write of `final` failed with (None for anything else).
 
-    ENOSPC, EDQUOT and EFBIG (also as h5py words them) become DiskFullError, EIO a CheckpointWriteError;
-    both say the old `final` is left whole (atomic_path removed the temporary) and keep `.errno`.
+    ENOSPC, EDQUOT and EFBIG (also as h5py words them) and a short write NumPy reports without an errno
+    become DiskFullError, EIO a CheckpointWriteError; both say the old `final` is left whole (atomic_path
+    removed the temporary) and keep `.errno` (None for the short write).
     """
     if not isinstance(err, OSError) or isinstance(err, VarstoreError):
         return None
@@ -369,6 +372,10 @@ def write_failure(err: BaseException, final: Path) -> CheckpointWriteError | Non
         text = str(err)
         number = next((n for n, words in zip(_FULL, _FULL_WORDS) if words in text), None)
     kept = (f"'{final}' is left as it was (no partial output; the temporary was removed)")
+    if number is None and _SHORT_WRITE.search(str(err)):  # NumPy's tofile: the OS took fewer bytes, no errno
+        return DiskFullError(f"cannot write '{final}': the file system accepted only part of a write ({err}: "
+                             f"its space or the file size limit ran out); {kept}. Free space (or raise the "
+                             f"limit) and write again")
     if number in _FULL:
         failure: CheckpointWriteError = DiskFullError(
             f"cannot write '{final}': {_FULL[number]} ({err}); {kept}. Free space (or raise the limit) "
