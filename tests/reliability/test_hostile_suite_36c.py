@@ -209,3 +209,18 @@ def test_a_symlinked_pointer_is_never_read_through(tmp_path: Path) -> None:
     assert vs.CheckpointManager(run).rebuild_state() == run / "ckpt-1.h5"  # replaces the link itself
     assert not (run / "latest").is_symlink()
     assert (tmp_path / "elsewhere.json").read_text() == '{"latest": "ckpt-1.h5", "checkpoints": []}'
+
+
+def test_a_saved_model_index_symlinked_out_is_refused(tmp_path: Path) -> None:
+    """A SavedModel directory given by the user: its variables/variables.index is a file of the checkpoint."""
+    from varstore.formats.tf_writer import write_tf_checkpoint
+
+    for where, value in (("model", VALUES), ("outside", np.full(VALUES.shape, SENTINEL, np.float32))):
+        (tmp_path / where).mkdir()
+        (tmp_path / where / "saved_model.pb").write_bytes(b"")
+        write_tf_checkpoint(tmp_path / where / "variables" / "variables", _entries(value), state_file=False)
+    np.testing.assert_array_equal(vs.load(tmp_path / "model")["w"], VALUES)
+    _link(tmp_path / "model" / "variables" / "variables.index", tmp_path / "outside" / "variables" / "variables.index")
+    outcome = run_hostile("api", ["read_all", str(tmp_path / "model")], timeout_s=TIMEOUT_S)
+    assert (outcome.status, outcome.error) == ("typed", "PathOutsideCheckpointError"), outcome
+    assert "variables.index" in outcome.message and "outside" in outcome.message

@@ -166,6 +166,8 @@ class TFCheckpointReader(CheckpointReader):
         self.prefix = prefix
         self._index_path = prefix + ".index"
         self._label = f"'{self._index_path}'"
+        if not os.fspath(path).endswith(".index"):  # unless the user named it: an index never links out
+            check_inside(Path(prefix).parent, self._index_path, "TF checkpoint index")
         try:
             data = Path(self._index_path).read_bytes()
         except OSError as err:
