@@ -37,6 +37,8 @@ __all__ = [
     "SpecialFileError",
     "CheckpointPermissionError",
     "CheckpointReplacedError",
+    "CheckpointWriteError",
+    "DiskFullError",
     "RestoreError",
     "RestoreTargetError",
     "UnknownVariableError",
@@ -178,6 +180,16 @@ class CheckpointPermissionError(CheckpointError, PermissionError):
 
 class CheckpointReplacedError(CheckpointError):
     """The checkpoint was replaced by another save while it was being read; open it again."""
+
+
+class CheckpointWriteError(CheckpointError):
+    """A write failed or was interrupted (an I/O error of the file system); the old destination is left
+    whole and no partial output stays behind; names the destination. `.errno` is the OS error number."""
+
+
+class DiskFullError(CheckpointWriteError):
+    """A write ran out of space (ENOSPC, EDQUOT: the file system or quota is full; EFBIG: the file size
+    limit); the old destination is left whole and the temporaries are removed; names the destination."""
 
 
 class RestoreError(VarstoreError, KeyError):

@@ -127,7 +127,7 @@ def _report_json(report: Any) -> dict[str, Any]:
 @click.option("--separator", metavar="SEP",
               help="Turn every SEP in a source name into '/' (before --rename): --separator . maps "
                    "'encoder.layer.0.weight' to 'encoder/layer/0/weight'.")
-@click.option("--force", is_flag=True, help="Replace DST if it exists (never allowed when DST is SRC).")
+@click.option("--force", is_flag=True, help="Replace DST if it is a checkpoint of its own format (never another file or directory, never SRC).")
 @skip_object_arrays_option
 @click.option("--dtype", metavar="D", help="Cast every floating variable to this dtype (e.g. float16, bfloat16).")
 @click.option("--max-shard-size", metavar="SIZE",

@@ -30,6 +30,7 @@ from varstore._limits import max_expansion as _max_expansion
 from varstore.checkpoint.format.entry import SaveEntry
 from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry
 from varstore.formats import registry as _registry
+from varstore.formats._confine import written_names
 from varstore.formats.registry import FormatEntry, WriteRequest, register_format, unregister_format
 from varstore.formats.rename import rename_pairs, rewrite
 from varstore.errors import ConversionError, UnsupportedFormatError
@@ -176,9 +177,10 @@ class ConvertReport:
     notes: tuple[str, ...] = ()
 
 
-def _check_destination(src: Path, dst: Path, force: bool,
+def _check_destination(src: Path, dst: Path, force: bool, dest: FormatEntry,
                        storage_options: Mapping[str, object] | None = None) -> None:
-    """convert never writes over its source, and replaces an existing destination only with force."""
+    """convert never writes over its source, and replaces an existing destination only with force, and then
+    only a checkpoint of the destination's own format (_replace.py)."""
     from varstore.checkpoint.write.overwrite import describe, same_file
     from varstore.errors import CheckpointExistsError
 
@@ -206,6 +208,10 @@ def _check_destination(src: Path, dst: Path, force: bool,
         raise CheckpointExistsError(
             f"'{dst}' exists and is {found}; convert does not replace an existing destination: "
             f"choose another path or pass force=True to replace it", path=str(dst), found=found)
+    if found is not None:
+        from varstore.formats._replace import check_force_replaceable
+
+        check_force_replaceable(dst, dest, found)
 
 
 def _destination_format(dst: Path, to_format: str | None, write_options: dict[str, Any]) -> FormatEntry:
@@ -254,8 +260,10 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
         whose OLD starts a name replaces that prefix with NEW (after `separator`).
       separator: every occurrence of this string in a source name becomes "/"
         before `rename` ("." turns "encoder.layer.0.weight" into "encoder/layer/0/weight").
-      force: replace an existing `dst` (whatever it is). Without it any existing
-        destination raises CheckpointExistsError and is left untouched. `src`
+      force: replace an existing `dst` when it is a checkpoint of the destination's own format (a file
+        that sniffs as it, varstore's own checkpoint for .h5/.zarr, an empty directory for a directory
+        format); never a user's other file or directory (CheckpointExistsError, nothing deleted). Without
+        it any existing destination raises CheckpointExistsError and is left untouched. `src`
         and `dst` being the same file (also through a symlink) is refused always.
       dtype: cast floating-point variables (float16/32/64, bfloat16, float8)
         to this dtype ("float16", "bfloat16", ...); others are kept.
@@ -296,7 +304,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
         write_options["max_shard_size"] = max_shard_size
     dest = _destination_format(dst, to_format, write_options)
     pairs = rename_pairs(rename)
-    _check_destination(src, dst, force, storage_options)
+    _check_destination(src, dst, force, dest, storage_options)
     cast = _dtypes.as_dtype(dtype) if dtype is not None else None
     if cast is not None and not _dtypes.is_floating(cast):
         raise ConversionError(f"dtype={dtype!r} is not a floating-point dtype; convert casts floats only")
@@ -318,6 +326,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
                 skipped.append(SkippedEntry(name, f"not written to {dest.names_for_writing()[0]}: {refusal}"))
                 continue
             plan.append((name, new, stored, target, info))
+        written_names([new for _, new, *_ in plan], file=dst_label)  # no "..", "/abs", NUL, lone surrogate
         total = sum(int(np.prod(info.shape, dtype=object)) * target.itemsize
                     for _, _, _, target, info in plan)
         done = [0]

@@ -28,6 +28,7 @@ from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo, 
 from varstore.formats._restricted_pickle import DType, Record, unpickle
 from varstore.formats.pytorch import TorchBlob
 from varstore.formats._confine import inside
+from varstore.storage.links import refuse_links_leading_out
 from varstore.formats._coverage import check_coverage
 from varstore.storage.special_files import open_for_reading
 from varstore.errors import (
@@ -90,6 +91,7 @@ class DCPReader(CheckpointReader):
         self._label = f"DCP checkpoint '{directory}'"
         if not meta_path.is_file():
             raise NotACheckpointError(f"'{directory}' is not a PyTorch DCP checkpoint: no .metadata file")
+        refuse_links_leading_out(directory, "PyTorch DCP checkpoint")  # .metadata and data files stay inside
         try:
             if meta_path.stat().st_size > _MAX_METADATA:
                 raise CorruptCheckpointError(f"{self._label}: .metadata is larger than {_MAX_METADATA} bytes")

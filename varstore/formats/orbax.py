@@ -23,6 +23,7 @@ from varstore import dtypes as _dtypes
 from varstore._limits import check_value_size, load_json
 from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.formats._confine import inside
+from varstore.storage.links import refuse_links_leading_out
 from varstore.errors import (
     CorruptCheckpointError,
     MissingDependencyError,
@@ -83,6 +84,8 @@ class OrbaxReader(CheckpointReader):
         self._label = label
         if not (self.path / "_METADATA").is_file():
             raise NotACheckpointError(f"'{self.path}' is not an Orbax checkpoint: no _METADATA file")
+        # zarr chunks and tensorstore's OCDBT files are opened by path below: no symlink may lead out first
+        refuse_links_leading_out(self.path, "Orbax checkpoint")
         self._ocdbt = (self.path / "manifest.ocdbt").is_file()
         self.format_version = "ocdbt" if self._ocdbt else "zarr"
         self._arrays: dict[str, tuple[str, tuple[int, ...], np.dtype, Any]] = {}

@@ -407,6 +407,24 @@ def writer_for_path(path: Path) -> FormatEntry:
         f"{', '.join(endings[:-1])} or {endings[-1]}, or pass to_format")
 
 
+def sniffed(probe: Probe) -> tuple[FormatEntry, Path] | None:
+    """The first format whose sniff claims the probed path, and the path to open; None when no sniff does
+    (a suffix alone claims nothing here).
+
+    Raises:
+      As the sniffs: UnsafeFormatError (pickles), CorruptCheckpointError, CheckpointNotFoundError.
+    """
+    for entry in formats():
+        if entry.reads and entry.sniff is not None:
+            try:
+                target = entry.sniff(probe)
+            except (struct.error, EOFError, IndexError):  # a sniff that read past a short file: not this format
+                target = None
+            if target is not None:
+                return entry, Path(target)
+    return None
+
+
 def detect(probe: Probe) -> tuple[FormatEntry, Path]:
     """The format of the probed path and the path to open (a TF prefix for a bundle's .index).
 
@@ -422,14 +440,9 @@ def detect(probe: Probe) -> tuple[FormatEntry, Path]:
     if probe.is_file and probe.size == 0:
         raise NotACheckpointError(f"'{probe.path}' is an empty file, not a checkpoint")
     entries = formats()
-    for entry in entries:
-        if entry.reads and entry.sniff is not None:
-            try:
-                target = entry.sniff(probe)
-            except (struct.error, EOFError, IndexError):  # a sniff that read past a short file: not this format
-                target = None
-            if target is not None:
-                return entry, Path(target)
+    found = sniffed(probe)
+    if found is not None:
+        return found
     if not probe.exists:
         raise CheckpointNotFoundError(f"no checkpoint at '{probe.path}': no such file or directory")
     described = ", ".join(e.name for e in entries if not e.refuses and e.sniff is not None)

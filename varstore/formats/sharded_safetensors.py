@@ -29,6 +29,7 @@ from varstore.checkpoint.format.entry import SaveEntry
 from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo
 from varstore.formats.safetensors import SafetensorsReader, write_safetensors
 from varstore.formats._confine import inside
+from varstore.storage.links import check_inside
 from varstore.errors import ConversionError, CorruptCheckpointError, NotACheckpointError, UnknownVariableError
 
 if TYPE_CHECKING:
@@ -71,14 +72,16 @@ def find_index(path: Path) -> Path | None:
         return path
     if path.is_dir():
         found = sorted(p for p in path.iterdir() if p.name.endswith(_INDEX_SUFFIXES) and p.is_file())
-        return found[0] if found else None
+        # an index found in the directory given is the checkpoint's: a link never leads out of it
+        return check_inside(path, found[0], "safetensors index") if found else None
     if path.is_file() and path.name.endswith(".safetensors"):
         for candidate in sorted(path.parent.glob("*.safetensors.index.json")):
             try:
+                check_inside(path.parent, candidate, "safetensors index")  # a linked sibling leading out: none
                 if candidate.stat().st_size > _MAX_INDEX:
                     continue
                 index = load_json(candidate.read_text("utf-8"), f"safetensors index '{candidate}'")
-            except (OSError, ValueError):  # CorruptCheckpointError (JSON nested too deep) is an OSError
+            except (OSError, ValueError):  # PathOutsideCheckpointError, CorruptCheckpointError (JSON too deep): OSErrors
                 continue
             weight_map = index.get("weight_map") if isinstance(index, dict) else None
             if isinstance(weight_map, dict) and path.name in set(weight_map.values()):

@@ -29,6 +29,7 @@ from varstore import dtypes as _dtypes
 from varstore._limits import check_object_count
 from varstore.formats._confine import inside
 from varstore.formats._coverage import check_coverage
+from varstore.storage.links import check_inside
 from varstore.storage.special_files import open_for_reading
 from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.formats import _tf_bundle_format as fmt
@@ -169,6 +170,8 @@ class TFCheckpointReader(CheckpointReader):
         self.prefix = prefix
         self._index_path = prefix + ".index"
         self._label = f"'{self._index_path}'"
+        if not os.fspath(path).endswith(".index"):  # unless the user named it: an index never links out
+            check_inside(Path(prefix).parent, self._index_path, "TF checkpoint index")
         try:
             data = Path(self._index_path).read_bytes()
         except OSError as err:
@@ -300,6 +303,7 @@ class TFCheckpointReader(CheckpointReader):
         handle = self._files.get(entry.shard_id)
         if handle is None:
             path = fmt.data_filename(self.prefix, entry.shard_id, self._header.num_shards)
+            check_inside(Path(self.prefix).parent, path, f"data shard of '{name}'")  # a link never leads out
             try:
                 handle = os.fdopen(open_for_reading(path, f"data shard of '{name}'"), "rb")  # never blocks
             except SpecialFileError:

@@ -20,6 +20,7 @@ import numpy.typing as npt
 import zarr
 
 from varstore.errors import CorruptCheckpointError, UnknownVariableError, UnsupportedFormatError
+from varstore.storage.links import links_leading_out
 from varstore.storage.special_files import check_tree
 
 __all__ = ["ArrayEntry", "SkippedObject", "ZarrWalker"]
@@ -90,23 +91,6 @@ def _skip_reason(dtype: Any) -> str | None:
     return None
 
 
-def _links_leading_out(root: Path) -> list[str]:
-    """Relative paths of symbolic links under `root` whose targets lie outside it (not followed)."""
-    try:
-        base = root.resolve()
-    except OSError:
-        return []
-    found = []
-    for directory, dirnames, filenames in os.walk(root, followlinks=False):
-        for name in dirnames + filenames:
-            full = Path(directory) / name
-            if full.is_symlink():
-                target = full.resolve()
-                if target != base and base not in target.parents:
-                    found.append(full.relative_to(root).as_posix())
-    return found
-
-
 class ZarrWalker:
     """Opens a Zarr v2 or v3 group (or single array) read-only and lists its arrays.
 
@@ -133,7 +117,7 @@ class ZarrWalker:
         self._nodes: dict[str, Any] = {}
         self._reasons: dict[str, str] = {}
         check_tree(path, "Zarr directory")  # zarr opens chunk files itself: none may be a FIFO or a loop
-        self._escapes = _links_leading_out(Path(path))
+        self._escapes = links_leading_out(Path(path))
         self._root = Path(path)
         try:
             root: Any = zarr.open(store=str(Path(path)), mode="r")
