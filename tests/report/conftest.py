@@ -45,7 +45,7 @@ def values_b() -> dict[str, np.ndarray]:
     }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(A: a varstore HDF5 file, B: a varstore Zarr directory)."""
     root = tmp_path_factory.mktemp("report_checkpoints")
@@ -53,6 +53,20 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     varstore.save(a, values_a(), step=1000, metadata={"run": "demo"})
     varstore.save(b, values_b(), step=2000)
     return a, b
+
+
+@pytest.fixture(scope="session")
+def single(checkpoints: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    """(page, ReportResult) of B alone, with 2 figures (shared by the API and browser tests)."""
+    out = tmp_path_factory.mktemp("single") / "report.html"
+    return out, varstore.report(checkpoints[1], output=out, figures=2)
+
+
+@pytest.fixture(scope="session")
+def diff(checkpoints: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    """(page, ReportResult) of A -> B, without histogram figures."""
+    out = tmp_path_factory.mktemp("diff") / "diff.html"
+    return out, varstore.report(checkpoints[0], checkpoints[1], output=out, figures=0)
 
 
 def page_data(path: Path) -> dict[str, Any]:

@@ -20,18 +20,6 @@ from tests.report.conftest import HOSTILE, by_name, page_data, values_a, values_
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
-@pytest.fixture(scope="module")
-def single(checkpoints: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
-    out = tmp_path_factory.mktemp("single") / "report.html"
-    return out, report(checkpoints[1], output=out, figures=2)
-
-
-@pytest.fixture(scope="module")
-def diff(checkpoints: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
-    out = tmp_path_factory.mktemp("diff") / "diff.html"
-    return out, report(checkpoints[0], checkpoints[1], output=out, figures=1)
-
-
 def _finite(x: np.ndarray) -> np.ndarray:
     wide = x.astype(np.float64).reshape(-1)
     return wide[np.isfinite(wide)]
