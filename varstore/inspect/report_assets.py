@@ -16,15 +16,16 @@ __all__ = ["STYLE", "SCRIPT", "PAGE_ROWS"]
 PAGE_ROWS = 50
 
 STYLE = """
-body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1200px;padding:0 16px 40px;color:#1d232a}
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1440px;padding:0 16px 40px;color:#1d232a}
 h1{font-size:22px;margin:18px 0 4px}h2{font-size:18px;margin:26px 0 8px;border-bottom:1px solid #d6dbe1;padding-bottom:4px}
 .sub{color:#5b6673;margin:0 0 10px}.note{background:#fff7e0;border:1px solid #e8d28a;padding:6px 10px;border-radius:4px;margin:6px 0}
 .flags{background:#fdecea;border:1px solid #e6a39b;padding:8px 12px;border-radius:4px}.flags h2{border:0;margin:0 0 4px;color:#a82315}
 .ok{background:#eaf6ec;border:1px solid #9fd3a8;padding:6px 12px;border-radius:4px}
 table{border-collapse:collapse;margin:6px 0;font-variant-numeric:tabular-nums}
-th,td{padding:3px 8px;border-bottom:1px solid #e4e7eb;text-align:left;vertical-align:top}
+th,td{padding:3px 6px;border-bottom:1px solid #e4e7eb;text-align:left;vertical-align:top}
 th{background:#f3f5f7;cursor:pointer;user-select:none;white-space:nowrap}td.n{text-align:right;white-space:nowrap}
-td.name{font-family:ui-monospace,Menlo,Consolas,monospace;word-break:break-all;max-width:460px}
+td.name{font-family:ui-monospace,Menlo,Consolas,monospace;overflow-wrap:anywhere;min-width:16em;max-width:30em}
+.tablewrap{overflow-x:auto;max-width:100%}.tablewrap table{font-size:13px}
 tr.bad td{background:#fdecea}tr.row:hover td{background:#eef3fa;cursor:pointer}
 .cards{display:flex;flex-wrap:wrap;gap:10px}.card{border:1px solid #d6dbe1;border-radius:6px;padding:8px 12px;min-width:130px}
 .card b{display:block;font-size:18px}.tools{margin:6px 0;display:flex;gap:10px;align-items:center;flex-wrap:wrap}
@@ -32,7 +33,7 @@ tr.bad td{background:#fdecea}tr.row:hover td{background:#eef3fa;cursor:pointer}
 .gallery{display:flex;flex-wrap:wrap;gap:12px}.fig{border:1px solid #e4e7eb;border-radius:6px;padding:6px;width:410px}
 .fig .cap{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;word-break:break-all}
 .detail td{background:#fafbfc}.detail pre{margin:4px 0;white-space:pre-wrap}
-details.tree{margin-left:14px}details.tree>summary{cursor:pointer}.tree li{list-style:none;font-family:ui-monospace,Menlo,monospace;font-size:12px}
+details.tree{margin-left:0}details.tree ul{padding-left:18px;margin:2px 0}details.tree>summary{cursor:pointer}.tree li{list-style:none;font-family:ui-monospace,Menlo,monospace;font-size:12px}
 .size{color:#5b6673;font-family:system-ui,sans-serif}pre.meta{max-height:320px;overflow:auto;background:#f6f8fa;padding:8px}
 img{max-width:100%}
 """
@@ -77,7 +78,8 @@ function makeTable(id, columns, rows, opts) {
   columns.forEach((c, i) => { const th = el("th", c.title); th.title = "sort by " + c.title;
     th.addEventListener("click", () => { if (state.sort === i) state.desc = !state.desc; else { state.sort = i; state.desc = !!c.num; } state.page = 0; draw(); });
     hr.appendChild(th); });
-  head.appendChild(hr); table.append(head, body); host.append(tools, table);
+  head.appendChild(hr); table.append(head, body);
+  const wrap = el("div", undefined, "tablewrap"); wrap.appendChild(table); host.append(tools, wrap);
   function visible() {
     const f = state.filter.toLowerCase();
     let list = rows.filter(r => (!f || String(r[0]).toLowerCase().includes(f)) && (!onlyBox || !onlyBox.checked || opts.flagged(r)));
