@@ -30,11 +30,11 @@ def example_code(page: str) -> str:
 
 
 def _shrink(path: Path) -> None:
-    """Rewrites a screenshot with a 64-colour palette (the pages are flat colours; keeps each PNG small)."""
+    """Rewrites a screenshot with a 256-colour palette (the pages are flat colours; keeps each PNG small)."""
     from PIL import Image
 
     with Image.open(path) as image:
-        image.convert("RGB").quantize(colors=64).save(path, optimize=True)
+        image.convert("RGB").quantize(colors=256, method=Image.Quantize.FASTOCTREE).save(path, optimize=True)
 
 
 def main() -> None:

@@ -267,11 +267,11 @@ def _scope_chart(changes: Sequence[VariableChange], bar_figure: Callable[..., st
     if len(rows) > SCOPE_BARS:
         rows = sorted(sorted(rows, key=lambda r: -r[1])[:SCOPE_BARS])
         note += f"; the {SCOPE_BARS} scopes of largest change of {len(groups):,}"
-    note += "; red: NaN/Inf appeared"
+    note += "; red, marked (NaN/Inf): NaN/Inf appeared there"
     values = [r[1] for r in rows]
     positive = [v for v in values if 0 < v < math.inf]
     log_scale = bool(positive) and max(positive) / min(positive) > 100
-    chart = bar_figure([r[0] for r in rows], values, xlabel="relative change ||b - a|| / ||a||",
+    chart = bar_figure([f"{r[0]} (NaN/Inf)" if r[2] else r[0] for r in rows], values, xlabel="relative change ||b - a|| / ||a||",
                        log_scale=log_scale, highlight=[r[2] for r in rows])
     return chart, note
 

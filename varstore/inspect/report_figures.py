@@ -90,7 +90,7 @@ def bar_figure(labels: Sequence[str], values: Sequence[float], *, xlabel: str, l
       values: bar lengths (finite; non-finite ones are drawn at the largest finite value and marked red).
       xlabel: the value axis' label (with its unit).
       log_scale: a log value axis (non-positive values left out).
-      highlight: bars drawn red (e.g. NaN/Inf appeared).
+      highlight: bars and their labels drawn red (e.g. NaN/Inf appeared; a bar of length 0 shows by its label).
 
     Raises:
       MissingDependencyError: matplotlib is not installed (the [report] extra).
@@ -107,6 +107,9 @@ def bar_figure(labels: Sequence[str], values: Sequence[float], *, xlabel: str, l
         positions = list(range(len(labels)))
         axes.barh(positions, shown, color=[_RED if r else _BLUE for r in red], linewidth=0)
         axes.set_yticks(positions, short)
+        for label, marked in zip(axes.get_yticklabels(), red):
+            if marked:
+                label.set_color(_RED)
         axes.invert_yaxis()
         if log_scale and any(v > 0 for v in shown):
             axes.set_xscale("log")
