@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,8 @@ from varstore.inspect.report_stats import compare, summarize
 
 from tests.report.conftest import HOSTILE, by_name, page_data, values_a, values_b
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "fixtures"
 
 
 def _finite(x: np.ndarray) -> np.ndarray:
@@ -218,3 +222,67 @@ def test_progress_counts_every_byte_read(checkpoints: tuple[Path, Path], tmp_pat
            progress=lambda done, total, name: calls.append((done, total, name)))
     assert calls[0][0] == 0 and calls[-1][0] == calls[-1][1] > 0
     assert [c[0] for c in calls] == sorted(c[0] for c in calls)
+
+
+def test_figures_go_to_flagged_then_named_then_largest() -> None:
+    from varstore.checkpoint.read.reader_api import VariableInfo
+    from varstore.inspect.report_stats import VariableSummary
+
+    def summary(name: str, nbytes: int, nan: int) -> VariableSummary:
+        stats = varstore.variable_stats(np.zeros(1, np.float32))
+        stats = type(stats)(**{**stats.__dict__, "nan_count": nan})
+        return VariableSummary(VariableInfo(name, (nbytes // 4,), "float32", nbytes), stats, 0.0, (0.0, 1.0), (1,))
+
+    summaries = [summary("small_nan", 4, 1), summary("big", 4000, 0), summary("mid", 400, 0),
+                 summary("named/x", 8, 0), summary("tiny", 4, 0)]
+    assert html_report._figure_choice(summaries, 3, ("named/*",)) == [0, 1, 3]  # in checkpoint order
+    assert html_report._figure_choice(summaries, 2, ()) == [0, 1]
+    assert html_report._figure_choice(summaries, 0, ("*",)) == []
+
+
+def test_scope_chart_groups_by_the_deepest_scope_that_fits() -> None:
+    from varstore.inspect.report_stats import VariableChange
+
+    drawn: dict[str, Any] = {}
+
+    def bar_figure(labels: list[str], values: list[float], **options: Any) -> str:
+        drawn.update(labels=labels, values=values, **options)
+        return "data:image/svg+xml;base64,"
+
+    changes = [VariableChange(f"block_{i}/layer/w", 4, 0.5, 1.0, 4, 0, norm_a=3.0, norm_diff=4.0 if i else 0.0)
+               for i in range(3)]
+    changes.append(VariableChange("block_1/layer/b", 4, None, None, 0, 2))  # strings have no norm
+    changes.append(VariableChange("block_2/layer/b", 4, 0.0, 0.0, 0, 2, norm_a=4.0, norm_diff=0.0))
+    chart, note = html_report._scope_chart(changes, bar_figure)
+    assert chart and note.startswith("scopes: the first 2 '/'-separated parts")
+    assert drawn["labels"] == ["block_0/layer", "block_1/layer", "block_2/layer (NaN/Inf)"]
+    assert drawn["values"] == pytest.approx([0.0, 4 / 3, 4 / 5])
+    many = [VariableChange(f"s{i}/t{j}/w", 1, 0.1, 0.1, 1, 0, norm_a=1.0, norm_diff=0.1)
+            for i in range(5) for j in range(20)]
+    html_report._scope_chart(many, bar_figure)
+    assert drawn["labels"] == [f"s{i}" for i in range(5)]  # 100 two-part scopes do not fit in 40 bars
+    dotted = [VariableChange(f"layers.{i}.weight", 1, 0.1, 0.1, 1, 0, norm_a=1.0, norm_diff=0.1) for i in range(3)]
+    html_report._scope_chart(dotted, bar_figure)
+    assert drawn["labels"] == ["layers.0", "layers.1", "layers.2"]
+
+
+def test_the_docs_example_runs(tmp_path: Path) -> None:
+    """docs/report.md's example (the screenshots' source) runs as a script and writes the two pages it describes."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("report_screenshots", ROOT / "docs" / "report_screenshots.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    code = module.example_code((ROOT / "docs" / "report.md").read_text(encoding="utf-8"))
+    (tmp_path / "example.py").write_text(code.replace("figures=6", "figures=1"), encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "cli")]))
+    run = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    single, diff = page_data(tmp_path / "report.html"), page_data(tmp_path / "diff.html")
+    assert [v["name"] for v in single["variables"] if v["nan"]] == ["head/kernel"]
+    assert [r[0] for r in diff["diff"]["added"]] == ["head/bias"]
+    assert [r[0] for r in diff["diff"]["removed"]] == ["optimizer/learning_rate"]
+    for shot in ("report_single.png", "report_diff.png"):
+        assert 10_000 < (ROOT / "docs" / shot).stat().st_size < 300_000
