@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner, Result
 
 from varstore_cli.main import cli
@@ -62,3 +63,17 @@ def test_an_unreadable_source_is_one_line_exit_2(tmp_path: Path) -> None:
 def test_output_is_required(checkpoints: tuple[Path, Path]) -> None:
     result = _run("report", checkpoints[0])
     assert result.exit_code == 2 and "'-o' / '--output'" in result.stderr
+
+
+def test_the_bar_is_converts_and_drawn_on_a_terminal_only(checkpoints: tuple[Path, Path], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("tqdm")
+    from varstore_cli import convert_command
+
+    args = ["report", checkpoints[0], checkpoints[1], "-o", tmp_path / "r.html", "--figures", "0"]
+    plain = _run(*args)
+    assert plain.exit_code == 0 and "B/s" not in plain.stderr
+    monkeypatch.setattr(convert_command, "_stderr_is_terminal", lambda: True)
+    drawn = _run(*args)
+    assert drawn.exit_code == 0, drawn.output
+    assert "B/s" in drawn.stderr and drawn.stdout == plain.stdout
