@@ -14,7 +14,6 @@ import contextlib
 
 import click
 
-from varstore import report
 from varstore_cli import formatting as fmt
 from varstore_cli.convert_command import make_progress, stderr_is_terminal
 from varstore_cli.options import format_option, open_reader, storage_option
@@ -55,6 +54,8 @@ def report_command(checkpoint: str, other: str | None, output: str, title: str |
     as `varstore diff CHECKPOINT OTHER`): the variables added, removed, reshaped
     or retyped, and the relative change ||b-a||/||a|| by variable and by scope.
     --format applies to CHECKPOINT and OTHER alike."""
+    from varstore import report  # the report's modules load only for this command
+
     with contextlib.ExitStack() as stack:
         reader = stack.enter_context(open_reader(checkpoint, format_))
         reader_b = stack.enter_context(open_reader(other, format_)) if other is not None else None

@@ -286,3 +286,16 @@ def test_the_docs_example_runs(tmp_path: Path) -> None:
     assert [r[0] for r in diff["diff"]["removed"]] == ["optimizer/learning_rate"]
     for shot in ("report_single.png", "report_diff.png"):
         assert 10_000 < (ROOT / "docs" / shot).stat().st_size < 300_000
+
+
+def test_empty_scalar_string_and_bool_variables(tmp_path: Path) -> None:
+    values = {"empty": np.zeros((0, 3), np.float32), "scalar": np.float64(-2.5),
+              "names": np.array([b"ab", b"", b"c"]), "mask": np.array([True, False, True, True])}
+    varstore.save(tmp_path / "m.h5", values)
+    report(tmp_path / "m.h5", output=tmp_path / "m.html", figures=4)
+    rows = by_name(page_data(tmp_path / "m.html"))
+    assert (rows["empty"]["count"], rows["empty"]["min"], rows["empty"]["nan"], rows["empty"]["counts"]) == (0, None, 0, [])
+    assert (rows["scalar"]["shape"], rows["scalar"]["min"], rows["scalar"]["l2"]) == ("()", -2.5, 2.5)
+    assert (rows["names"]["dtype"], rows["names"]["zeros"], rows["names"]["min"], rows["names"]["counts"]) == (
+        "S2", 1, None, [])
+    assert (rows["mask"]["mean"], rows["mask"]["counts"]) == (0.75, [1, 3])

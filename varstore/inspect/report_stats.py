@@ -88,7 +88,9 @@ class _Merged:
     """VariableStats of chunks merged into one (counts added, moments by Chan's pairwise update)."""
 
     def __init__(self, dtype: str) -> None:
-        self.dtype, self.kind = dtype, ""
+        from varstore.dtypes import as_dtype
+
+        self.dtype, self.kind = dtype, _kind(as_dtype(dtype))
         self.count = self.zeros = self.nan = self.inf = self.n = 0
         self.mean = self.m2 = 0.0
         self.low: Any = None
@@ -114,7 +116,7 @@ class _Merged:
         self.high = part.max if self.high is None or part.max > self.high else self.high  # type: ignore[operator]
 
     def result(self) -> tuple[VariableStats, float | None]:
-        kind = self.kind or _kind(np.dtype(np.float64))
+        kind = self.kind
         nan_applies = kind in ("float", "complex")
         if kind == "string":
             return VariableStats(self.dtype, kind, self.count, zeros=self.zeros), None
