@@ -23,7 +23,7 @@ from varstore.inspect.report_stats import VariableChange, VariableSummary
 from varstore.inspect.stats import _json_number
 from varstore.inspect.tree import ScopeNode
 
-__all__ = ["CheckpointFacts", "PageContent", "render_page", "METADATA_CHARS"]
+__all__ = ["CheckpointFacts", "DiffContent", "PageContent", "render_page", "METADATA_CHARS"]
 
 #: Characters of a checkpoint's metadata JSON shown (GGUF vocabularies run to megabytes).
 METADATA_CHARS = 20_000
