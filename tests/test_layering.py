@@ -28,6 +28,7 @@ ALLOWED = {
     "safetensors": ("varstore/formats/safetensors.py",),
     "click": ("cli/",),
     "tqdm": ("cli/",),
+    "matplotlib": ("varstore/inspect/report_figures.py",),  # the HTML report's figures
     "mpi4py": ("varstore/distributed/",),
     "obstore": ("varstore/storage/",),
     "torch": ("varstore/torch.py", "varstore/_torch_", "varstore/formats/dcp_writer.py"),

@@ -4,7 +4,7 @@ The whole public API is re-exported here: the variable store (Variable,
 VariableStore, variable scopes, collections, initializers, devices),
 checkpoints (save, restore, load, open_checkpoint, CheckpointManager), converters
 (convert, open_checkpoint for foreign formats), inspection (variable_stats,
-diff_checkpoints) and every error class.
+diff_checkpoints, report) and every error class.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from varstore.formats.load import load as load
     from varstore.formats.registry import FormatEntry as FormatEntry, format_entry as format_entry, register_format as register_format, unregister_format as unregister_format
     from varstore.inspect import CheckpointDiff as CheckpointDiff, ScopeNode as ScopeNode, VariableStats as VariableStats, diff_checkpoints as diff_checkpoints, scope_tree as scope_tree, variable_stats as variable_stats
+    from varstore.inspect import ReportResult as ReportResult, report as report
     from varstore.checkpoint.manage.managed import is_manager_directory as is_manager_directory, list_checkpoints as list_checkpoints
     from varstore.formats.format_entry import parse_write_options as parse_write_options
     from varstore.formats.registry import read_format_names as read_format_names, write_format_names as write_format_names
@@ -128,6 +129,7 @@ _LAZY: dict[str, Callable[[], ModuleType]] = {
     "load": _load,
     "CheckpointDiff": _inspect, "VariableStats": _inspect, "diff_checkpoints": _inspect,
     "scope_tree": _inspect, "variable_stats": _inspect, "ScopeNode": _inspect,
+    "report": _inspect, "ReportResult": _inspect,
     "latest_checkpoint": _open, "list_checkpoints": _managed, "is_manager_directory": _managed,
     "read_format_names": _registry, "write_format_names": _registry, "parse_rename_rule": _rename,
     "parse_write_options": _format_entry, "parse_storage_options": _storage, "is_url": _storage,

@@ -3,8 +3,8 @@
 Each command parses its options, calls the public library API
 (`varstore.open_checkpoint`, `varstore.inspect`), and prints a
 table or a versioned JSON document (schemas in docs/cli.md). `convert`
-lives in convert_command.py, the options and helpers the commands share in
-options.py. Commands never catch library errors: main.py turns them into
+lives in convert_command.py, `report` in report_command.py, the options and
+helpers the commands share in options.py. Commands never catch library errors: main.py turns them into
 one line and exit status 2.
 """
 
@@ -26,6 +26,7 @@ from varstore import diff_checkpoints, scope_tree, variable_stats
 from varstore_cli.terminal import echo_line
 from varstore_cli import formatting as fmt
 from varstore_cli.convert_command import convert_command, make_progress, stderr_is_terminal
+from varstore_cli.report_command import report_command
 from varstore_cli.options import (echo_json, format_option, is_url, open_reader, skip_object_arrays_option,
                                   storage_option, storage_options)
 
@@ -403,4 +404,4 @@ def verify_command(path: str, format_: str | None, as_json: bool, skip_object_ar
                    f"{fmt.human_size(total)}, {how}")
 
 
-COMMANDS = [ls_command, show_command, diff_command, verify_command, convert_command]
+COMMANDS = [ls_command, show_command, diff_command, verify_command, convert_command, report_command]
