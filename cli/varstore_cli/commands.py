@@ -11,7 +11,6 @@ one line and exit status 2.
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import json
 import math
 import os
@@ -25,8 +24,9 @@ from varstore import diff_checkpoints, scope_tree, variable_stats
 from varstore_cli.terminal import echo_line
 from varstore_cli import formatting as fmt
 from varstore_cli.convert_command import convert_command, make_progress, stderr_is_terminal
-from varstore_cli.options import (echo_json, format_option, is_url, open_reader, skip_object_arrays_option,
-                                  storage_option, storage_options)
+from varstore_cli.options import (echo_json, format_option, is_url, open_reader, select, selection_json,
+                                  selection_options, selection_words, skip_object_arrays_option, storage_option,
+                                  storage_options)
 
 __all__ = ["COMMANDS", "ATTRIBUTES_SUFFIX"]
 
@@ -117,7 +117,7 @@ def _resolve_name(reader: CheckpointReader, name: str) -> str:
 # ----------------------------------------------------------------------- ls
 @click.command("ls")
 @click.argument("path", type=click.Path(readable=False))  # the library names an unreadable path
-@click.option("--filter", "pattern", metavar="GLOB", help="Only names matching this shell glob ('encoder/*').")
+@selection_options("")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.ls/1 JSON document.")
 @click.option("--tree", is_flag=True, help="Show the scope tree with per-scope totals.")
 @click.option("--strip-attributes", is_flag=True,
@@ -127,7 +127,8 @@ def _resolve_name(reader: CheckpointReader, name: str) -> str:
               help="PATH is a CheckpointManager directory: list its checkpoints (step, time, size; latest marked).")
 @skip_object_arrays_option
 @storage_option
-def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_attributes: bool,
+def ls_command(path: str, patterns: tuple[str, ...], excludes: tuple[str, ...], as_json: bool, tree: bool,
+               strip_attributes: bool,
                format_: str | None, list_checkpoints: bool, skip_object_arrays: bool) -> None:
     """List the variables of a checkpoint.
 
@@ -146,9 +147,8 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
         return
     with opened as reader:
         infos = reader.infos()
-        if pattern is not None:
-            infos = [i for i in infos if fnmatch.fnmatchcase(i.name, pattern)
-                     or fnmatch.fnmatchcase(_strip(i.name, strip_attributes), pattern)]
+        if patterns or excludes:
+            infos = [i for i in infos if _selected(i.name, _strip(i.name, strip_attributes), patterns, excludes)]
         shown = [VariableInfo(_strip(i.name, strip_attributes), tuple(i.shape), i.dtype, i.nbytes,
                               i.trainable, tuple(i.collections), i.checksum, i.device, i.attributes)
                  for i in infos] if strip_attributes else infos
@@ -161,7 +161,8 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
                 entry["key"] = original.name
                 variables.append(entry)
             document: dict[str, Any] = {"schema": "varstore.ls/1", **_checkpoint_json(reader),
-                                        "filter": pattern, "variables": variables, "totals": totals,
+                                        **selection_json(patterns, excludes), "variables": variables,
+                                        "totals": totals,
                                         "skipped": [{"name": s.name, "reason": s.reason}
                                                     for s in reader.skipped]}
             if tree:
@@ -178,8 +179,8 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
                               right=(3,)) if rows else []
         for line in lines:
             echo_line(line)
-        filtered = f" matching '{pattern}'" if pattern is not None else ""
-        echo_line(f"total: {fmt.plural(totals['variables'], 'variable')}{filtered}, "
+        selected = selection_words(patterns, excludes)
+        echo_line(f"total: {fmt.plural(totals['variables'], 'variable')}{selected}, "
                    f"{fmt.plural(totals['elements'], 'element')}, {fmt.human_size(totals['nbytes'])}")
         for line in _partition_lines(reader, {i.name for i in infos}):
             echo_line(line)
@@ -187,6 +188,12 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
             echo_line(f"skipped {fmt.plural(len(reader.skipped), 'entry', 'entries')}:")
             for line in fmt.table([[s.name, s.reason] for s in reader.skipped]):
                 echo_line("  " + line)
+
+
+def _selected(key: str, shown: str, patterns: tuple[str, ...], excludes: tuple[str, ...]) -> bool:
+    """Kept by --filter / --exclude: its key or its shown name matches a --filter, and neither an --exclude."""
+    return (bool(select([key], patterns, ()) or select([shown], patterns, ()))
+            and bool(select([key], (), excludes) and select([shown], (), excludes)))
 
 
 def _list_folder(path: str, as_json: bool) -> bool:
@@ -305,10 +312,12 @@ def show_command(path: str, name: str, count: int, as_json: bool, format_: str |
               help="Relative tolerance: equal when |a-b| <= atol + rtol*max(|a|,|b|).")
 @click.option("--atol", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="A",
               help="Absolute tolerance.")
+@selection_options("")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.diff/1 JSON document.")
 @storage_option
 @click.pass_context
-def diff_command(ctx: click.Context, a: str, b: str, rtol: float, atol: float, as_json: bool) -> None:
+def diff_command(ctx: click.Context, a: str, b: str, rtol: float, atol: float, patterns: tuple[str, ...],
+                 excludes: tuple[str, ...], as_json: bool) -> None:
     """Compare two checkpoints name by name.
 
     Lists the variables added, removed, with changed shape or dtype, and those
@@ -317,12 +326,14 @@ def diff_command(ctx: click.Context, a: str, b: str, rtol: float, atol: float, a
     with open_reader(a) as reader_a, open_reader(b) as reader_b:
         progress, close = make_progress(enabled=not as_json and stderr_is_terminal())
         try:
-            result = diff_checkpoints(reader_a, reader_b, rtol=rtol, atol=atol, progress=progress)
+            names = (select(reader_a.keys() + reader_b.keys(), patterns, excludes)
+                     if patterns or excludes else None)
+            result = diff_checkpoints(reader_a, reader_b, rtol=rtol, atol=atol, names=names, progress=progress)
         finally:
             close()
         if as_json:
             echo_json({"schema": "varstore.diff/1", "a": _checkpoint_json(reader_a),
-                        "b": _checkpoint_json(reader_b), **result.to_json()})
+                        "b": _checkpoint_json(reader_b), **selection_json(patterns, excludes), **result.to_json()})
         else:
             echo_line(f"--- {_describe(reader_a)}")
             echo_line(f"+++ {_describe(reader_b)}")
@@ -346,7 +357,7 @@ def diff_command(ctx: click.Context, a: str, b: str, rtol: float, atol: float, a
                        f"{len(result.values_differ):,} values differ"]
             tolerance = f" (rtol {rtol:g}, atol {atol:g})" if rtol or atol else " (exact)"
             verdict = "checkpoints differ" if result.differs else "checkpoints are equal"
-            echo_line(f"{verdict}{tolerance}: {', '.join(summary)}")
+            echo_line(f"{verdict}{tolerance}{selection_words(patterns, excludes)}: {', '.join(summary)}")
     ctx.exit(1 if result.differs else 0)
 
 
@@ -358,30 +369,38 @@ def _brief(info: VariableInfo) -> str:
 @click.command("verify")
 @click.argument("path", type=click.Path(readable=False))  # the library names an unreadable path
 @format_option()
+@selection_options("")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.verify/1 JSON document.")
 @skip_object_arrays_option
 @storage_option
-def verify_command(path: str, format_: str | None, as_json: bool, skip_object_arrays: bool) -> None:
+def verify_command(path: str, format_: str | None, patterns: tuple[str, ...], excludes: tuple[str, ...],
+                   as_json: bool, skip_object_arrays: bool) -> None:
     """Check a checkpoint's structure and checksums.
 
     Reads every variable of PATH and checks every checksum the format records.
     Exit status 0 when all is well; 2 with the first bad variable named."""
     with open_reader(path, format_, skip_object_arrays) as reader:
-        infos = reader.infos()
+        names = select(reader.keys(), patterns, excludes) if patterns or excludes else None
+        infos = reader.infos() if names is None else [reader.info(name) for name in names]
         progress, close = make_progress(enabled=not as_json and stderr_is_terminal())
         try:
-            reader.verify(progress) if progress is not None else reader.verify()
+            if names is not None:
+                reader.verify(progress, names)
+            else:
+                reader.verify(progress) if progress is not None else reader.verify()
         finally:
             close()
         checked = sum(1 for i in infos if i.checksum is not None)
         total = sum(i.nbytes for i in infos)
         if as_json:
-            echo_json({"schema": "varstore.verify/1", **_checkpoint_json(reader), "ok": True,
+            echo_json({"schema": "varstore.verify/1", **_checkpoint_json(reader),
+                       **({} if names is None else selection_json(patterns, excludes)), "ok": True,
                         "variables": len(infos), "nbytes": total, "checksums": checked})
             return
         how = (f"{fmt.plural(checked, 'checksum')} matched" if checked
                else "no checksums recorded; every variable read back")
-        echo_line(f"ok: {_describe(reader)}: {fmt.plural(len(infos), 'variable')}, "
+        selected = selection_words(patterns, excludes)
+        echo_line(f"ok: {_describe(reader)}: {fmt.plural(len(infos), 'variable')}{selected}, "
                    f"{fmt.human_size(total)}, {how}")
 
 

@@ -26,6 +26,10 @@ __all__ = [
     "open_reader",
     "read_format_help",
     "reader_options",
+    "select",
+    "selection_json",
+    "selection_options",
+    "selection_words",
     "resolve_path",
     "skip_object_arrays_option",
     "storage_option",
@@ -159,6 +163,42 @@ def open_reader(path: str, format: str | None = None, skip_object_arrays: bool =
                                                                            storage_options=storage_options()))
     path = resolve_path(path)
     return open_checkpoint(path, format=format, **reader_options(path, format, skip_object_arrays))
+
+
+def selection_options(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Adds --filter GLOB and --exclude GLOB, both repeatable (values `patterns`, `excludes`: tuples).
+
+    `what` qualifies the names in the help ("source " for convert, "" elsewhere). The rule (union of --filter, minus every --exclude)
+    is the library's one (CheckpointReader.filter / select_names).
+    """
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        command = click.option("--exclude", "excludes", metavar="GLOB", multiple=True,
+                               help=f"Leave out {what}names matching this shell glob (repeatable; applied after "
+                                    f"--filter).")(
+            command)
+        return click.option("--filter", "patterns", metavar="GLOB", multiple=True,
+                            help=f"Only {what}names matching this shell glob ('encoder/*'; repeatable: a name "
+                                 f"matching any is kept).")(command)
+    return decorate
+
+
+def select(names: Any, patterns: tuple[str, ...], excludes: tuple[str, ...]) -> list[str]:
+    """The names --filter / --exclude keep, in order (varstore.select_names)."""
+    from varstore import select_names
+
+    return select_names(names, patterns, excludes)
+
+
+def selection_json(patterns: tuple[str, ...], excludes: tuple[str, ...]) -> dict[str, Any]:
+    """The "filter" (null, the one glob, or a list of several) and "exclude" (a list) fields of a JSON document."""
+    return {"filter": None if not patterns else patterns[0] if len(patterns) == 1 else list(patterns),
+            "exclude": list(excludes)}
+
+
+def selection_words(patterns: tuple[str, ...], excludes: tuple[str, ...]) -> str:
+    """" matching 'a*' or 'b*', excluding 'c*'" for a totals line ("" without a selection)."""
+    text = f" matching {' or '.join(repr(p) for p in patterns)}" if patterns else ""
+    return text + (f", excluding {' or '.join(repr(p) for p in excludes)}" if excludes else "")
 
 
 def skip_object_arrays_option(function: Callable[..., Any]) -> Callable[..., Any]:

@@ -221,7 +221,8 @@ ProgressCallback = Callable[[int, int, str], None]
 
 
 def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_format: str | None = None,
-            to_format: str | None = None, filter: str | None = None,
+            to_format: str | None = None, filter: str | Iterable[str] | None = None,
+            exclude: str | Iterable[str] = (),
             rename: Iterable[tuple[str, str] | str] = (), dtype: Any = None,
             progress: ProgressCallback | None = None, separator: str | None = None, force: bool = False,
             max_shard_size: int | str | None = None, write_options: Mapping[str, Any] | None = None,
@@ -242,7 +243,8 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       to_format: a writing format's name ("h5", "zarr", "tf", "pt", "gguf", "dcp", "orbax", "safetensors",
         "safetensors-sharded", "npz");
         None picks by dst suffix.
-      filter: shell glob on source names ("encoder/*"); None keeps all.
+      filter: shell glob on source names ("encoder/*"), or several (their union); None keeps all.
+      exclude: shell glob, or several: source names matching one are left out (after `filter`).
       rename: prefix rules (OLD, NEW) or "OLD=NEW" strings; the first rule
         whose OLD starts a name replaces that prefix with NEW (after `separator`).
       separator: every occurrence of this string in a source name becomes "/"
@@ -292,7 +294,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
     if cast is not None and not _dtypes.is_floating(cast):
         raise ConversionError(f"dtype={dtype!r} is not a floating-point dtype; convert casts floats only")
     with open_any(src, from_format, storage_options=storage_options, **options) as reader:
-        names = reader.filter(filter) if filter is not None else reader.keys()
+        names = reader.filter(filter, exclude)
         plan: list[tuple[str, str, np.dtype, np.dtype, Any]] = []
         seen: dict[str, str] = {}
         for name in names:
