@@ -326,7 +326,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
         entries = [SaveEntry(name=new, shape=tuple(info.shape), dtype=target,
                              get=getter(name, stored, target,
                                         int(np.prod(info.shape, dtype=object)) * target.itemsize),
-                             trainable=info.trainable if info.trainable is not None else True,
+                             trainable=info.trainable,  # None (unknown) stays unknown: never invented
                              collections=tuple(info.collections), device=info.device)
                    for name, new, stored, target, info in plan]
         assert dest.write is not None  # writer_format / writer_for_path return writable entries only
