@@ -197,33 +197,43 @@ def _selected(key: str, shown: str, patterns: tuple[str, ...], excludes: tuple[s
 
 
 def _list_folder(path: str, as_json: bool) -> bool:
-    """Lists the checkpoints directly in folder `path` (each one's format; a manager directory's latest).
+    """Lists what is directly in folder `path`: each checkpoint with its format (a manager directory's latest),
+    told by content as `ls FILE` does (the registry's detectors, never a suffix alone), and every other entry
+    as "not a checkpoint" with the reason.
 
-    Returns False, printing nothing, when the folder holds none.
+    Returns False, printing nothing, when the folder holds no checkpoint.
     """
-    from varstore import is_manager_directory, latest_checkpoint
-    from varstore import detect_format
+    from varstore import detect_format, is_manager_directory, latest_checkpoint
 
-    entries = []
+    entries: list[dict[str, Any]] = []
+    others: list[dict[str, Any]] = []
     for entry in sorted(os.scandir(path), key=lambda e: e.name):
         if entry.name.startswith("."):
             continue
+        where = os.path.join(path, entry.name)
         try:
-            kind = detect_format(entry.path)
-        except (VarstoreError, OSError):
+            kind = detect_format(entry.path, by_suffix=False)
+        except (VarstoreError, OSError) as err:
             if not entry.is_dir() or not is_manager_directory(entry.path):
+                reason = str(err)
+                marker = f"'{entry.path}' is not a checkpoint: "
+                others.append({"name": entry.name, "path": where,
+                               "reason": reason[len(marker):] if reason.startswith(marker) else reason})
                 continue
             latest = latest_checkpoint(entry.path)
             kind = f"manager directory, latest {os.path.basename(str(latest))}" if latest else "manager directory"
-        entries.append({"name": entry.name, "path": os.path.join(path, entry.name), "format": kind})
+        entries.append({"name": entry.name, "path": where, "format": kind})
     if not entries:
         return False
     if as_json:
-        echo_json({"schema": "varstore.folder/1", "directory": path, "checkpoints": entries})
+        echo_json({"schema": "varstore.folder/1", "directory": path, "checkpoints": entries,
+                   "not_checkpoints": others})
         return True
     echo_line(f"{path}: a folder of {fmt.plural(len(entries), 'checkpoint')} "
                f"(`varstore ls {os.path.join(path, '<name>')}` lists one)")
-    for line in fmt.table([[e["name"], e["format"]] for e in entries], ["name", "format"]):
+    rows = sorted([[e["name"], e["format"]] for e in entries]
+                  + [[o["name"], f"not a checkpoint: {o['reason']}"] for o in others])
+    for line in fmt.table(rows, ["name", "format"]):
         echo_line(line.rstrip())
     return True
 

@@ -53,13 +53,15 @@ def formats() -> tuple[FormatEntry, ...]:
     return _registry.formats()
 
 
-def detect_format(path: os.PathLike[str] | str) -> str:
+def detect_format(path: os.PathLike[str] | str, *, by_suffix: bool = True) -> str:
     """The name of the format at `path`, without opening a reader.
 
     One of the registry's names: "varstore-hdf5", "varstore-zarr", "tf",
     "keras3", "keras2", "safetensors", "npz", "hdf5", "zarr", or a registered
     format's. HDF5 files are walked once (metadata only) to tell Keras 3,
-    Keras 2 and plain HDF5 apart.
+    Keras 2 and plain HDF5 apart. A file whose content no format's detector accepts is named by its
+    suffix (its reader then reports what is wrong), unless `by_suffix` is False: then it is
+    NotACheckpointError (`varstore ls DIR` lists a folder so).
 
     Raises:
       CheckpointNotFoundError: nothing at `path` (and it is no TF prefix).
@@ -67,7 +69,7 @@ def detect_format(path: os.PathLike[str] | str) -> str:
       NotACheckpointError: an empty file or one in no format varstore reads.
       CorruptCheckpointError: an HDF5 file h5py cannot walk.
     """
-    return _registry.detected_name(path)
+    return _registry.detected_name(path, by_suffix)
 
 
 def _open_remote(url: os.PathLike[str] | str, format: str | None,
