@@ -24,7 +24,7 @@ from varstore import diff_checkpoints, scope_tree, variable_stats
 from varstore_cli.terminal import echo_line
 from varstore_cli import formatting as fmt
 from varstore_cli.convert_command import convert_command, make_progress, stderr_is_terminal
-from varstore_cli.options import (echo_json, format_option, is_url, open_reader, select, selection_json,
+from varstore_cli.options import (echo_json, echo_json_list, format_option, is_url, open_reader, select, selection_json,
                                   selection_options, selection_words, skip_object_arrays_option, storage_option,
                                   storage_options)
 
@@ -92,21 +92,18 @@ def _describe(reader: CheckpointReader) -> str:
     return f"{reader.location}  ({', '.join(parts)})"
 
 
-def _resolve_name(reader: CheckpointReader, name: str) -> str:
-    """`name` itself, or its TF2 key with the attribute suffix, or an error with suggestions."""
+def _resolve_names(reader: CheckpointReader, name: str) -> tuple[list[str], str | None]:
+    """([name] itself, or its TF2 key with the attribute suffix), None; or for a scope (`conv1`, `conv1/`)
+    every key in it and the scope; or an error with suggestions."""
     keys = reader.keys()
     if name in keys:
-        return name
+        return [name], None
     if name + ATTRIBUTES_SUFFIX in keys:
-        return name + ATTRIBUTES_SUFFIX
+        return [name + ATTRIBUTES_SUFFIX], None
     scope = name.rstrip("/")
     inside = [key for key in keys if key.startswith(scope + "/")] if scope else []
-    if inside:  # `conv1` and `conv1/` alike: a scope, not a variable
-        shown = ", ".join(inside[:5]) + (", ..." if len(inside) > 5 else "")
-        raise UnknownVariableError(
-            f"'{name}' in '{reader.location}' is a scope of {fmt.plural(len(inside), 'variable')} ({shown}), "
-            f"not a variable: show one of them, or `varstore ls {reader.location} --filter '{scope}/*'` "
-            f"lists them")
+    if inside:  # `conv1` and `conv1/` alike: a scope, every variable of it shown
+        return inside, scope
     close = difflib.get_close_matches(name, keys, n=3)
     hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
     raise UnknownVariableError(
@@ -271,47 +268,71 @@ def _list_checkpoints(path: str, as_json: bool) -> None:
 @storage_option
 def show_command(path: str, name: str, count: int, as_json: bool, format_: str | None,
                  skip_object_arrays: bool) -> None:
-    """Show one variable: metadata, statistics, first values.
+    """Show one variable, or every variable of a scope: metadata, statistics, first values.
 
     Statistics are min, max, mean, std (over the finite elements) and the
-    counts of NaN, inf and zero elements."""
+    counts of NaN, inf and zero elements. NAME may be a scope ('conv1'): each
+    of its variables is shown, one block after another under a one-line
+    header (--json: a list of documents)."""
     with open_reader(path, format_, skip_object_arrays) as reader:
-        key = _resolve_name(reader, name)
-        info = reader.info(key)
-        value = reader.read(key)
-        stats = variable_stats(value)
-        first = value.reshape(-1)[:count]
+        keys, scope = _resolve_names(reader, name)
         if as_json:
-            echo_json({"schema": "varstore.show/1", **_checkpoint_json(reader),
-                        "variable": {**info.to_json(), "attributes": info.attributes},
-                        "stats": stats.to_json(), "values": fmt.json_values(first)})
+            documents = [_show_json(reader, key, count) for key in keys]
+            if scope is None:
+                echo_json(documents[0])
+            else:
+                echo_json_list(documents)
             return
-        rows = [
-            ["name", info.name],
-            ["checkpoint", _describe(reader)],
-            ["shape", fmt.format_shape(info.shape)],
-            ["dtype", info.dtype],
-            ["size", f"{fmt.human_size(info.nbytes)} ({fmt.plural(stats.count, 'element')})"],
-            ["trainable", fmt.format_flag(info.trainable)],
-            ["collections", fmt.format_collections(info.collections)],
-            ["checksum", info.checksum or "-"],
-            ["device", info.device or "-"],
-        ]
-        rows += [[f"attribute {k}", json.dumps(v, ensure_ascii=False)] for k, v in sorted(info.attributes.items())]
-        non_tensor = reader.metadata.get("non_tensor") if isinstance(reader.metadata, dict) else None
-        if isinstance(non_tensor, dict):  # a torch / DCP file's epoch, lr, param_groups ...
-            rows += [[f"non-tensor {k}", json.dumps(v, ensure_ascii=False)] for k, v in non_tensor.items()]
-        if stats.kind == "complex":
-            rows.append(["stats of", "|x| (magnitude) of the finite elements"])
-        rows += [["min", fmt.format_number(stats.min)], ["max", fmt.format_number(stats.max)],
-                 ["mean", fmt.format_number(stats.mean)], ["std", fmt.format_number(stats.std)],
-                 ["nan", fmt.format_number(stats.nan_count)], ["inf", fmt.format_number(stats.inf_count)],
-                 ["zeros", fmt.format_number(stats.zeros)]]
-        if count:
-            rows.append([f"values[:{len(first)}]" if len(first) < stats.count else "values",
-                         fmt.format_values(first)])
-        for line in fmt.table(rows):
-            echo_line(line)
+        if scope is not None:
+            echo_line(f"scope {scope}: {fmt.plural(len(keys), 'variable')} in {_describe(reader)}")
+        for key in keys:
+            if scope is not None:
+                echo_line("")
+            for line in fmt.table(_show_rows(reader, key, count)):  # the block `show CKPT conv1/w` prints
+                echo_line(line)
+
+
+def _show_json(reader: CheckpointReader, key: str, count: int) -> dict[str, Any]:
+    """The varstore.show/1 document of one variable (its first `count` values)."""
+    info = reader.info(key)
+    value = reader.read(key)
+    stats = variable_stats(value)
+    return {"schema": "varstore.show/1", **_checkpoint_json(reader),
+            "variable": {**info.to_json(), "attributes": info.attributes},
+            "stats": stats.to_json(), "values": fmt.json_values(value.reshape(-1)[:count])}
+
+
+def _show_rows(reader: CheckpointReader, key: str, count: int) -> list[list[str]]:
+    """The rows `show` prints for one variable: metadata, attributes, statistics, first `count` values."""
+    info = reader.info(key)
+    value = reader.read(key)
+    stats = variable_stats(value)
+    first = value.reshape(-1)[:count]
+    rows = [
+        ["name", info.name],
+        ["checkpoint", _describe(reader)],
+        ["shape", fmt.format_shape(info.shape)],
+        ["dtype", info.dtype],
+        ["size", f"{fmt.human_size(info.nbytes)} ({fmt.plural(stats.count, 'element')})"],
+        ["trainable", fmt.format_flag(info.trainable)],
+        ["collections", fmt.format_collections(info.collections)],
+        ["checksum", info.checksum or "-"],
+        ["device", info.device or "-"],
+    ]
+    rows += [[f"attribute {k}", json.dumps(v, ensure_ascii=False)] for k, v in sorted(info.attributes.items())]
+    non_tensor = reader.metadata.get("non_tensor") if isinstance(reader.metadata, dict) else None
+    if isinstance(non_tensor, dict):  # a torch / DCP file's epoch, lr, param_groups ...
+        rows += [[f"non-tensor {k}", json.dumps(v, ensure_ascii=False)] for k, v in non_tensor.items()]
+    if stats.kind == "complex":
+        rows.append(["stats of", "|x| (magnitude) of the finite elements"])
+    rows += [["min", fmt.format_number(stats.min)], ["max", fmt.format_number(stats.max)],
+             ["mean", fmt.format_number(stats.mean)], ["std", fmt.format_number(stats.std)],
+             ["nan", fmt.format_number(stats.nan_count)], ["inf", fmt.format_number(stats.inf_count)],
+             ["zeros", fmt.format_number(stats.zeros)]]
+    if count:
+        rows.append([f"values[:{len(first)}]" if len(first) < stats.count else "values",
+                     fmt.format_values(first)])
+    return rows
 
 
 # --------------------------------------------------------------------- diff

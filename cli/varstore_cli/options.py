@@ -21,6 +21,7 @@ from varstore.errors import CheckpointNotFoundError
 __all__ = [
     "FormatOption",
     "echo_json",
+    "echo_json_list",
     "format_option",
     "is_url",
     "open_reader",
@@ -228,4 +229,10 @@ def echo_json(document: dict[str, Any]) -> None:
         else:
             lines.append(f"  {_compact(key)}: {_compact(value)}{comma}")
     lines.append("}")
+    click.echo(escape_json_text("\n".join(lines)))
+
+
+def echo_json_list(documents: list[dict[str, Any]]) -> None:
+    """Prints a JSON list of documents, one document per line (`show CKPT SCOPE --json`)."""
+    lines = ["["] + [f"  {_compact(d)}{',' if i < len(documents) - 1 else ''}" for i, d in enumerate(documents)] + ["]"]
     click.echo(escape_json_text("\n".join(lines)))

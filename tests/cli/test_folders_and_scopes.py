@@ -51,14 +51,18 @@ def test_ls_on_a_folder_without_checkpoints_is_still_an_error(run, tmp_path: Pat
     assert listed.stderr.startswith(f"varstore: error: directory '{tmp_path / 'empty'}' holds no checkpoint")
 
 
-def test_show_a_scope_with_or_without_its_slash_names_its_variables(run, tmp_path: Path) -> None:
+def test_show_a_scope_with_or_without_its_slash_shows_each_variable(run, tmp_path: Path) -> None:
     path = _folder(tmp_path) / "model.h5"
+    blocks = [run("show", path, f"conv1/{leaf}").stdout for leaf in ("weights", "biases")]
     for name in ("conv1", "conv1/"):
         shown = run("show", path, name)
-        assert shown.exit_code == 2
-        assert shown.stderr == (
-            f"varstore: error: '{name}' in '{path}' is a scope of 2 variables (conv1/weights, conv1/biases), "
-            f"not a variable: show one of them, or `varstore ls {path} --filter 'conv1/*'` lists them\n")
+        assert shown.exit_code == 0, shown.stderr
+        assert shown.stdout == (f"scope conv1: 2 variables in {path}  (varstore-hdf5, version 1.0)\n"
+                                f"\n{blocks[0]}\n{blocks[1]}")
+        documents = json.loads(run("show", "--json", path, name).stdout)
+        assert [d["variable"]["name"] for d in documents] == ["conv1/weights", "conv1/biases"]
+        assert documents[0] == json.loads(run("show", "--json", path, "conv1/weights").stdout)
+        assert documents[1]["values"] == [0.0, 0.0] and documents[1]["schema"] == "varstore.show/1"
 
 
 def test_ls_folder_tells_checkpoints_by_content_never_by_suffix(run, tmp_path: Path) -> None:
