@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from varstore.checkpoint.read.restore_result import RestoreResult as RestoreResult
     from varstore.checkpoint.write.snapshot import SaveHandle as SaveHandle
     from varstore.distributed.api import CheckpointManager as CheckpointManager, restore as restore, save as save  # comm=: one process or every rank
-    from varstore.checkpoint.read.reader_api import CheckpointReader as CheckpointReader, SkippedEntry as SkippedEntry, VariableInfo as VariableInfo
+    from varstore.checkpoint.read.reader_api import CheckpointReader as CheckpointReader, SkippedEntry as SkippedEntry, VariableInfo as VariableInfo, select_names as select_names
     from varstore._open import latest_checkpoint as latest_checkpoint, open_checkpoint as open_checkpoint
     from varstore.formats import ConvertReport as ConvertReport, convert as convert, detect_format as detect_format
     from varstore.formats.load import load as load
@@ -123,6 +123,7 @@ _LAZY: dict[str, Callable[[], ModuleType]] = {
     "save": _distributed_api, "restore": _distributed_api, "CheckpointManager": _distributed_api,
     "RestoreResult": _restore_result, "SaveHandle": _snapshot,
     "CheckpointReader": _reader_api, "SkippedEntry": _reader_api, "VariableInfo": _reader_api,
+    "select_names": _reader_api,
     "convert": _convert, "ConvertReport": _convert, "detect_format": _convert,
     "open_checkpoint": _open,  # own checkpoints without the converter registry; others through convert
     "FormatEntry": _registry, "format_entry": _registry, "register_format": _registry, "unregister_format": _registry,
@@ -169,6 +170,7 @@ __all__ = list(_CORE_NAMES) + list(errors.__all__) + [
     "CheckpointReader",
     "VariableInfo",
     "SkippedEntry",
+    "select_names",
     "convert",
     "ConvertReport",
     "detect_format",

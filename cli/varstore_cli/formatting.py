@@ -76,8 +76,8 @@ def format_number(value: Any) -> str:
 
 
 def _scalar_text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return repr(value)
+    if isinstance(value, bytes):  # byte strings (HDF5, TF) shown as text strings (npz) are: one rendering
+        return repr(value.decode("utf-8", errors="backslashreplace"))
     if isinstance(value, str):
         return repr(value)
     if isinstance(value, (complex, np.complexfloating)):
@@ -87,7 +87,8 @@ def _scalar_text(value: Any) -> str:
 
 
 def format_values(values: np.ndarray) -> str:
-    """A flat array's first values for humans: "[0.1, -2, nan]"."""
+    """A flat array's first values for humans: "[0.1, -2, nan]"; strings, bytes (decoded as UTF-8, invalid bytes
+    as backslash escapes) or not, as "['abc', 'de']"."""
     return "[" + ", ".join(_scalar_text(v) for v in _python_values(values)) + "]"
 
 

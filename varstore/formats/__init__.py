@@ -55,13 +55,15 @@ def formats() -> tuple[FormatEntry, ...]:
     return _registry.formats()
 
 
-def detect_format(path: os.PathLike[str] | str) -> str:
+def detect_format(path: os.PathLike[str] | str, *, by_suffix: bool = True) -> str:
     """The name of the format at `path`, without opening a reader.
 
     One of the registry's names: "varstore-hdf5", "varstore-zarr", "tf",
     "keras3", "keras2", "safetensors", "npz", "hdf5", "zarr", or a registered
     format's. HDF5 files are walked once (metadata only) to tell Keras 3,
-    Keras 2 and plain HDF5 apart.
+    Keras 2 and plain HDF5 apart. A file whose content no format's detector accepts is named by its
+    suffix (its reader then reports what is wrong), unless `by_suffix` is False: then it is
+    NotACheckpointError (`varstore ls DIR` lists a folder so).
 
     Raises:
       CheckpointNotFoundError: nothing at `path` (and it is no TF prefix).
@@ -69,7 +71,7 @@ def detect_format(path: os.PathLike[str] | str) -> str:
       NotACheckpointError: an empty file or one in no format varstore reads.
       CorruptCheckpointError: an HDF5 file h5py cannot walk.
     """
-    return _registry.detected_name(path)
+    return _registry.detected_name(path, by_suffix)
 
 
 def _open_remote(url: os.PathLike[str] | str, format: str | None,
@@ -234,7 +236,8 @@ ProgressCallback = Callable[[int, int, str], None]
 
 
 def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_format: str | None = None,
-            to_format: str | None = None, filter: str | None = None,
+            to_format: str | None = None, filter: str | Iterable[str] | None = None,
+            exclude: str | Iterable[str] = (),
             rename: Iterable[tuple[str, str] | str] = (), dtype: Any = None,
             progress: ProgressCallback | None = None, separator: str | None = None, force: bool = False,
             max_shard_size: int | str | None = None, write_options: Mapping[str, Any] | None = None,
@@ -255,7 +258,8 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       to_format: a writing format's name ("h5", "zarr", "tf", "pt", "gguf", "dcp", "orbax", "safetensors",
         "safetensors-sharded", "npz");
         None picks by dst suffix.
-      filter: shell glob on source names ("encoder/*"); None keeps all.
+      filter: shell glob on source names ("encoder/*"), or several (their union); None keeps all.
+      exclude: shell glob, or several: source names matching one are left out (after `filter`).
       rename: prefix rules (OLD, NEW) or "OLD=NEW" strings; the first rule
         whose OLD starts a name replaces that prefix with NEW (after `separator`).
       separator: every occurrence of this string in a source name becomes "/"
@@ -309,7 +313,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
     if cast is not None and not _dtypes.is_floating(cast):
         raise ConversionError(f"dtype={dtype!r} is not a floating-point dtype; convert casts floats only")
     with open_any(src, from_format, storage_options=storage_options, **options) as reader:
-        names = reader.filter(filter) if filter is not None else reader.keys()
+        names = reader.filter(filter, exclude)
         plan: list[tuple[str, str, np.dtype, np.dtype, Any]] = []
         seen: dict[str, str] = {}
         skipped = list(reader.skipped)
@@ -347,7 +351,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
         entries = [SaveEntry(name=new, shape=tuple(info.shape), dtype=target,
                              get=getter(name, stored, target,
                                         int(np.prod(info.shape, dtype=object)) * target.itemsize),
-                             trainable=info.trainable if info.trainable is not None else True,
+                             trainable=info.trainable,  # None (unknown) stays unknown: never invented
                              collections=tuple(info.collections), device=info.device)
                    for name, new, stored, target, info in plan]
         assert dest.write is not None  # writer_format / writer_for_path return writable entries only

@@ -60,9 +60,11 @@ def _write(path: Path, entries: Sequence[SaveEntry], request: WriteRequest, fmt:
     if isinstance(request.metadata, dict):
         try:
             json.dumps(request.metadata)
-            metadata["source_metadata"] = request.metadata
         except (TypeError, ValueError):
             pass
+        else:  # varstore -> varstore keeps the metadata as it was; another format's goes under source_metadata
+            own = request.source_format in ("varstore-hdf5", "varstore-zarr")
+            metadata = {**request.metadata, **metadata} if own else {**metadata, "source_metadata": request.metadata}
     save_entries(path, entries, step=request.step, metadata=metadata, format=fmt,
                  overwrite=request.overwrite, storage_options=request.storage_options)
     return ()

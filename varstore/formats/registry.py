@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 from varstore.backends import FORMATS, container_names
 from varstore.formats.format_entry import FormatEntry, WriteRequest
 from varstore.formats.probe import Probe
-from varstore.errors import CheckpointNotFoundError, NotACheckpointError, UnsupportedFormatError
+from varstore.errors import CheckpointNotFoundError, NotACheckpointError, UnsupportedFormatError, VarstoreError
 
 if TYPE_CHECKING:
     from varstore.checkpoint.read.reader_api import CheckpointReader
@@ -425,11 +425,12 @@ def sniffed(probe: Probe) -> tuple[FormatEntry, Path] | None:
     return None
 
 
-def detect(probe: Probe) -> tuple[FormatEntry, Path]:
+def detect(probe: Probe, by_suffix: bool = True) -> tuple[FormatEntry, Path]:
     """The format of the probed path and the path to open (a TF prefix for a bundle's .index).
 
     Every entry's sniff is asked in order; then, for a file, the first
-    entry whose suffixes end its name claims it.
+    entry whose suffixes end its name claims it (unless `by_suffix` is False: content only, as a
+    folder listing asks, so that a text file 'notes.h5' is no checkpoint).
 
     Raises:
       CheckpointNotFoundError: nothing at the path and no format claims it.
@@ -438,7 +439,8 @@ def detect(probe: Probe) -> tuple[FormatEntry, Path]:
       CorruptCheckpointError: a sniff found the file damaged (an HDF5 file h5py cannot walk).
     """
     if probe.is_file and probe.size == 0:
-        raise NotACheckpointError(f"'{probe.path}' is an empty file, not a checkpoint")
+        raise NotACheckpointError(f"'{probe.path}' is {'not a checkpoint: ' if not by_suffix else ''}"
+                                  f"an empty file{', not a checkpoint' if by_suffix else ''}")
     entries = formats()
     found = sniffed(probe)
     if found is not None:
@@ -446,9 +448,16 @@ def detect(probe: Probe) -> tuple[FormatEntry, Path]:
     if not probe.exists:
         raise CheckpointNotFoundError(f"no checkpoint at '{probe.path}': no such file or directory")
     described = ", ".join(e.name for e in entries if not e.refuses and e.sniff is not None)
+    if not by_suffix:  # content only: one short reason (a folder listing shows it beside the name)
+        named = next((e.name for e in entries if e.reads and any(probe.name.endswith(x) for x in e.suffixes)), None)
+        why = ("a folder without zarr.json, .zgroup or a TensorFlow 'checkpoint' state file" if probe.is_dir
+               else f"its content matches no format varstore reads (only its suffix {probe.path.suffix!r} names "
+                    f"{named})" if named else "its content matches no format varstore reads")
+        raise NotACheckpointError(f"'{probe.path}' is not a checkpoint: {why}")
     if probe.is_dir:
         raise NotACheckpointError(f"directory '{probe.path}' holds no checkpoint: it is none of {described} "
-                                  f"(no zarr.json / .zgroup and no TensorFlow 'checkpoint' state file)")
+                                  f"(no zarr.json / .zgroup and no TensorFlow 'checkpoint' state file)"
+                                  f"{_folder_contents(probe.path)}")
     for entry in entries:
         if entry.reads and any(probe.name.endswith(s) for s in entry.suffixes):
             if entry.refuses:
@@ -460,6 +469,33 @@ def detect(probe: Probe) -> tuple[FormatEntry, Path]:
         f"and its suffix {probe.path.suffix!r} names none")
 
 
+#: At most this many entries of a folder are probed to say what is in it (an error message's cost stays bounded).
+_FOLDER_PROBES = 64
+
+
+def _folder_contents(path: Path) -> str:
+    """"; it holds 2 checkpoints: a.h5 (varstore-hdf5), b.zarr (varstore-zarr): open one of them", or what
+    else the folder holds: the end of an error about a folder that is no checkpoint itself."""
+    try:
+        names = sorted(entry.name for entry in os.scandir(path) if not entry.name.startswith("."))
+    except OSError:
+        return ""
+    if not names:
+        return "; the folder is empty"
+    found = []
+    for name in names[:_FOLDER_PROBES]:
+        try:
+            found.append(f"{name} ({detected_name(path / name, by_suffix=False)})")
+        except (VarstoreError, OSError):
+            continue
+    more = f" (of the first {_FOLDER_PROBES} of {len(names)} entries)" if len(names) > _FOLDER_PROBES else ""
+    if found:
+        return (f"; it holds {len(found)} checkpoint{'s' if len(found) != 1 else ''}{more}: "
+                f"{', '.join(found)}: open one of them")
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"; it holds no checkpoint{more}, only {shown}"
+
+
 def open_detected(path: os.PathLike[str] | str, **options: Any) -> CheckpointReader:
     """Detects the format of `path` with one Probe and opens it, handing the probe to the reader."""
     with Probe(path) as probe:
@@ -468,7 +504,7 @@ def open_detected(path: os.PathLike[str] | str, **options: Any) -> CheckpointRea
         return entry.open(target, probe=probe, **options)
 
 
-def detected_name(path: os.PathLike[str] | str) -> str:
-    """The name of the format detected at `path` (no reader is opened)."""
+def detected_name(path: os.PathLike[str] | str, by_suffix: bool = True) -> str:
+    """The name of the format detected at `path` (no reader is opened); `by_suffix` as detect's."""
     with Probe(path) as probe:
-        return detect(probe)[0].name
+        return detect(probe, by_suffix)[0].name

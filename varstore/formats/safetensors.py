@@ -304,20 +304,29 @@ def write_checkpoint(path: Path, entries: Sequence[SaveEntry], request: WriteReq
     """The registry's write for "safetensors": write_safetensors with __metadata__ naming the source.
 
     `request` is a varstore.formats.format_entry.WriteRequest; the metadata holds
-    format "np" and source_metadata(request).
+    source_metadata(request) (a safetensors source's own __metadata__ kept) and format "np".
     """
     if request.options:
         raise ConversionError(f"the safetensors writer takes no options, got {', '.join(sorted(request.options))}")
-    write_safetensors(path, entries, metadata={"format": "np", **source_metadata(request)})
+    write_safetensors(path, entries, metadata={**source_metadata(request), "format": "np"})
     return ()
 
 
+#: Source formats whose metadata is safetensors' own str -> str __metadata__ (kept whole by a safetensors writer).
+_SAFETENSORS_SOURCES = ("safetensors", "safetensors-sharded")
+
+
 def source_metadata(request: WriteRequest) -> dict[str, str]:
-    """A converted file's __metadata__ (str -> str): converted_from (the source's file name), source_format,
-    step, and the source's non-tensor values (a PyTorch file's epoch, lr, ...) as one JSON string."""
+    """A converted file's __metadata__ (str -> str): a safetensors source's own __metadata__ (its string values:
+    {"author": "me"} stays), then converted_from (the source's file name), source_format, step, and the source's
+    non-tensor values (a PyTorch file's epoch, lr, ...) as one JSON string."""
     import json
 
-    meta = {"converted_from": request.source.name, "source_format": request.source_format}
+    meta: dict[str, str] = {}
+    if request.source_format in _SAFETENSORS_SOURCES:  # a sharded index's total_size describes the old shards
+        meta.update((k, v) for k, v in request.metadata.items()
+                    if isinstance(k, str) and isinstance(v, str) and k != "total_size")
+    meta.update({"converted_from": request.source.name, "source_format": request.source_format})
     if request.step is not None:
         meta["step"] = str(request.step)
     non_tensor = request.metadata.get("non_tensor")

@@ -21,6 +21,7 @@ import zarr
 
 from varstore.errors import CorruptCheckpointError, UnknownVariableError, UnsupportedFormatError
 from varstore.storage.links import links_leading_out
+from varstore.storage._local_errors import is_permission_error, permission_denied
 from varstore.storage.special_files import check_tree
 
 __all__ = ["ArrayEntry", "SkippedObject", "ZarrWalker"]
@@ -108,6 +109,7 @@ class ZarrWalker:
 
         Raises:
           CorruptCheckpointError: zarr cannot open or walk it.
+          CheckpointPermissionError: a metadata file (zarr.json, .zgroup ...) may not be read; names it.
           SpecialFileError: a FIFO, socket, device or symlink loop in the directory (checked first).
         """
         self.label = str(path)
@@ -128,6 +130,8 @@ class ZarrWalker:
             else:
                 self._add_array(root, "")
         except _ERRORS as err:
+            if is_permission_error(err):  # an unreadable zarr.json: typed as for every format and storage
+                raise permission_denied(getattr(err, "filename", None) or path) from err
             raise CorruptCheckpointError(f"cannot open Zarr hierarchy '{self.label}': {err}") from err
 
     def _walk(self, group: Any, prefix: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import fnmatch
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,24 @@ if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import; Varia
 
     from varstore.checkpoint.format.variable_info import SkippedEntry, VariableInfo
 
-__all__ = ["VariableInfo", "SkippedEntry", "CheckpointReader", "cast_into", "checked_out"]
+__all__ = ["VariableInfo", "SkippedEntry", "CheckpointReader", "cast_into", "checked_out", "select_names"]
+
+
+def select_names(names: Iterable[str], pattern: str | Iterable[str] | None = None,
+                 exclude: str | Iterable[str] = ()) -> list[str]:
+    """The names (in their order) matching `pattern`, or any of several patterns (their union), and no
+    `exclude` pattern: the one selection rule of convert's filter and the CLI's --filter / --exclude.
+
+    Args:
+      names: the names to select from.
+      pattern: a shell glob ("encoder/*"; fnmatch, case-sensitive), or several; None (or none given) keeps all.
+      exclude: a shell glob, or several; a name matching any of them is dropped (after `pattern`).
+    """
+    keep = [pattern] if isinstance(pattern, str) else list(pattern or ())
+    drop = [exclude] if isinstance(exclude, str) else list(exclude)
+    return [n for n in names
+            if (not keep or any(fnmatch.fnmatchcase(n, p) for p in keep))
+            and not any(fnmatch.fnmatchcase(n, p) for p in drop)]
 
 
 def __getattr__(name: str) -> Any:
@@ -103,17 +120,20 @@ class CheckpointReader(abc.ABC):
         """
 
     # -- shared behaviour
-    def verify(self, progress: Callable[[int, int, str], None] | None = None) -> None:
+    def verify(self, progress: Callable[[int, int, str], None] | None = None,
+               names: Iterable[str] | None = None) -> None:
         """Reads every variable and checks every checksum the format records.
 
         Args:
           progress: called as progress(done_bytes, total_bytes, name) after each variable is checked, and
             once with (0, total_bytes, "") before the first (the CLI draws its bar from it).
+          names: check only these keys (e.g. `self.filter(...)`), in this order; None checks all.
 
         Raises:
           ChecksumError / CorruptCheckpointError naming the first bad variable and the file.
+          UnknownVariableError: a name in `names` that is not a key.
         """
-        names = self.keys()
+        names = self.keys() if names is None else list(names)
         sizes = [self.info(name).nbytes for name in names] if progress is not None else []
         total, done = sum(sizes), 0
         if progress is not None:
@@ -128,9 +148,10 @@ class CheckpointReader(abc.ABC):
         """`info(name)` for every key, in order."""
         return [self.info(name) for name in self.keys()]
 
-    def filter(self, pattern: str) -> list[str]:
-        """Keys matching a shell glob ("encoder/*")."""
-        return [k for k in self.keys() if fnmatch.fnmatchcase(k, pattern)]
+    def filter(self, pattern: str | Iterable[str] | None = None, exclude: str | Iterable[str] = ()) -> list[str]:
+        """Keys (in order) matching a shell glob ("encoder/*") or any of several, minus those matching an
+        `exclude` glob; see select_names."""
+        return select_names(self.keys(), pattern, exclude)
 
     def __getitem__(self, name: str) -> npt.NDArray[Any]:
         return self.read(name)
