@@ -100,7 +100,7 @@ class OrbaxReader(CheckpointReader):
                 folder = inside(self.path, param, file=self.path / "_METADATA", field=f"the key path of leaf {keys!r}")
                 if not (folder / ".zarray").is_file():
                     raise CorruptCheckpointError(f"{label}: array '{param}' of leaf '{name}' is missing")
-                array = open_v2_array(folder)
+                array = open_v2_array(folder, name)
                 self._arrays[name] = (param, array.shape, array.native_dtype, array)
 
     def _open_ocdbt(self) -> Any:
@@ -139,11 +139,22 @@ class OrbaxReader(CheckpointReader):
     def read(self, name: str, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
         """Reads one array (one chunk at a time for the Zarr layout).
 
+        Without `out`, a Zarr-layout array is bounded by the bytes of its chunk files present times the
+        expansion factor (missing chunks are fills; varstore._limits.check_value_size) before allocating.
+
         Raises:
           UnknownVariableError: unknown name.
-          CorruptCheckpointError: a damaged chunk, naming the array.
+          CorruptCheckpointError: a damaged chunk, or one decoding past its size, naming the array.
+          ValueTooLargeError: the declared size exceeds what its chunk files can back, or max_bytes.
         """
         param, shape, dtype, source = self._lookup(name)
+        if out is None and not self._ocdbt:
+            from varstore._limits import check_value_size
+            from varstore.backends.zarr3.v2_array import stored_nbytes
+
+            declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            check_value_size(name, self.location, declared, self.max_bytes, stored=stored_nbytes(source),
+                             filtered=True, expansion=self.max_expansion)
         result = checked_out(name, shape, dtype, out)
         if self._ocdbt:
             try:
