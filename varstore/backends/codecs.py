@@ -124,7 +124,7 @@ def _streamed(decompressor: Any, data: bytes, limit: int) -> bytes:
     out = bytes(decompressor.decompress(data, limit + 1))
     if len(out) > limit:
         raise _TooLarge(len(out))
-    return out
+    return out  # at most limit + 1 bytes were ever decoded
 
 
 def _inflate(data: bytes, limit: int, config: dict[str, Any]) -> bytes:
@@ -136,7 +136,20 @@ def _inflate(data: bytes, limit: int, config: dict[str, Any]) -> bytes:
 
 
 def _bunzip(data: bytes, limit: int, config: dict[str, Any]) -> bytes:
-    return _streamed(bz2.BZ2Decompressor(), data, limit)
+    """bz2 streams back to back (as bz2.decompress reads them), bounded all together."""
+    parts: list[bytes] = []
+    total = 0
+    while data:
+        decompressor = bz2.BZ2Decompressor()
+        part = _streamed(decompressor, data, limit - total)
+        total += len(part)
+        parts.append(part)
+        if not decompressor.eof:
+            if decompressor.needs_input:
+                raise ValueError("truncated bz2 stream")
+            raise _TooLarge(limit + 1)
+        data = decompressor.unused_data
+    return b"".join(parts)
 
 
 def _unxz(data: bytes, limit: int, config: dict[str, Any]) -> bytes:
@@ -184,7 +197,8 @@ def _plain(codec: str) -> str:
     return codec.removeprefix("numcodecs.")
 
 
-def bounded_decode(data: bytes, config: dict[str, Any], limit: int, where: str, chunk: str) -> bytes | None:
+def bounded_decode(data: bytes, config: dict[str, Any], limit: int, where: str, chunk: str,
+                   name: str | None = None) -> bytes | None:
     """Decodes one compressed chunk to at most `limit` bytes: the bytes for zlib/gzip, bz2 and lzma
     (streamed with max_length); None for blosc, lz4 and zstd once their header declares at most `limit`
     (their libraries allocate exactly that); `data` unchanged for any other (a byte filter).
@@ -192,13 +206,15 @@ def bounded_decode(data: bytes, config: dict[str, Any], limit: int, where: str, 
     Args:
       config: the codec config ({"id": ...} for v2, {"name": ...} for v3).
       limit: the chunk's decoded size in bytes (its declared shape x itemsize, plus any checksum bytes).
-      where, chunk: the file and the chunk key, for messages.
+      where, chunk, name: the file, the chunk key and the variable, for messages.
 
     Raises:
       CorruptCheckpointError: the chunk decodes (or declares) more than `limit`, or does not decode.
     """
     codec = _plain(str(config.get("id", config.get("name", ""))))
     options = dict(config.get("configuration") or config)
+    label = (f"variable '{name}' in '{where}': chunk '{chunk}'" if name is not None
+             else f"chunk '{chunk}' of '{where}'") + f" ({len(data):,} bytes stored)"
     try:
         if codec in _STREAMED:
             return _STREAMED[codec](data, limit, options)
@@ -213,13 +229,14 @@ def bounded_decode(data: bytes, config: dict[str, Any], limit: int, where: str, 
         return data
     except _TooLarge as big:
         raise CorruptCheckpointError(
-            f"chunk '{chunk}' of '{where}' decodes ({codec}) to more than its {limit:,} bytes "
-            f"({big.args[0]:,} or more): a decompression bomb or a damaged chunk; nothing more was decoded") from None
+            f"{label} decodes ({codec}) to more than its {limit:,} bytes ({big.args[0]:,} or more): a "
+            f"decompression bomb or a damaged chunk; decoding stopped there, refused") from None
     except (ValueError, OSError, EOFError, lzma.LZMAError, zlib.error, struct.error) as err:
-        raise CorruptCheckpointError(f"chunk '{chunk}' of '{where}' does not decode ({codec}): {err}") from err
+        raise CorruptCheckpointError(f"{label} does not decode ({codec}): {err}") from err
 
 
-def check_chunk(data: bytes, configs: Iterable[dict[str, Any]], limit: int, where: str, chunk: str) -> None:
+def check_chunk(data: bytes, configs: Iterable[dict[str, Any]], limit: int, where: str, chunk: str,
+                name: str | None = None) -> None:
     """Checks that a chunk's bytes-to-bytes decoders (`configs`, in encode order) stay within `limit` bytes
     each step, decoding in reverse with bounded_decode (the first header-checked codec ends the check:
     its library allocates what was checked, and the codecs before it are byte filters of that size).
@@ -234,7 +251,7 @@ def check_chunk(data: bytes, configs: Iterable[dict[str, Any]], limit: int, wher
             start = options.get("location", "start" if codec in ("crc32", "adler32") else "end") == "start"
             data = data[4:] if start else data[:-4]
             continue
-        decoded = bounded_decode(data, config, limit, where, chunk)
+        decoded = bounded_decode(data, config, limit, where, chunk, name)
         if decoded is None:
             return
         data = decoded

@@ -164,7 +164,7 @@ class OrbaxReader(CheckpointReader):
             return result
         from varstore.backends.zarr3.v2_array import read_v2_array
 
-        return read_v2_array(source, result)
+        return read_v2_array(source, result, name)
 
 
 def sniff(probe: Probe) -> Path | None:

@@ -206,7 +206,7 @@ def _check_deflate_chunks(ds: h5py.Dataset, where: str, path: str) -> None:
                 data = data[:-4]
                 continue
             if codes[j] == 1:
-                bounded_decode(data, {"id": "zlib"}, limit, where, f"{path} chunk {tuple(offset)}")
+                bounded_decode(data, {"id": "zlib"}, limit, where, str(tuple(offset)), path)
             break  # the other filters decode into buffers of the chunk's size
 
 

@@ -102,13 +102,14 @@ def _shard_index(data: bytes, count: int, config: dict[str, Any], where: str) ->
     return [(values[2 * i], values[2 * i + 1]) for i in range(count)]
 
 
-def check_v3_chunks(directory: Path, meta: dict[str, Any], itemsize: int) -> None:
+def check_v3_chunks(directory: Path, meta: dict[str, Any], itemsize: int, name: str | None = None) -> None:
     """Decodes every chunk file of a Zarr v3 array with bounded decoders, checking none passes its size.
 
     Args:
       directory: the array's directory.
       meta: its parsed `zarr.json` (codecs already allow-listed).
       itemsize: bytes per element.
+      name: the variable, for messages.
 
     Raises:
       CorruptCheckpointError: a chunk (or inner chunk) decoding past its declared size, or damaged,
@@ -120,22 +121,22 @@ def check_v3_chunks(directory: Path, meta: dict[str, Any], itemsize: int) -> Non
     after, sharding = v3_bytes_codecs(codecs)
     inner_shape = [int(c) for c in (sharding or {}).get("chunk_shape") or []]
     for path in chunk_files(directory):
-        where = str(path)
+        where, key = str(path), path.relative_to(directory).as_posix()
         try:
             data = path.read_bytes()
         except OSError as err:
             raise CorruptCheckpointError(f"cannot read chunk '{where}': {err}") from err
         if sharding is None:
-            check_chunk(data, after, math.prod(chunk_shape) * itemsize, where, path.name)
+            check_chunk(data, after, math.prod(chunk_shape) * itemsize, str(directory), key, name)
             continue
         inner_after, _ = v3_bytes_codecs(list(sharding.get("codecs") or []))
         count = math.prod(c // max(i, 1) for c, i in zip(chunk_shape, inner_shape)) if inner_shape else 0
-        check_chunk(data, after, len(data), where, path.name)  # outer byte codecs: none in practice
+        check_chunk(data, after, len(data), str(directory), key, name)  # outer byte codecs: none in practice
         for offset, nbytes in _shard_index(data, count, sharding, where):
             if offset == _EMPTY and nbytes == _EMPTY:
                 continue
             if offset + nbytes > len(data):
                 raise CorruptCheckpointError(f"shard '{where}' indexes bytes {offset:,}+{nbytes:,} past its "
                                              f"{len(data):,} bytes")
-            check_chunk(data[offset:offset + nbytes], inner_after, math.prod(inner_shape) * itemsize, where,
-                        f"{path.name}@{offset}")
+            check_chunk(data[offset:offset + nbytes], inner_after, math.prod(inner_shape) * itemsize,
+                        str(directory), f"{key}@{offset}", name)

@@ -162,12 +162,12 @@ def stored_nbytes(array: V2Array) -> int:
 
 
 def _decode(data: bytes, array: V2Array, compressor: Any, filters: list[Any], chunk_bytes: int,
-            key: str) -> npt.NDArray[np.uint8]:
+            key: str, name: str | None) -> npt.NDArray[np.uint8]:
     """One chunk's bytes decoded, never past its size: streamed decoders bounded, numcodecs into a buffer."""
     decoded: Any = data
     if array.compressor is not None:
         limit = chunk_bytes if not array.filters else 2 * chunk_bytes + 64  # byte filters keep the size
-        streamed = bounded_decode(data, array.compressor, limit, str(array.path), key)
+        streamed = bounded_decode(data, array.compressor, limit, str(array.path), key, name)
         if streamed is not None:
             decoded = streamed
         elif not filters:
@@ -179,8 +179,9 @@ def _decode(data: bytes, array: V2Array, compressor: Any, filters: list[Any], ch
     return np.frombuffer(memoryview(decoded).cast("B"), dtype=np.uint8)
 
 
-def read_v2_array(array: V2Array, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """Reads the whole array into `out` (its shape, `native_dtype`), one chunk in memory at a time.
+def read_v2_array(array: V2Array, out: npt.NDArray[Any], name: str | None = None) -> npt.NDArray[Any]:
+    """Reads the whole array into `out` (its shape, `native_dtype`), one chunk in memory at a time;
+    `name` is the variable, for messages.
 
     Only the chunk files present are read; when some are missing, `out` is set to the fill value first.
 
@@ -200,7 +201,7 @@ def read_v2_array(array: V2Array, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
         key = array.separator.join(str(i) for i in index) if index else "0"
         region = tuple(slice(i * c, min((i + 1) * c, d)) for i, c, d in zip(index, array.chunks, array.shape))
         try:
-            flat = _decode(present[index].read_bytes(), array, compressor, filters, chunk_bytes, key)
+            flat = _decode(present[index].read_bytes(), array, compressor, filters, chunk_bytes, key, name)
         except VarstoreError:
             raise
         except (OSError, ValueError, RuntimeError, TypeError) as err:

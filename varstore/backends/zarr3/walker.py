@@ -234,7 +234,7 @@ class ZarrWalker:
         if self.zarr_format == 2:
             return directory if (directory / ".zarray").is_file() and entry.dtype.kind in "biufc" else None
         meta = load_json((directory / "zarr.json").read_bytes(), f"'{directory / 'zarr.json'}'")
-        check_v3_chunks(directory, meta, entry.dtype.itemsize)
+        check_v3_chunks(directory, meta, entry.dtype.itemsize, path or self._root.name)
         return None
 
     def read(self, path: str, out: npt.NDArray[Any] | None = None,
@@ -256,7 +256,8 @@ class ZarrWalker:
             v2_directory = self._checked(path, entry, max_expansion)
             if v2_directory is not None:
                 result = out if out is not None else np.empty(entry.shape, dtype=entry.dtype)
-                return read_v2_array(open_v2_array(v2_directory, path or self._root.name), result)
+                name = path or self._root.name
+                return read_v2_array(open_v2_array(v2_directory, name), result, name)
             value = np.asarray(array[...])
         except VarstoreError:
             raise
