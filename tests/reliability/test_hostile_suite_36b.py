@@ -147,6 +147,45 @@ def _zarr_million_chunks(folder: Path) -> Path:
     return root
 
 
+def _own_zarr(folder: Path, shape: list[int], chunk_shape: list[int], codecs: list[dict],
+              chunk: bytes | None) -> Path:
+    """varstore's own Zarr checkpoint whose manifest and w/zarr.json claim `shape` float32, stored with
+    `codecs` in one chunk file `chunk` (None: no chunk file at all)."""
+    path = vs.save(folder / "own.zarr", {"w": np.ones(4, np.float32)})
+    manifest_dir = path / "_varstore" / "manifest"
+    manifest = json.loads((manifest_dir / "0").read_bytes())
+    manifest["variables"]["shape"] = [shape]
+    manifest["variables"]["nbytes"] = [4 * math.prod(shape)]
+    data = json.dumps(manifest).encode()
+    (manifest_dir / "0").write_bytes(data)
+    meta = json.loads((manifest_dir / "zarr.json").read_text())
+    meta["shape"] = meta["chunk_grid"]["configuration"]["chunk_shape"] = [len(data)]
+    (manifest_dir / "zarr.json").write_text(json.dumps(meta))
+    from varstore.checkpoint.format.checksum import crc32c_of
+
+    root = json.loads((path / "zarr.json").read_text())
+    root["attributes"]["varstore_manifest_crc32c"] = crc32c_of(data)
+    (path / "zarr.json").write_text(json.dumps(root))
+    meta = json.loads((path / "w" / "zarr.json").read_text())
+    meta["shape"], meta["chunk_grid"]["configuration"]["chunk_shape"], meta["codecs"] = shape, chunk_shape, codecs
+    (path / "w" / "zarr.json").write_text(json.dumps(meta))
+    for file in (path / "w").iterdir():
+        if file.name != "zarr.json":
+            file.unlink()
+    if chunk is not None:
+        (path / "w" / ".".join("0" * len(shape))).write_bytes(chunk)
+    return path
+
+
+def _own_zarr_missing_chunks(folder: Path) -> Path:
+    return _own_zarr(folder, [30000, 30000], [1000, 1000], [{"name": "bytes"}], None)
+
+
+def _own_zarr_gzip_bomb(folder: Path) -> Path:
+    return _own_zarr(folder, [4], [4], [{"name": "bytes"}, {"name": "gzip", "configuration": {"level": 1}}],
+                     _gzip_bomb())
+
+
 class _Marker:
     """Unpickled, it would create the file named by `path` (a stand-in for code from the file)."""
 
@@ -178,6 +217,10 @@ CASES: dict[str, tuple[Callable[[Path], Path], str, str, dict[str, str]]] = {
     "Zarr root array of unwritten chunks declaring 3.6 GB": (
         _zarr_root_fill_bomb, "exit0", "declares 3,600,000,000 bytes; the file stores 0 bytes", {}),
     "Zarr array of 3.8 MiB in 1M chunks": (_zarr_million_chunks, "exit0", "grid of 1,000,000 chunks", {}),
+    "own Zarr checkpoint with its chunks missing, declaring 3.6 GB": (
+        _own_zarr_missing_chunks, "exit0", "claims 3600000000 bytes, but its storage 'w'", {}),
+    "own Zarr checkpoint with a gzip chunk inflating to 2.5 GiB": (
+        _own_zarr_gzip_bomb, "exit0", "decodes (gzip) to more than its 16 bytes", {}),
     "Orbax leaf naming the pickle filter, unsafe decode allowed": (
         _orbax_pickle_filter, "'pickle'", "'pickle'", {"NUMCODECS_ALLOW_UNSAFE_PICKLE_DECODE": "1"}),
 }
