@@ -137,7 +137,7 @@ def check_expansion(name: str, where: str, declared: int, stored: int, value: fl
 
     Raises:
       ValueTooLargeError: naming the variable, the file, the declared and stored sizes, the factor and
-        the switches (max_expansion=, VARSTORE_MAX_EXPANSION, --max-expansion).
+        the switches (max_expansion=, VARSTORE_MAX_EXPANSION).
       VarstoreError: a bad factor.
     """
     if declared <= UNBACKED_BYTES and value is None and ENV_MAX_EXPANSION not in os.environ:

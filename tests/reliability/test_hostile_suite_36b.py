@@ -367,6 +367,11 @@ def test_a_legit_all_zero_value_past_the_factor_loads_once_it_is_raised(tmp_path
     assert loaded.shape == (20 << 20,) and loaded.dtype == np.float32 and not loaded.any()
     with vs.open_checkpoint(path, max_expansion=2000) as reader:
         assert reader.max_expansion == 2000 and not reader.read("zeros").any()
+    with pytest.raises(ValueTooLargeError, match="declares 83,886,080 bytes"):
+        vs.convert(path, tmp_path / "refused.h5")
+    assert not (tmp_path / "refused.h5").exists()
+    vs.convert(path, tmp_path / "by_argument.h5", max_expansion=2000)
+    assert vs.load(tmp_path / "by_argument.h5")["zeros"].shape == (20 << 20,)
     monkeypatch.setenv(_limits.ENV_MAX_EXPANSION, "2000")
     assert not vs.load(path)["zeros"].any()
     report = vs.convert(path, tmp_path / "zeros.h5")
