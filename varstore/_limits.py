@@ -21,7 +21,8 @@ from varstore.errors import CorruptCheckpointError, ValueTooLargeError, Varstore
 
 __all__ = ["ENV_MAX_BYTES", "ENV_MAX_EXPANSION", "UNBACKED_BYTES", "DEFAULT_MAX_EXPANSION", "MAX_FILTER_EXPANSION",
            "MANIFEST_FLOOR_BYTES", "MANIFEST_EXPANSION", "available_memory", "max_bytes", "max_expansion",
-           "expansion_limit", "check_expansion", "GRID_FLOOR_CHUNKS", "check_grid", "read_limit", "check_value_size", "backed_bytes",
+           "expansion_limit", "check_expansion", "GRID_FLOOR_CHUNKS", "check_grid", "read_limit", "check_value_size",
+           "backed_bytes",
            "manifest_limit", "check_manifest_size", "load_json"]
 
 #: Environment variable holding the read limit in bytes (an int; overrides the default).

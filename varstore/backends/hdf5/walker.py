@@ -7,7 +7,8 @@ with the reason it is not read. Reads one dataset at a time. Never follows
 external links, never writes. A dataset whose installed filter is outside the
 allow-list of varstore.backends.codecs is refused (UnsafeCheckpointError);
 deflate chunks are inflated first by a bounded decoder (never past the
-chunk's size) before HDF5, which grows its buffer to the whole stream, reads them. The importers in varstore.formats (keras.py,
+chunk's size) before HDF5, which grows its buffer to the whole stream, reads
+them. The importers in varstore.formats (keras.py,
 generic.py) use it so they never import h5py themselves; it knows nothing
 about variables, names rules or checkpoints.
 """
