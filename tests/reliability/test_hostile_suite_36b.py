@@ -113,6 +113,24 @@ def _zarr_v3_gzip_bomb(folder: Path) -> Path:
     return root
 
 
+def _zarr_v3_sharded_gzip_bomb(folder: Path) -> Path:
+    """A sharded Zarr v3 array whose one shard holds one inner gzip chunk inflating to 2.5 GiB."""
+    from varstore.checkpoint.format.checksum import crc32c_of
+
+    root = _zarr_v3_gzip_bomb(folder)
+    meta = json.loads((root / "w" / "zarr.json").read_text())
+    meta["codecs"] = [{"name": "sharding_indexed", "configuration": {
+        "chunk_shape": [4], "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
+                                       {"name": "gzip", "configuration": {"level": 1}}],
+        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+        "index_location": "end"}}]
+    (root / "w" / "zarr.json").write_text(json.dumps(meta))
+    inner = _gzip_bomb()
+    index = struct.pack("<QQ", 0, len(inner))
+    (root / "w" / "c" / "0").write_bytes(inner + index + struct.pack("<I", crc32c_of(index)))
+    return root
+
+
 def _orbax(folder: Path, zarray: str, chunk: bytes | None) -> Path:
     root = folder / "orbax"
     (root / "w").mkdir(parents=True)
@@ -210,6 +228,8 @@ CASES: dict[str, tuple[Callable[[Path], Path], str, str, dict[str, str]]] = {
     "Zarr v2 bz2 chunk inflating to 2.5 GiB": (
         lambda f: _zarr_v2_bomb(f, {"id": "bz2", "level": 9}, _bz2_bomb()), "exit0", "more than its 16 bytes", {}),
     "Zarr v3 gzip chunk inflating to 2.5 GiB": (_zarr_v3_gzip_bomb, "exit0", "decodes (gzip) to more than its 16", {}),
+    "Zarr v3 shard whose inner gzip chunk inflates to 2.5 GiB": (
+        _zarr_v3_sharded_gzip_bomb, "exit0", "chunk 'c/0@0' (", {}),
     "Orbax zlib leaf inflating to 2.5 GiB": (
         lambda f: _orbax(f, _zarray({"id": "zlib", "level": 1}), _zlib_bomb()), "exit0", "more than its 16 bytes", {}),
     "Orbax leaf of unwritten chunks declaring 3.6 GB": (
@@ -401,3 +421,44 @@ def test_compressed_fixtures_still_load(fixture: str) -> None:
     with vs.open_checkpoint(FIXTURES / fixture) as reader:
         for name in reader.keys():
             np.testing.assert_array_equal(reader.read(name), loaded[name])
+
+
+@pytest.mark.parametrize("layout", ["v3 sharded zstd", "v3 gzip crc32c", "v2 blosc shuffle", "v2 lz4 delta",
+                                    "v2 bz2 F-order", "v2 lzma nested keys"])
+def test_legit_compressed_zarr_arrays_read_back_exactly(tmp_path: Path, layout: str) -> None:
+    import numcodecs
+    import zarr
+    from zarr.codecs import BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
+
+    value = np.arange(10 * 6, dtype=np.float32).reshape(10, 6) * 1.5
+    path = tmp_path / "a.zarr"
+    if layout == "v3 sharded zstd":
+        array = zarr.create_array(store=str(path), shape=value.shape, chunks=(2, 3), shards=(4, 6), dtype="f4",
+                                  compressors=ZstdCodec(), zarr_format=3)
+    elif layout == "v3 gzip crc32c":
+        array = zarr.create_array(store=str(path), shape=value.shape, chunks=(4, 4), dtype="f4",
+                                  serializer=BytesCodec(), compressors=[GzipCodec(), Crc32cCodec()], zarr_format=3)
+    else:
+        compressor, filters, order, separator = {
+            "v2 blosc shuffle": (numcodecs.Blosc(), [numcodecs.Shuffle(elementsize=4)], "C", "."),
+            "v2 lz4 delta": (numcodecs.LZ4(), [numcodecs.Delta(dtype="<f4")], "C", "."),
+            "v2 bz2 F-order": (numcodecs.BZ2(), None, "F", "."),
+            "v2 lzma nested keys": (numcodecs.LZMA(), None, "C", "/")}[layout]
+        array = zarr.create_array(store=str(path), shape=value.shape, chunks=(4, 4), dtype="<f4", zarr_format=2,
+                                  compressors=compressor, filters=filters, order=order,
+                                  chunk_key_encoding={"name": "v2", "separator": separator})
+    array[...] = value
+    np.testing.assert_array_equal(vs.load(path)["a"], value)
+
+
+def test_legit_hdf5_deflate_shuffle_fletcher32_chunks_read_back_exactly(tmp_path: Path) -> None:
+    import h5py
+
+    value = np.random.default_rng(36).standard_normal((50, 30)).astype(np.float32)
+    path = tmp_path / "g.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("w", data=value, chunks=(16, 16), compression="gzip", shuffle=True, fletcher32=True)
+        f.create_dataset("lzf", data=value, chunks=(8, 30), compression="lzf")
+    loaded = vs.load(path)
+    np.testing.assert_array_equal(loaded["w"], value)
+    np.testing.assert_array_equal(loaded["lzf"], value)
