@@ -462,3 +462,14 @@ def test_legit_hdf5_deflate_shuffle_fletcher32_chunks_read_back_exactly(tmp_path
     loaded = vs.load(path)
     np.testing.assert_array_equal(loaded["w"], value)
     np.testing.assert_array_equal(loaded["lzf"], value)
+
+
+def test_zarr_v2_string_array_chunk_bomb_is_refused_before_zarr_decodes_it(tmp_path: Path) -> None:
+    root = _zarr_v2_bomb(tmp_path, {"id": "zlib", "level": 1}, _zlib_bomb())
+    meta = json.loads((root / "w" / ".zarray").read_text())
+    meta["dtype"], meta["fill_value"] = "|S4", ""
+    (root / "w" / ".zarray").write_text(json.dumps(meta))
+    read = run_hostile("api", ["read_all", str(root)], timeout_s=120)
+    assert (read.status, read.error) == ("typed", "CorruptCheckpointError"), read
+    assert "variable 'w'" in read.message and "decodes (zlib) to more than its 16 bytes" in read.message
+    assert read.peak_rss_mb < PEAK_MB

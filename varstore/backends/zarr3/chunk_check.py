@@ -22,7 +22,7 @@ from typing import Any
 from varstore.backends.codecs import check_chunk, check_v2_codecs, check_v3_codecs, v3_bytes_codecs
 from varstore.errors import CorruptCheckpointError
 
-__all__ = ["check_codecs", "check_v3_chunks", "chunk_files", "METADATA_FILES"]
+__all__ = ["check_codecs", "check_v2_chunks", "check_v3_chunks", "chunk_files", "METADATA_FILES"]
 
 METADATA_FILES = frozenset({"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"})
 #: The largest metadata file read (bytes); zarr would parse a larger one whole.
@@ -100,6 +100,26 @@ def _shard_index(data: bytes, count: int, config: dict[str, Any], where: str) ->
     raw = data[:size] if config.get("index_location") == "start" else data[len(data) - size:]
     values = struct.unpack_from(f"<{2 * count}Q", raw, 0)
     return [(values[2 * i], values[2 * i + 1]) for i in range(count)]
+
+
+def check_v2_chunks(directory: Path, meta: dict[str, Any], itemsize: int, name: str | None = None) -> None:
+    """Decodes every chunk file of a Zarr v2 array that zarr reads (strings) with the bounded decoder of
+    its compressor: at most its chunk's bytes (twice that plus 64 behind byte filters).
+
+    Raises:
+      CorruptCheckpointError: a chunk decoding past that, or damaged, naming the chunk file.
+    """
+    compressor = meta.get("compressor")
+    if not isinstance(compressor, dict):
+        return
+    chunk_bytes = math.prod(int(c) for c in meta.get("chunks") or []) * itemsize
+    limit = 2 * chunk_bytes + 64 if meta.get("filters") else chunk_bytes
+    for path in chunk_files(directory):
+        try:
+            data = path.read_bytes()
+        except OSError as err:
+            raise CorruptCheckpointError(f"cannot read chunk '{path}': {err}") from err
+        check_chunk(data, [compressor], limit, str(directory), path.relative_to(directory).as_posix(), name)
 
 
 def check_v3_chunks(directory: Path, meta: dict[str, Any], itemsize: int, name: str | None = None) -> None:

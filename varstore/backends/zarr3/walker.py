@@ -24,7 +24,7 @@ import numpy.typing as npt
 import zarr
 
 from varstore._limits import check_grid, load_json
-from varstore.backends.zarr3.chunk_check import check_codecs, check_v3_chunks, chunk_files
+from varstore.backends.zarr3.chunk_check import check_codecs, check_v2_chunks, check_v3_chunks, chunk_files
 from varstore.backends.zarr3.v2_array import open_v2_array, read_v2_array
 from varstore.errors import CorruptCheckpointError, UnknownVariableError, UnsupportedFormatError, VarstoreError
 from varstore.storage.special_files import check_tree
@@ -232,10 +232,17 @@ class ZarrWalker:
         for size, chunk in zip(entry.shape, outer):
             grid *= -(-size // max(int(chunk), 1))
         check_grid(path or self._root.name, self.label, grid, len(chunk_files(directory)), max_expansion)
+        name = path or self._root.name
         if self.zarr_format == 2:
-            return directory if (directory / ".zarray").is_file() and entry.dtype.kind in "biufc" else None
+            if not (directory / ".zarray").is_file():
+                return None  # consolidated metadata only: zarr reads it (codecs checked at open)
+            if entry.dtype.kind in "biufc":
+                return directory
+            meta = load_json((directory / ".zarray").read_bytes(), f"'{directory / '.zarray'}'")
+            check_v2_chunks(directory, meta, entry.dtype.itemsize, name)
+            return None
         meta = load_json((directory / "zarr.json").read_bytes(), f"'{directory / 'zarr.json'}'")
-        check_v3_chunks(directory, meta, entry.dtype.itemsize, path or self._root.name)
+        check_v3_chunks(directory, meta, entry.dtype.itemsize, name)
         return None
 
     def read(self, path: str, out: npt.NDArray[Any] | None = None,
