@@ -21,7 +21,8 @@ from varstore.errors import CorruptCheckpointError, ValueTooLargeError, Varstore
 
 __all__ = ["ENV_MAX_BYTES", "ENV_MAX_EXPANSION", "UNBACKED_BYTES", "DEFAULT_MAX_EXPANSION", "MAX_FILTER_EXPANSION",
            "MANIFEST_FLOOR_BYTES", "MANIFEST_EXPANSION", "available_memory", "max_bytes", "max_expansion",
-           "expansion_limit", "check_expansion", "read_limit", "check_value_size", "backed_bytes",
+           "expansion_limit", "check_expansion", "GRID_FLOOR_CHUNKS", "check_grid", "read_limit", "check_value_size",
+           "backed_bytes",
            "manifest_limit", "check_manifest_size", "load_json"]
 
 #: Environment variable holding the read limit in bytes (an int; overrides the default).
@@ -42,6 +43,9 @@ MAX_FILTER_EXPANSION = 1100
 MANIFEST_FLOOR_BYTES = 16 << 20
 #: ... and, stored compressed, this many times its stored bytes (a JSON manifest compresses ~10:1).
 MANIFEST_EXPANSION = 64
+#: A chunk grid may always have this many chunks, and beyond that the expansion factor times the chunk
+#: files present: a reader visits (or fills) each chunk of the grid.
+GRID_FLOOR_CHUNKS = 1 << 16
 #: Used when the available memory cannot be found (bytes).
 _FALLBACK_BYTES = 4 << 30
 
@@ -134,7 +138,7 @@ def check_expansion(name: str, where: str, declared: int, stored: int, value: fl
 
     Raises:
       ValueTooLargeError: naming the variable, the file, the declared and stored sizes, the factor and
-        the switches (max_expansion=, VARSTORE_MAX_EXPANSION, --max-expansion).
+        the switches (max_expansion=, VARSTORE_MAX_EXPANSION).
       VarstoreError: a bad factor.
     """
     if declared <= UNBACKED_BYTES and value is None and ENV_MAX_EXPANSION not in os.environ:
@@ -150,6 +154,27 @@ def check_expansion(name: str, where: str, declared: int, stored: int, value: fl
         f"the read limit is {limit:,} bytes ({rule}): a "
         f"decompression or fill bomb, or a legit sparse or all-zero value; to read it raise the expansion "
         f"factor (now {factor:g}): pass max_expansion= to open_checkpoint/load/convert or set {ENV_MAX_EXPANSION}")
+
+
+def check_grid(name: str, where: str, grid: int, present: int, value: float | None = None) -> None:
+    """Refuses to read an array whose chunk grid has more chunks than GRID_FLOOR_CHUNKS + the chunk files
+    present x the expansion factor (`value`, else VARSTORE_MAX_EXPANSION, else the default): missing
+    chunks are fills, and a reader would visit millions of them for a few KB of file.
+
+    Raises:
+      ValueTooLargeError: naming the variable, the file, the grid and the chunks present, and the switch.
+      VarstoreError: a bad factor.
+    """
+    if grid <= GRID_FLOOR_CHUNKS:
+        return
+    factor, how = max_expansion(value)
+    if math.isinf(factor) or grid <= present * factor + GRID_FLOOR_CHUNKS:
+        return
+    raise ValueTooLargeError(
+        f"variable '{name}' in '{where}' has a grid of {grid:,} chunks but the file stores {present:,} chunk "
+        f"files; more than {GRID_FLOOR_CHUNKS:,} + {factor:g} ({how}) x those would be visited as fills: a "
+        f"fill bomb, or a legit sparse array; to read it raise the expansion factor: pass max_expansion= to "
+        f"open_checkpoint/load/convert or set {ENV_MAX_EXPANSION}")
 
 
 def max_bytes(value: int | None = None) -> int:

@@ -280,7 +280,8 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       write_options: options of the destination format's writer, by name (the registry's
         `write_options`): `gguf_type` ("f32", "f16", "bf16", "q8_0") for GGUF; a writer refuses others.
       storage_options: for object-store URLs on either side (endpoint, region, credentials).
-      **options: passed to open_checkpoint (strip_attributes, skip_object_arrays, dequantize).
+      **options: passed to open_checkpoint (strip_attributes, skip_object_arrays, dequantize, and the
+        read limits max_bytes and max_expansion: see open_checkpoint).
 
     Either side may be an object-store URL (s3://, gs://, az://): the source as
     open_checkpoint reads URLs; a .h5/.zarr destination is committed as vs.save

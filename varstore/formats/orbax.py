@@ -103,7 +103,7 @@ class OrbaxReader(CheckpointReader):
                 folder = inside(self.path, param, file=self.path / "_METADATA", field=f"the key path of leaf {keys!r}")
                 if not (folder / ".zarray").is_file():
                     raise CorruptCheckpointError(f"{label}: array '{param}' of leaf '{name}' is missing")
-                array = open_v2_array(folder)
+                array = open_v2_array(folder, name)
                 self._arrays[name] = (param, array.shape, array.native_dtype, array)
 
     def _open_ocdbt(self) -> Any:
@@ -154,16 +154,24 @@ class OrbaxReader(CheckpointReader):
     def read(self, name: str, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
         """Reads one array (one chunk at a time for the Zarr layout).
 
+        Without `out`, a Zarr-layout array is bounded by the bytes of its chunk files present times the
+        expansion factor (missing chunks are fills; varstore._limits.check_value_size) before allocating.
+
         Raises:
           UnknownVariableError: unknown name.
-          ValueTooLargeError: the array declares more bytes than its stored (compressed) bytes can
-            decode to, or than `max_bytes`, before anything is allocated.
-          CorruptCheckpointError: a damaged chunk, naming the array.
+          CorruptCheckpointError: a damaged chunk, or one decoding past its size, naming the array.
+          ValueTooLargeError: the declared size exceeds what its chunk files can back, or max_bytes.
         """
         param, shape, dtype, source = self._lookup(name)
-        if out is None:  # bounded by the (compressed) bytes stored for it, before anything is allocated
+        if out is None and self._ocdbt:  # bounded by the (compressed) bytes stored for it, before allocating
             check_value_size(name, self._label, int(np.prod(shape, dtype=object)) * dtype.itemsize, self.max_bytes,
-                             stored=self._stored_bytes(param), filtered=True)
+                             stored=self._stored_bytes(param), filtered=True, expansion=self.max_expansion)
+        elif out is None:
+            from varstore.backends.zarr3.v2_array import stored_nbytes
+
+            declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            check_value_size(name, self.location, declared, self.max_bytes, stored=stored_nbytes(source),
+                             filtered=True, expansion=self.max_expansion)
         result = checked_out(name, shape, dtype, out, self._label)
         if self._ocdbt:
             try:
@@ -173,7 +181,7 @@ class OrbaxReader(CheckpointReader):
             return result
         from varstore.backends.zarr3.v2_array import read_v2_array
 
-        return read_v2_array(source, result)
+        return read_v2_array(source, result, name)
 
 
 def sniff(probe: Probe) -> Path | None:
