@@ -49,6 +49,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from varstore.backends import FORMATS, container_names
+from varstore.formats._folder_contents import folder_contents
 from varstore.formats.format_entry import FormatEntry, WriteRequest
 from varstore.formats.probe import Probe
 from varstore.errors import CheckpointNotFoundError, NotACheckpointError, UnsupportedFormatError, VarstoreError
@@ -457,7 +458,7 @@ def detect(probe: Probe, by_suffix: bool = True) -> tuple[FormatEntry, Path]:
     if probe.is_dir:
         raise NotACheckpointError(f"directory '{probe.path}' holds no checkpoint: it is none of {described} "
                                   f"(no zarr.json / .zgroup and no TensorFlow 'checkpoint' state file)"
-                                  f"{_folder_contents(probe.path)}")
+                                  f"{folder_contents(probe.path, lambda entry: detected_name(entry, by_suffix=False))}")
     for entry in entries:
         if entry.reads and any(probe.name.endswith(s) for s in entry.suffixes):
             if entry.refuses:
@@ -467,33 +468,6 @@ def detect(probe: Probe, by_suffix: bool = True) -> tuple[FormatEntry, Path]:
     raise NotACheckpointError(
         f"'{probe.path}' is not a checkpoint varstore reads: its first bytes match none of {described}, "
         f"and its suffix {probe.path.suffix!r} names none")
-
-
-#: At most this many entries of a folder are probed to say what is in it (an error message's cost stays bounded).
-_FOLDER_PROBES = 64
-
-
-def _folder_contents(path: Path) -> str:
-    """"; it holds 2 checkpoints: a.h5 (varstore-hdf5), b.zarr (varstore-zarr): open one of them", or what
-    else the folder holds: the end of an error about a folder that is no checkpoint itself."""
-    try:
-        names = sorted(entry.name for entry in os.scandir(path) if not entry.name.startswith("."))
-    except OSError:
-        return ""
-    if not names:
-        return "; the folder is empty"
-    found = []
-    for name in names[:_FOLDER_PROBES]:
-        try:
-            found.append(f"{name} ({detected_name(path / name, by_suffix=False)})")
-        except (VarstoreError, OSError):
-            continue
-    more = f" (of the first {_FOLDER_PROBES} of {len(names)} entries)" if len(names) > _FOLDER_PROBES else ""
-    if found:
-        return (f"; it holds {len(found)} checkpoint{'s' if len(found) != 1 else ''}{more}: "
-                f"{', '.join(found)}: open one of them")
-    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    return f"; it holds no checkpoint{more}, only {shown}"
 
 
 def open_detected(path: os.PathLike[str] | str, **options: Any) -> CheckpointReader:
