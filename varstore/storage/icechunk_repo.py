@@ -15,8 +15,11 @@ manifests or variables (checkpoint/manage/incremental.py does).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import datetime
 import os
+import threading
+import time
 from collections.abc import Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -113,16 +116,46 @@ def _failure(err: BaseException, what: str, location: str) -> CheckpointError:
 
 
 class _Loop:
-    """One private event loop for Icechunk's async store calls (never the caller's running loop)."""
+    """Runs Icechunk's async store calls on one event loop in a daemon thread, started once and never
+    closed (as zarr's own sync layer does); see _settle for the process's exit."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+    last_call = float("-inf")
+    _guard = threading.Lock()
 
     def __init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
-
-    def run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
-        return self._loop.run_until_complete(coroutine)
+        with _Loop._guard:
+            if _Loop._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="varstore-icechunk", daemon=True).start()
+                _Loop._loop = loop
 
     def close(self) -> None:
-        self._loop.close()
+        """Nothing to release (the loop is shared)."""
+
+    def run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        assert _Loop._loop is not None
+        try:
+            return asyncio.run_coroutine_threadsafe(coroutine, _Loop._loop).result()
+        finally:
+            _Loop.last_call = time.monotonic()
+
+
+#: A Tokio worker hands a result over with loop.call_soon_threadsafe, whose wake-up write releases the
+#: GIL; when the main thread meanwhile reaches interpreter teardown, the worker cannot take the GIL back
+#: and the process aborts (SIGABRT, seen about one exit in four). Exits within SETTLE_S of the last call
+#: wait out the rest of it, which lets the worker return first.
+SETTLE_S = 0.05
+
+
+def _settle() -> None:
+    wait = SETTLE_S - (time.monotonic() - _Loop.last_call)
+    if wait > 0:
+        time.sleep(wait)
+
+
+atexit.register(_settle)
+
 
 
 class SnapshotView:

@@ -29,7 +29,7 @@ from varstore.checkpoint.read.snapshot_reader import SnapshotReader, steps_of
 from varstore.errors import CheckpointError, CheckpointNotFoundError, CorruptCheckpointError, NotACheckpointError
 from varstore.storage.icechunk_repo import IcechunkRepository
 
-__all__ = ["IncrementalCheckpointManager", "StepInfo"]
+__all__ = ["IncrementalCheckpointManager", "StepInfo", "incremental_steps"]
 
 
 @dataclass(frozen=True)
@@ -230,3 +230,20 @@ class IncrementalCheckpointManager:
 
     def __repr__(self) -> str:
         return f"<CheckpointManager '{self.directory}' icechunk {len(self.checkpoints)} checkpoints>"
+
+
+def incremental_steps(location: os.PathLike[str] | str,
+                      storage_options: Mapping[str, object] | None = None) -> list[StepInfo] | None:
+    """The kept steps of the incremental checkpoint repository at `location`, oldest first, with the bytes
+    each added (what `varstore ls DIR` prints); None when `location` is not a local Icechunk repository
+    (a URL is opened as one).
+
+    Raises:
+      CheckpointError: the repository could not be read.
+    """
+    from varstore.storage.icechunk_repo import is_repository
+
+    text = os.fspath(location)
+    if "://" not in text and not is_repository(text):
+        return None
+    return IncrementalCheckpointManager(text, max_to_keep=None, storage_options=storage_options).steps()
