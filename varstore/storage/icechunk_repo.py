@@ -94,10 +94,16 @@ def _storage(location: str, storage_options: Mapping[str, object] | None) -> Any
                               anonymous=True if not (config.get("service_account") or config.get("service_account_key"))
                               else None, config=extra)
     account = _str(config.get("account_name")) or "devstoreaccount1"
-    extra = {"azure_storage_use_emulator": "true"} if resolved.endpoint and resolved.allow_http else None
+    extra: dict[str, str] = {}
+    if config.get("endpoint"):  # Azurite or another path-style endpoint: "http://HOST:PORT/<account>"
+        extra["azure_storage_endpoint"] = str(config["endpoint"])
+    elif resolved.endpoint:  # use_emulator: the emulator's default URL
+        extra["azure_storage_use_emulator"] = "true"
+    if resolved.allow_http:
+        extra["allow_http"] = "true"
     return ic.azure_storage(account=account, container=url.bucket, prefix=url.key,
                             access_key=_str(config.get("account_key")), sas_token=_str(config.get("sas_token")),
-                            config=extra)
+                            config=extra or None)
 
 
 def _str(value: object) -> str | None:
