@@ -87,12 +87,12 @@ def _storage(location: str, storage_options: Mapping[str, object] | None) -> Any
                              force_path_style=endpoint is not None,
                              anonymous=None if config.get("access_key_id") else True)
     if url.provider == "gcs":
-        extra = {"google_base_url": str(config["base_url"])} if config.get("base_url") else None
+        google = {"google_base_url": str(config["base_url"])} if config.get("base_url") else None
         return ic.gcs_storage(bucket=url.bucket, prefix=prefix,
                               service_account_file=_str(config.get("service_account")),
                               service_account_key=_str(config.get("service_account_key")),
                               anonymous=True if not (config.get("service_account") or config.get("service_account_key"))
-                              else None, config=extra)
+                              else None, config=google)
     account = _str(config.get("account_name")) or "devstoreaccount1"
     extra: dict[str, str] = {}
     if config.get("endpoint"):  # Azurite or another path-style endpoint: "http://HOST:PORT/<account>"
