@@ -232,6 +232,21 @@ class Transaction(SnapshotView):
         except Exception as err:  # noqa: BLE001
             raise _failure(err, f"write '{key}'", self.location) from err
 
+    def set_many(self, items: list[tuple[str, bytes | memoryview]]) -> None:
+        """`set` of many keys at once (written concurrently)."""
+        async def put(key: str, data: bytes | memoryview) -> None:
+            await self._raw.set(key, data if isinstance(data, bytes) else bytes(data))
+
+        async def gather() -> None:
+            await asyncio.gather(*(put(key, data) for key, data in items))
+
+        if not items:
+            return
+        try:
+            self._loop.run(gather())
+        except Exception as err:  # noqa: BLE001
+            raise _failure(err, f"write {len(items)} keys", self.location) from err
+
     def delete_node(self, prefix: str) -> None:
         """Deletes the array or group at `prefix` and everything under it."""
         try:

@@ -48,6 +48,8 @@ __all__ = ["SavedSnapshot", "save_snapshot", "chunk_key", "tag_of", "step_of", "
 DIGEST_ATTRIBUTE = "sha256"
 #: Snapshots are tagged TAG_PREFIX + step.
 TAG_PREFIX = "ckpt-"
+#: Bytes of chunks queued before they are written together (the save's buffer beyond one value).
+PENDING_BYTES = 32 << 20
 _GROUP = document_text({"zarr_format": 3, "node_type": "group", "attributes": {}}).encode("utf-8")
 
 
@@ -149,7 +151,8 @@ def save_snapshot(repo: IcechunkRepository, target: Any, step: int, *, metadata:
         old_paths = _parent_paths(txn)
         paths = [record.path or record.name for record in records]
         old_documents = dict(zip(paths, txn.get_many(f"{path}/zarr.json" for path in paths)))
-        groups: set[str] = set()
+        _write_missing_groups(txn, paths + [MANIFEST_PATH])
+        pending = _Pending(txn)
         added = total = 0
         written: list[str] = []
         for entry, record, path in zip(entries, records, paths):
@@ -166,28 +169,29 @@ def save_snapshot(repo: IcechunkRepository, target: Any, step: int, *, metadata:
             text = document_text(document).encode("utf-8")
             old = old_documents.get(path)
             same = _same_chunk(old, document)
-            _ensure_groups(txn, path, groups)
             if old != text:
-                txn.set(f"{path}/zarr.json", text)
+                pending.add(f"{path}/zarr.json", text)
             if not same and record.nbytes:
-                data = encode_chunk(stored, compression) if compression is not None else stored.reshape(-1).view(np.uint8).data
-                txn.set(chunk_key(path, len(stored_shape)), data)
+                data = (encode_chunk(stored, compression) if compression is not None
+                        else bytes(stored.reshape(-1).view(np.uint8).data))
+                pending.add(chunk_key(path, len(stored_shape)), data)
                 added += len(data)
                 written.append(record.name)
             if progress is not None:
                 progress(record.name, not same)
             del value, stored
+        pending.flush()
         for path in sorted(set(old_paths) - set(paths)):
             txn.delete_node(path)
         atomic.fault_point("incremental_after_chunks")
         manifest = encode_manifest(planned, records, 0)
-        _ensure_groups(txn, MANIFEST_PATH, groups)
-        txn.set(f"{MANIFEST_PATH}/zarr.json", document_text(array_metadata(
+        root = {"zarr_format": 3, "node_type": "group", "attributes": root_attrs(planned, crc32c_raw(manifest))}
+        pending.add(f"{MANIFEST_PATH}/zarr.json", document_text(array_metadata(
             np.dtype("u1"), (len(manifest),), {"description": "JSON index of every variable; see docs"},
             chunks=(len(manifest),))).encode("utf-8"))
-        txn.set(chunk_key(MANIFEST_PATH, 1), manifest)
-        root = {"zarr_format": 3, "node_type": "group", "attributes": root_attrs(planned, crc32c_raw(manifest))}
-        txn.set("zarr.json", document_text(root).encode("utf-8"))
+        pending.add(chunk_key(MANIFEST_PATH, 1), manifest)
+        pending.add("zarr.json", document_text(root).encode("utf-8"))
+        pending.flush()
         tag = tag_of(step)
         fields = {"varstore_step": int(step), "varstore_added_bytes": added, "varstore_total_bytes": total,
                   **(commit_metadata or {})}
@@ -199,13 +203,31 @@ def save_snapshot(repo: IcechunkRepository, target: Any, step: int, *, metadata:
         txn.close()
 
 
-def _ensure_groups(txn: Transaction, path: str, done: set[str]) -> None:
-    """Writes the zarr.json of every group above `path` that the parent snapshot lacks (each asked once)."""
-    parts = path.split("/")[:-1]
-    for depth in range(1, len(parts) + 1):
-        group = "/".join(parts[:depth])
-        if group in done:
-            continue
-        done.add(group)
-        if txn.get(f"{group}/zarr.json") is None:
-            txn.set(f"{group}/zarr.json", _GROUP)
+class _Pending:
+    """Writes queued and sent together (concurrently) once PENDING_BYTES are queued: one round trip per
+    batch instead of one per key, memory bounded by the batch."""
+
+    def __init__(self, txn: Transaction) -> None:
+        self._txn = txn
+        self._items: list[tuple[str, bytes]] = []
+        self._bytes = 0
+
+    def add(self, key: str, data: bytes) -> None:
+        self._items.append((key, data))
+        self._bytes += len(data)
+        if self._bytes >= PENDING_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Writes the queued metadata documents, then the chunks (an array's node before its chunk)."""
+        items, self._items, self._bytes = self._items, [], 0
+        self._txn.set_many([item for item in items if item[0].endswith("zarr.json")])
+        self._txn.set_many([item for item in items if not item[0].endswith("zarr.json")])
+
+
+def _write_missing_groups(txn: Transaction, paths: list[str]) -> None:
+    """Writes the zarr.json of every group above `paths` that the parent snapshot lacks (asked in one batch)."""
+    groups = sorted({"/".join(parts[:depth]) for parts in (path.split("/")[:-1] for path in paths)
+                     for depth in range(1, len(parts) + 1)})
+    present = txn.get_many(f"{group}/zarr.json" for group in groups)
+    txn.set_many([(f"{group}/zarr.json", _GROUP) for group, data in zip(groups, present) if data is None])

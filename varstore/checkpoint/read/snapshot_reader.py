@@ -33,6 +33,8 @@ __all__ = ["SnapshotReader", "split_location", "open_snapshot", "steps_of"]
 
 _LOCATION = re.compile(r"^(?P<repo>.+)@(?P<tag>[A-Za-z0-9][A-Za-z0-9._-]*)$")
 _TAG_PREFIX = "ckpt-"
+#: Bytes of the following variables' chunks fetched together with the one read (in storage order).
+READ_AHEAD_BYTES = 64 << 20
 
 
 def split_location(location: os.PathLike[str] | str) -> tuple[str, str | None] | None:
@@ -108,6 +110,8 @@ class SnapshotReader(CheckpointReader):
         self.metadata = dict(self.header.get("metadata") or {})
         self.format_version = self.header.get("format_version")
         self._documents: dict[str, dict[str, Any]] = {}
+        self._ahead: dict[str, bytes | None] = {}  # chunks fetched ahead of their read (READ_AHEAD_BYTES)
+        self._position = {name: k for k, name in enumerate(self._order)}
 
     def keys(self) -> list[str]:
         return list(self._order)
@@ -123,7 +127,37 @@ class SnapshotReader(CheckpointReader):
         return VariableInfo(record.name, record.shape, record.dtype, record.nbytes, record.trainable,
                             tuple(record.collections), format_checksum(record.checksum), record.device)
 
+    def _fetch_documents(self) -> None:
+        """Every array's zarr.json in one concurrent batch (the first read asks for them all)."""
+        paths = [record.path or record.name for record in self._records.values() if record.nbytes]
+        for path, data in zip(paths, self.snapshot.get_many(f"{path}/zarr.json" for path in paths)):
+            if data is not None:
+                document = load_json(data, f"'{self.location}' {path}/zarr.json")
+                if isinstance(document, dict) and document.get("node_type") == "array":
+                    self._documents[path] = document
+
+    def _chunk(self, name: str, key: str) -> bytes | None:
+        """The stored chunk of `name`: from the read-ahead, else fetched with the chunks of the next
+        variables in storage order, READ_AHEAD_BYTES at most, concurrently."""
+        if name in self._ahead:
+            return self._ahead.pop(name)
+        self._ahead.clear()
+        batch, nbytes = [(name, key)], self._records[name].nbytes
+        for following in self._order[self._position[name] + 1:]:
+            record = self._records[following]
+            path = record.path or record.name
+            document = self._documents.get(path)
+            if not record.nbytes or document is None or nbytes + record.nbytes > READ_AHEAD_BYTES:
+                break
+            batch.append((following, f"{path}/c" + "/0" * len(document.get("shape") or ())))
+            nbytes += record.nbytes
+        fetched = self.snapshot.get_many(chunk for _, chunk in batch)
+        self._ahead = {n: data for (n, _), data in zip(batch[1:], fetched[1:])}
+        return fetched[0]
+
     def _document(self, path: str) -> dict[str, Any]:
+        if not self._documents:
+            self._fetch_documents()
         document = self._documents.get(path)
         if document is None:
             data = self.snapshot.get(f"{path}/zarr.json")
@@ -146,7 +180,7 @@ class SnapshotReader(CheckpointReader):
         if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
             raise CorruptCheckpointError(f"array '{path}' of '{self.location}' has a bad shape {shape!r}")
         where = f"variable '{name}' of '{self.location}'"
-        data = self.snapshot.get(f"{path}/c" + "/0" * len(shape))
+        data = self._chunk(name, f"{path}/c" + "/0" * len(shape))
         if data is None:
             raise CorruptCheckpointError(f"{where}: its chunk is missing; restore another step")
         compressed = is_compressed(document.get("codecs"))
