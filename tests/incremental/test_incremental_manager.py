@@ -155,7 +155,7 @@ def test_compression_zstd_is_standard_zarr_and_deduplicates(tmp_path: Path) -> N
                "h": rng.standard_normal((128, 128)).astype(vs.dtypes.bfloat16)}
     manager.save(weights, step=1)
     raw = sum(v.nbytes for v in weights.values())
-    assert manager.last_save.added_bytes < 0.8 * raw
+    assert manager.last_save.added_bytes < 0.9 * raw
     manager.save(weights, step=2)
     assert manager.last_save.added_bytes == 0
     repo = icechunk.Repository.open(icechunk.local_filesystem_storage(str(tmp_path / "run")))

@@ -1,4 +1,4 @@
-"""save(..., compression="zstd"): a standard Zarr v3 codec chain (bytes + blosc zstd, byte shuffle) that
+"""save(..., compression="zstd"): a standard Zarr v3 codec chain (bytes + blosc zstd, bit shuffle) that
 plain zarr decodes; crc32c recorded over the decoded bytes and checked on read; raw stays the default."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_zstd_chunks_are_standard_zarr_and_smaller(tmp_path: Path) -> None:
     vs.save(tmp_path / "zstd.zarr", weights, compression="zstd", layout="per-variable")
     document = json.loads((tmp_path / "zstd.zarr" / "dense" / "bf16" / "zarr.json").read_text())
     assert [c["name"] for c in document["codecs"]] == ["bytes", "blosc"]
-    assert document["codecs"][1]["configuration"] == {"cname": "zstd", "clevel": 3, "shuffle": "shuffle",
+    assert document["codecs"][1]["configuration"] == {"cname": "zstd", "clevel": 5, "shuffle": "bitshuffle",
                                                       "typesize": 2, "blocksize": 0}
     raw_default = json.loads((tmp_path / "raw.zarr" / "dense" / "kernel" / "zarr.json").read_text())
     assert [c["name"] for c in raw_default["codecs"]] == ["bytes"]  # raw stays the default

@@ -127,7 +127,7 @@ def save_snapshot(repo: IcechunkRepository, target: Any, step: int, *, metadata:
       target: as varstore.save (a VariableStore, a mapping of names to Variables or arrays, a list of Variables).
       step: the global step (int), recorded and in the tag.
       metadata: JSON-compatible dict recorded in the manifest, as varstore.save.
-      compression: None (raw chunks, the default) or "zstd" (bytes + blosc zstd, byte shuffle).
+      compression: None (raw chunks, the default) or "zstd" (bytes + blosc zstd, bit shuffle).
       commit_metadata: extra JSON-compatible fields of Icechunk's commit metadata.
       progress: called as progress(name, written) after each variable.
 

@@ -63,7 +63,7 @@ class IncrementalCheckpointManager:
       format: "icechunk".
       checkpoint_name: must be "ckpt" (the tags are ckpt-<step>).
       compression: None (raw chunks, default: any reader gets byte ranges) or "zstd" (bytes + blosc zstd
-        with byte shuffle, a codec chain plain zarr decodes).
+        with bit shuffle, a codec chain plain zarr decodes).
       clock: the current time in seconds since the epoch (tests pass a fake one).
       storage_options: object-store settings for a URL directory (as varstore.save).
       lock_timeout_s: accepted for CheckpointManager's signature; unused (commits detect conflicts).

@@ -204,6 +204,13 @@ class SnapshotReader(CheckpointReader):
             flat[...] = np.frombuffer(data, dtype=np.uint8)
         return result
 
+    def read_view(self, name: str) -> npt.NDArray[Any]:
+        """Variable `name`'s value as a read-only view of the fetched (or decoded) chunk bytes: `read`
+        without its copy, for callers that copy the value into their own target (restore)."""
+        record = self._record(name)
+        data = self.stored_bytes(name)
+        return np.frombuffer(data, dtype=logical_dtype(record.dtype)).reshape(record.shape)
+
     def close(self) -> None:
         self.snapshot.close()
 

@@ -70,7 +70,7 @@ def save_entries(path: os.PathLike[str] | str, entries: Iterable[SaveEntry | Pla
         the final path may hold neither (see docs/reliability.md).
       compression: None (default: raw chunks, ranged reads, any Zarr reader) or "zstd"
         (Zarr only): every variable's chunk through the standard Zarr v3 chain "bytes" +
-        "blosc" (zstd, level 3, byte shuffle by the stored dtype's size), which plain zarr
+        "blosc" (zstd, level 5, bit shuffle by the stored dtype's size), which plain zarr
         decodes; the crc32c recorded is still over the decoded value bytes, and the
         manifest and the packed blob of small variables stay raw. Recorded in the
         manifest and root attributes as "compression".
@@ -157,7 +157,7 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
                                 pack_threshold_bytes=pack_threshold_bytes, overwrite=overwrite, layout=layout,
                                 storage_options=storage_options, durable=durable, compression=compression)
         if compression is not None:
-            raise TypeError("compression= is for blocking saves (blocking=False writes raw chunks)")
+            raise TypeError("compression is for blocking saves: an asynchronous save writes raw chunks")
         return save_async(Path(path), entries, step=step, metadata=metadata, format=format, checksum=checksum,
                           pack_threshold_bytes=pack_threshold_bytes, max_snapshot_bytes=max_snapshot_bytes,
                           overwrite=overwrite, layout=layout, storage=storage_for(path, storage_options)[0],
