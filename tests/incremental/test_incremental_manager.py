@@ -201,3 +201,19 @@ def test_a_save_killed_midway_leaves_previous_steps_whole(tmp_path: Path, fault:
     manager.save({"w": np.full(1024, 3, np.float32)}, step=3)
     assert vs.load(manager.latest)["w"][0] == 3 and [s.step for s in manager.steps()] == [1, 3]
     vs.open_checkpoint(f"{tmp_path / 'run'}@ckpt-1").verify()
+
+
+def test_locations_name_a_step_only_where_one_can_be(tmp_path: Path) -> None:
+    from varstore.checkpoint.read.snapshot_reader import split_location
+
+    manager = vs.CheckpointManager(tmp_path / "run", format="icechunk")
+    manager.save({"w": np.ones(2, np.float32)}, step=9)
+    assert split_location(f"{tmp_path / 'run'}@ckpt-9") == (str(tmp_path / "run"), "ckpt-9")
+    assert split_location(tmp_path / "run") == (str(tmp_path / "run"), None)  # its newest step
+    assert split_location("s3://bucket/runs/a7@ckpt-1300") == ("s3://bucket/runs/a7", "ckpt-1300")
+    assert split_location("s3://bucket/model@v2.safetensors") is None  # an object named with '@'
+    assert split_location(tmp_path / "model@v2.h5") is None
+    vs.save(tmp_path / "plain@1.zarr", {"w": np.ones(2, np.float32)})  # ordinary paths with '@' still open
+    assert vs.load(tmp_path / "plain@1.zarr")["w"].tolist() == [1.0, 1.0]
+    with pytest.raises(CheckpointNotFoundError, match="no tag 'ckpt-8'"):
+        vs.load(f"{tmp_path / 'run'}@ckpt-8")

@@ -38,11 +38,13 @@ READ_AHEAD_BYTES = 64 << 20
 
 
 def split_location(location: os.PathLike[str] | str) -> tuple[str, str | None] | None:
-    """(repository, tag) of `<repository>@<tag>`, (repository, None) of a local Icechunk repository named
-    alone, or None when `location` is neither (an ordinary checkpoint path)."""
+    """(repository, tag) of `<repository>@<tag>` (a local Icechunk repository and any tag, or an object-store
+    URL and a ckpt-<step> tag), (repository, None) of a local Icechunk repository named alone, or None
+    when `location` is neither (an ordinary checkpoint path, `s3://b/model@v2.safetensors`)."""
     text = os.fspath(location)
     match = _LOCATION.match(text)
-    if match is not None and (is_repository(match.group("repo")) or "://" in match.group("repo")):
+    if match is not None and (is_repository(match.group("repo")) or (  # a URL: only the tags varstore makes
+            "://" in match.group("repo") and re.fullmatch(r"ckpt-\d+", match.group("tag")) is not None)):
         return match.group("repo"), match.group("tag")
     if is_repository(text):
         return text, None
