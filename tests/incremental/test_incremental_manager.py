@@ -217,3 +217,17 @@ def test_locations_name_a_step_only_where_one_can_be(tmp_path: Path) -> None:
     assert vs.load(tmp_path / "plain@1.zarr")["w"].tolist() == [1.0, 1.0]
     with pytest.raises(CheckpointNotFoundError, match="no tag 'ckpt-8'"):
         vs.load(f"{tmp_path / 'run'}@ckpt-8")
+
+
+def test_names_that_come_and_go_between_steps(tmp_path: Path) -> None:
+    manager = vs.CheckpointManager(tmp_path / "run", max_to_keep=None, format="icechunk")
+    manager.save({"a": np.ones(3, np.float32), "b/c": np.zeros(2, np.int32)}, step=1)
+    manager.save({"a/x": np.full(3, 2, np.float32), "b": np.ones(4, np.int8)}, step=2)  # array <-> group
+    manager.save({"a": np.ones(3, np.float32)}, step=3)  # back: the step-1 chunk is new bytes again here
+    assert vs.load(f"{tmp_path / 'run'}@ckpt-1")["b/c"].tolist() == [0, 0]
+    assert {n: v.tolist() for n, v in vs.load(f"{tmp_path / 'run'}@ckpt-2").items()} == \
+        {"a/x": [2.0, 2.0, 2.0], "b": [1, 1, 1, 1]}
+    assert list(vs.load(f"{tmp_path / 'run'}@ckpt-3")) == ["a"]
+    repo = icechunk.Repository.open(icechunk.local_filesystem_storage(str(tmp_path / "run")))
+    group = zarr.open_group(repo.readonly_session(tag="ckpt-3").store, mode="r")
+    assert sorted(group.keys()) == ["_varstore", "a"]  # nothing stale for a plain reader

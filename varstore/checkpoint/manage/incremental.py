@@ -100,6 +100,15 @@ def _parent_paths(txn: Transaction) -> list[str]:
     return [record.path for record in records if record.path]
 
 
+def _node_type(document: bytes | None) -> str | None:
+    """The node_type of a zarr.json document, or None (absent or not JSON)."""
+    try:
+        parsed = json.loads(document) if document is not None else None
+    except ValueError:
+        return None
+    return parsed.get("node_type") if isinstance(parsed, dict) else None
+
+
 def _same_chunk(old: bytes | None, document: dict[str, Any]) -> bool:
     """True when the parent's zarr.json `old` describes the very chunk `document` describes."""
     if old is None:
@@ -151,6 +160,12 @@ def save_snapshot(repo: IcechunkRepository, target: Any, step: int, *, metadata:
         old_paths = _parent_paths(txn)
         paths = [record.path or record.name for record in records]
         old_documents = dict(zip(paths, txn.get_many(f"{path}/zarr.json" for path in paths)))
+        # what the parent holds that this step does not: arrays gone, and groups where an array goes now
+        doomed = set(old_paths) - set(paths)
+        doomed |= {path for path, old in old_documents.items() if _node_type(old) == "group"}
+        for path in sorted(doomed, key=lambda p: p.count("/")):
+            txn.delete_node(path)
+            old_documents.pop(path, None)
         _write_missing_groups(txn, paths + [MANIFEST_PATH])
         pending = _Pending(txn)
         added = total = 0
@@ -181,8 +196,6 @@ def save_snapshot(repo: IcechunkRepository, target: Any, step: int, *, metadata:
                 progress(record.name, not same)
             del value, stored
         pending.flush()
-        for path in sorted(set(old_paths) - set(paths)):
-            txn.delete_node(path)
         atomic.fault_point("incremental_after_chunks")
         manifest = encode_manifest(planned, records, 0)
         root = {"zarr_format": 3, "node_type": "group", "attributes": root_attrs(planned, crc32c_raw(manifest))}
