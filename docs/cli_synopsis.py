@@ -35,7 +35,7 @@ def _option(param: object) -> str | None:
         text = f"[{name}]"
     else:
         metavar = param.metavar or param.type.name.upper().replace(" ", "_")
-        text = f"[{name} {metavar}]"
+        text = f"{name} {metavar}" if param.required else f"[{name} {metavar}]"
     return text + ("..." if param.multiple else "")
 
 
@@ -59,7 +59,8 @@ def synopsis() -> str:
 
     lines: list[str] = []
     for name, command in cli.commands.items():
-        arguments = [p.human_readable_name for p in command.params if isinstance(p, click.Argument)]
+        arguments = [p.human_readable_name if p.required else f"[{p.human_readable_name}]"
+                     for p in command.params if isinstance(p, click.Argument)]
         options = [text for p in command.params if (text := _option(p)) is not None]
         lines += _usage(["varstore", name, *arguments, *options])
     root = [text for p in cli.params if (text := _option(p)) is not None]

@@ -190,3 +190,24 @@ def test_a_head_shorter_than_the_file_is_not_a_safetensors_file(tmp_path: Path) 
         probe.head = b"\x02\x00"  # the file grew (or shrank) between the stat and the read
         with pytest.raises(NotACheckpointError, match="grown.dat"):
             detect(probe)
+
+
+def test_an_unreadable_zarr_json_is_a_permission_error_api_and_cli(tmp_path: Path) -> None:
+    vs.save(tmp_path / "m.zarr", {"w": np.arange(3.0)})
+    vs.save(tmp_path / "plain.zarr", {"w": np.arange(3.0)})  # the same, for a foreign-style open
+    (tmp_path / "m.zarr" / "zarr.json").chmod(0)
+    _require_denied(tmp_path / "m.zarr" / "zarr.json", tmp_path)
+    results = _run_calls(tmp_path, """
+        attempt("open_checkpoint", lambda: vs.open_checkpoint("m.zarr"))
+        attempt("load", lambda: vs.load("m.zarr"))
+        attempt("restore", lambda: vs.restore("m.zarr", {"w": np.zeros(3)}))
+        attempt("convert", lambda: vs.convert("m.zarr", "out.h5"))
+        attempt("open as zarr", lambda: vs.open_checkpoint("m.zarr", format="zarr"))
+    """)
+    expected = ["CheckpointPermissionError PermissionError", "cannot read 'm.zarr/zarr.json': permission denied"]
+    assert results == {label: expected for label in ("open_checkpoint", "load", "restore", "convert",
+                                                     "open as zarr")}
+    result = _unprivileged(["-m", "varstore_cli", "ls", "m.zarr"], tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == "varstore: error: cannot read 'm.zarr/zarr.json': permission denied\n"
+    (tmp_path / "m.zarr" / "zarr.json").chmod(0o644)

@@ -64,3 +64,10 @@ def test_readme_lists_every_documentation_page() -> None:
     assert "`docs/benchmarks/README.md`" in section
     for page in pages:  # each page opens with a heading
         assert (ROOT / page).read_text(encoding="utf-8").startswith("# "), page
+
+
+def test_readme_says_to_make_a_virtual_environment_before_the_set_up_commands() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    venv = text.index("`python3 -m venv .venv && . .venv/bin/activate`")
+    assert venv < text.index('pip install -e ".[convert]"') and venv > text.index("## Set-up: two commands")
+    assert "python3 -m venv" in (ROOT / ".ci" / "run").read_text()  # what CI does first

@@ -4,7 +4,7 @@ The whole public API is re-exported here: the variable store (Variable,
 VariableStore, variable scopes, collections, initializers, devices),
 checkpoints (save, restore, load, open_checkpoint, CheckpointManager), converters
 (convert, open_checkpoint for foreign formats), inspection (variable_stats,
-diff_checkpoints) and every error class.
+diff_checkpoints, report) and every error class.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ if TYPE_CHECKING:
     from varstore.checkpoint.read.restore_result import RestoreResult as RestoreResult
     from varstore.checkpoint.write.snapshot import SaveHandle as SaveHandle
     from varstore.distributed.api import CheckpointManager as CheckpointManager, restore as restore, save as save  # comm=: one process or every rank
-    from varstore.checkpoint.read.reader_api import CheckpointReader as CheckpointReader, SkippedEntry as SkippedEntry, VariableInfo as VariableInfo
-    from varstore._open import open_checkpoint as open_checkpoint
+    from varstore.checkpoint.read.reader_api import CheckpointReader as CheckpointReader, SkippedEntry as SkippedEntry, VariableInfo as VariableInfo, select_names as select_names
+    from varstore._open import latest_checkpoint as latest_checkpoint, open_checkpoint as open_checkpoint
     from varstore.formats import ConvertReport as ConvertReport, convert as convert, detect_format as detect_format
     from varstore.formats.load import load as load
     from varstore.formats.registry import FormatEntry as FormatEntry, format_entry as format_entry, register_format as register_format, unregister_format as unregister_format
     from varstore.inspect import CheckpointDiff as CheckpointDiff, ScopeNode as ScopeNode, VariableStats as VariableStats, diff_checkpoints as diff_checkpoints, scope_tree as scope_tree, variable_stats as variable_stats
-    from varstore.checkpoint.manage.managed import is_manager_directory as is_manager_directory, latest_checkpoint as latest_checkpoint, list_checkpoints as list_checkpoints
+    from varstore.inspect import ReportResult as ReportResult, report as report
+    from varstore.checkpoint.manage.managed import is_manager_directory as is_manager_directory, list_checkpoints as list_checkpoints
     from varstore.checkpoint.manage.incremental_manager import incremental_steps as incremental_steps
     from varstore.formats.format_entry import parse_write_options as parse_write_options
     from varstore.formats.registry import read_format_names as read_format_names, write_format_names as write_format_names
@@ -58,6 +59,8 @@ _CORE_NAMES = (
     "constant_initializer", "random_normal_initializer", "truncated_normal_initializer", "random_uniform_initializer",
     "variance_scaling_initializer", "glorot_uniform_initializer", "glorot_normal_initializer", "orthogonal_initializer",
     "GreedyLoadBalancingStrategy", "byte_size_load_fn",
+    "VariableSynchronization", "VariableAggregation", "RegularizationLoss", "REGULARIZATION_LOSSES",
+    "get_local_variable", "assign", "assign_add", "assign_sub", "scatter_update",
 )
 
 
@@ -125,13 +128,15 @@ _LAZY: dict[str, Callable[[], ModuleType]] = {
     "save": _distributed_api, "restore": _distributed_api, "CheckpointManager": _distributed_api,
     "RestoreResult": _restore_result, "SaveHandle": _snapshot,
     "CheckpointReader": _reader_api, "SkippedEntry": _reader_api, "VariableInfo": _reader_api,
+    "select_names": _reader_api,
     "convert": _convert, "ConvertReport": _convert, "detect_format": _convert,
     "open_checkpoint": _open,  # own checkpoints without the converter registry; others through convert
     "FormatEntry": _registry, "format_entry": _registry, "register_format": _registry, "unregister_format": _registry,
     "load": _load,
     "CheckpointDiff": _inspect, "VariableStats": _inspect, "diff_checkpoints": _inspect,
     "scope_tree": _inspect, "variable_stats": _inspect, "ScopeNode": _inspect,
-    "latest_checkpoint": _managed, "list_checkpoints": _managed, "is_manager_directory": _managed,
+    "report": _inspect, "ReportResult": _inspect,
+    "latest_checkpoint": _open, "list_checkpoints": _managed, "is_manager_directory": _managed,
     "incremental_steps": _incremental,
     "read_format_names": _registry, "write_format_names": _registry, "parse_rename_rule": _rename,
     "parse_write_options": _format_entry, "parse_storage_options": _storage, "is_url": _storage,
@@ -172,6 +177,7 @@ __all__ = list(_CORE_NAMES) + list(errors.__all__) + [
     "CheckpointReader",
     "VariableInfo",
     "SkippedEntry",
+    "select_names",
     "convert",
     "ConvertReport",
     "detect_format",

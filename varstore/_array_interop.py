@@ -1,11 +1,13 @@
-"""NumPy interop for Variable: array protocols, operators, indexing, DLPack.
+"""NumPy interop for Variable: array protocols, operators, indexing (sliced assign), DLPack.
 
 A mixin that makes a variable act like a read-only array: NumPy functions,
 ufuncs and Python operators accept it and return plain NumPy (or CuPy)
 arrays that never alias the variable's buffer, except where NumPy itself
 writes in place (`out=`, `np.copyto`, `ufunc.at`). Operands on different
 devices are copied to the compute device chosen by `placement.compute_device`.
-Knows nothing about stores, names or initializers.
+Indexing a host variable gives a SliceValue: a new array that remembers
+where it came from, so `v[1:3].assign(x)` writes back as TF's sliced
+variables do. Knows nothing about stores, names or initializers.
 """
 
 from __future__ import annotations
@@ -21,9 +23,52 @@ from varstore.errors import ReshapeError
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["ArrayInterop"]
+__all__ = ["ArrayInterop", "SliceValue"]
 
 _SHAPE_FUNCTIONS = {np.shape: "shape", np.ndim: "ndim", np.size: "size"}
+
+
+class SliceValue(np.ndarray):
+    """`variable[key]`: a new host array (never a view of the buffer) whose `assign` writes into the variable.
+
+    As TF's `v[1].assign(9.0)` / `v[1:3].assign(...)` (tf.Variable.__getitem__'s
+    strided_slice_assign). Anything computed from it (operators, ufuncs,
+    further indexing) is a plain array without `assign`. An integer index
+    into a 1-D variable gives a 0-d SliceValue where NumPy gives a scalar.
+    """
+
+    _variable: Any = None
+    _key: Any = None
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self._variable = self._key = None  # views and results of this array are not the slice
+
+    def __array_wrap__(self, array: Any, context: Any = None, return_scalar: bool = False) -> Any:
+        result = np.asarray(array).view(np.ndarray)
+        return result[()] if return_scalar else result
+
+    def __repr__(self) -> str:
+        return repr(self.view(np.ndarray))
+
+    def __reduce__(self) -> Any:
+        return self.view(np.ndarray).__reduce__()  # a copy is a plain array
+
+    def assign(self, value: Any, use_locking: bool | None = None, name: str | None = None,
+               read_value: bool = True) -> Any:
+        """Writes `value` (exactly this slice's shape) into the variable at this slice, as TF's sliced assign.
+
+        Returns:
+          The variable (TF returns it too), or None with read_value=False.
+
+        Raises:
+          TypeError: this array was not taken from a variable by indexing.
+          ShapeMismatchError, DtypeMismatchError, ValueOutOfRangeError: as Variable.assign.
+        """
+        if self._variable is None:
+            raise TypeError("only a slice taken from a variable (v[1], v[1:3]) can be assigned; this array is a "
+                            "copy or a result computed from one")
+        variable = self._variable._assign_slice(self._key, value)
+        return variable if read_value else None
 
 
 def _is_variable(obj: Any) -> bool:
@@ -222,11 +267,17 @@ class ArrayInterop:
             yield row.copy() if hasattr(row, "copy") else row
 
     def __getitem__(self, key: Any) -> Any:
-        """Indexing returns a new array (or a NumPy scalar), never a view of the buffer."""
+        """Indexing returns a new array, never a view of the buffer: a SliceValue for a host variable (its `assign`
+        writes back, as TF's `v[1:3].assign(...)`), a CuPy array or scalar for a GPU one."""
         buf = self._materialize()
         convert = _Converter(devices.device_of_array(buf))
-        result = buf[convert(key)]
-        if isinstance(result, np.ndarray) or devices.is_device_array(result):
+        index = convert(key)
+        result = buf[index]
+        if isinstance(result, np.ndarray) or isinstance(result, np.generic):
+            sliced = np.array(result).view(SliceValue)
+            sliced._variable, sliced._key = self, index
+            return sliced
+        if devices.is_device_array(result):
             return result.copy()
         return result
 

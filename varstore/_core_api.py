@@ -6,11 +6,20 @@ Only re-exports; defines nothing.
 from __future__ import annotations
 
 from varstore import initializers, initializers_v1
-from varstore.collections import GLOBAL_VARIABLES, LOCAL_VARIABLES, MODEL_VARIABLES, TRAINABLE_VARIABLES
+from varstore._assignment import assign, assign_add, assign_sub, scatter_update
+from varstore._getter import RegularizationLoss
+from varstore.collections import (
+    GLOBAL_VARIABLES,
+    LOCAL_VARIABLES,
+    MODEL_VARIABLES,
+    REGULARIZATION_LOSSES,
+    TRAINABLE_VARIABLES,
+)
 from varstore.default_store import (
     add_to_collection,
     get_collection,
     get_default_store,
+    get_local_variable,
     get_variable,
     get_variable_scope,
     global_variables,
@@ -54,6 +63,7 @@ from varstore.placement import (
 from varstore.scopes import VariableStore
 from varstore.value_sources import ValueSource, check_restorable
 from varstore._variable_scope import AUTO_REUSE, VariableScope
+from varstore.variable_options import VariableAggregation, VariableSynchronization
 from varstore.variables import Variable
 
 __all__ = [
@@ -109,4 +119,13 @@ __all__ = [
     "orthogonal_initializer",
     "GreedyLoadBalancingStrategy",
     "byte_size_load_fn",
+    "VariableSynchronization",
+    "VariableAggregation",
+    "RegularizationLoss",
+    "REGULARIZATION_LOSSES",
+    "get_local_variable",
+    "assign",
+    "assign_add",
+    "assign_sub",
+    "scatter_update",
 ]

@@ -12,14 +12,17 @@ from varstore.errors import InvalidNameError
 __all__ = ["validate_name", "join", "UniqueNamer"]
 
 
-def validate_name(name: object, what: str = "variable name") -> str:
+def validate_name(name: object, what: str = "variable name", *, allow_control: bool = False) -> str:
     """Returns `name` when it is a valid name or path of names ("conv1/weights").
 
     Any Unicode is fine except control characters (NUL, newline, ... : category Cc).
 
     Raises:
       InvalidNameError: not a string, empty, a leading or trailing "/", an
-        empty part ("a//b"), a "." or ".." part, or a control character.
+        empty part ("a//b"), a "." or ".." part, a control character (NUL included)
+        or a lone surrogate (not UTF-8). With `allow_control` (a foreign format's
+        member name, which may hold an escape character) only NUL among the
+        control characters is refused.
     """
     if not isinstance(name, str):
         raise InvalidNameError(f"a {what} must be a string, got {name!r}")
@@ -31,8 +34,11 @@ def validate_name(name: object, what: str = "variable name") -> str:
         import unicodedata  # only for a name that is not printable
 
         for ch in name:
-            if unicodedata.category(ch) == "Cc":
+            if unicodedata.category(ch) == "Cc" and (ch == "\0" or not allow_control):
                 raise InvalidNameError(f"{what} {name!r} contains the control character {ch!r}")
+            if unicodedata.category(ch) == "Cs":  # a lone surrogate (a non-UTF-8 byte os.fsdecode kept)
+                raise InvalidNameError(f"{what} {name!r} contains the lone surrogate {ch!r}, which is not "
+                                       f"UTF-8: no file format can store it")
     for part in name.split("/"):
         if part == "":
             raise InvalidNameError(f"{what} {name!r} has an empty part ('//')")

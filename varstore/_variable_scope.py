@@ -1,4 +1,4 @@
-"""VariableScope: the defaults of one variable scope (name, reuse mode, initializer, dtype) and the per-thread scope stack.
+"""VariableScope: the defaults of one variable scope (name, reuse mode, initializer, dtype, ...) and the per-thread scope stack.
 
 As tf.compat.v1.VariableScope and AUTO_REUSE. Opening and closing scopes
 (`VariableStore.variable_scope`) and naming variables belong to the store;
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from typing import Union
+from typing import Any, Union
 
 import numpy.typing as npt
 
@@ -49,17 +49,29 @@ class VariableScope:
       original_name_scope: the name scope opened when this scope was first
         entered, with a trailing "/": "foo/" the first time variable_scope("foo")
         opens, "foo_1/" the second time (as TF1); "" for the root.
+      regularizer, partitioner, constraint, use_resource: get_variable's defaults inside (None: none).
+      custom_getter: the getter get_variable calls inside (sub-scopes' getters wrap it), or None.
     """
+
+    regularizer: Any = None
+    partitioner: Any = None
+    custom_getter: Any = None
+    constraint: Any = None
+    use_resource: bool | None = None
 
     def __init__(self, store: object, name: str, reuse: Reuse = False,
                  initializer: InitializerSpec = None, dtype: npt.DTypeLike | None = None,
-                 original_name_scope: str | None = None) -> None:
+                 original_name_scope: str | None = None, **defaults: Any) -> None:
         self._store = store
         self._name = name
         self._original_name_scope = f"{name}/" if original_name_scope is None and name else (original_name_scope or "")
         self._reuse: Reuse = reuse if reuse else False
         self.initializer = initializer
         self.dtype = None if dtype is None else dtypes.as_dtype(dtype)
+        for key, value in defaults.items():  # regularizer, partitioner, custom_getter, constraint, use_resource
+            if key not in ("regularizer", "partitioner", "custom_getter", "constraint", "use_resource"):
+                raise TypeError(f"VariableScope got an unexpected keyword argument {key!r}")
+            setattr(self, key, value)
 
     @property
     def store(self) -> object:
@@ -89,6 +101,18 @@ class VariableScope:
     def set_dtype(self, dtype: npt.DTypeLike) -> None:
         """Sets the default dtype."""
         self.dtype = dtypes.as_dtype(dtype)
+
+    def set_regularizer(self, regularizer: Any) -> None:
+        """Sets the default regularizer, as tf.compat.v1.VariableScope.set_regularizer."""
+        self.regularizer = regularizer
+
+    def set_partitioner(self, partitioner: Any) -> None:
+        """Sets the default partitioner."""
+        self.partitioner = partitioner
+
+    def set_custom_getter(self, custom_getter: Any) -> None:
+        """Sets the custom getter (replacing, not wrapping, the one there)."""
+        self.custom_getter = custom_getter
 
     def __repr__(self) -> str:
         return f"<VariableScope {self._name!r} reuse={self._reuse!r}>"

@@ -19,6 +19,7 @@ __all__ = [
     "TRAINABLE_VARIABLES",
     "LOCAL_VARIABLES",
     "MODEL_VARIABLES",
+    "REGULARIZATION_LOSSES",
     "CollectionRegistry",
 ]
 
@@ -31,6 +32,9 @@ LOCAL_VARIABLES = "local_variables"
 #: Variables that make up the model (weights, moving averages), as TF's GraphKeys.MODEL_VARIABLES;
 #: only what is added to it explicitly (collections=[...] or add_to_collection), as in TF.
 MODEL_VARIABLES = "model_variables"
+#: The losses of get_variable's regularizers (TF's GraphKeys.REGULARIZATION_LOSSES): `_getter.RegularizationLoss`
+#: callables here, computed from the variable's value when called.
+REGULARIZATION_LOSSES = "regularization_losses"
 
 
 class _Strong:

@@ -18,6 +18,7 @@ from typing import Any, cast, overload
 import numpy.typing as npt
 
 from varstore import ownership, partitioners, partitioning
+from varstore.collections import LOCAL_VARIABLES
 from varstore.placement import DeviceSpec
 from varstore.reuse import PartialShape
 from varstore.scopes import VariableStore
@@ -31,6 +32,7 @@ __all__ = [
     "name_scope",
     "get_variable_scope",
     "get_variable",
+    "get_local_variable",
     "get_collection",
     "add_to_collection",
     "global_variables",
@@ -63,12 +65,17 @@ def reset_default_store() -> VariableStore:
 set_default_registry(get_default_store)  # Variable(...) without store= joins the default store
 
 
-def variable_scope(name_or_scope: str | VariableScope | None, default_name: str | None = None,
-                   reuse: Reuse = None, initializer: InitializerSpec = None,
-                   dtype: npt.DTypeLike | None = None) -> contextlib.AbstractContextManager[VariableScope]:
-    """`VariableStore.variable_scope` on the default store (a scope object re-enters its own store)."""
+def variable_scope(name_or_scope: str | VariableScope | None, default_name: str | None = None, values: Any = None,
+                   initializer: InitializerSpec = None, regularizer: Any = None, caching_device: Any = None,
+                   partitioner: Any = None, custom_getter: Any = None, reuse: Reuse = None,
+                   dtype: npt.DTypeLike | None = None, use_resource: bool | None = None, constraint: Any = None,
+                   auxiliary_name_scope: bool = True) -> contextlib.AbstractContextManager[VariableScope]:
+    """`VariableStore.variable_scope` on the default store (a scope object re-enters its own store), as
+    tf.compat.v1.variable_scope (the same arguments in the same order)."""
     store = cast(VariableStore, name_or_scope.store) if isinstance(name_or_scope, VariableScope) else get_default_store()
-    return store.variable_scope(name_or_scope, default_name, reuse, initializer, dtype)
+    return store.variable_scope(name_or_scope, default_name, values, initializer, regularizer, caching_device,
+                                partitioner, custom_getter, reuse, dtype, use_resource, constraint,
+                                auxiliary_name_scope)
 
 
 def name_scope(name: str | None, default_name: str | None = None) -> contextlib.AbstractContextManager[str]:
@@ -83,28 +90,36 @@ def get_variable_scope() -> VariableScope:
 
 @overload
 def get_variable(name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
-                 initializer: InitializerSpec = None, trainable: bool = True,
+                 initializer: InitializerSpec = None, trainable: bool | None = None,
                  collections: Sequence[str] | None = None, device: DeviceSpec = None,
-                 partitioner: None = None) -> Variable: ...
+                 partitioner: None = None, **options: Any) -> Variable: ...
 
 
 @overload
 def get_variable(name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
-                 initializer: InitializerSpec = None, trainable: bool = True,
+                 initializer: InitializerSpec = None, trainable: bool | None = None,
                  collections: Sequence[str] | None = None, device: DeviceSpec = None, *,
-                 partitioner: partitioners.Partitioner) -> partitioning.PartitionedVariable: ...
+                 partitioner: partitioners.Partitioner, **options: Any) -> partitioning.PartitionedVariable: ...
 
 
 def get_variable(name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
-                 initializer: InitializerSpec = None, trainable: bool = True,
+                 initializer: InitializerSpec = None, trainable: bool | None = None,
                  collections: Sequence[str] | None = None, device: DeviceSpec = None,
-                 partitioner: partitioners.Partitioner | None = None) -> Variable | partitioning.PartitionedVariable:
-    """`VariableStore.get_variable` on the default store."""
-    store = get_default_store()
-    if partitioner is None:
-        return store.get_variable(name, shape, dtype, initializer, trainable, collections, device)
-    return store.get_variable(name, shape, dtype, initializer, trainable, collections, device,
-                              partitioner=partitioner)
+                 partitioner: partitioners.Partitioner | None = None, **options: Any) -> Any:
+    """`VariableStore.get_variable` on the default store (options: regularizer, constraint, custom_getter, ...)."""
+    return get_default_store().get_variable(name, shape, dtype, initializer, trainable, collections, device,
+                                            partitioner, **options)
+
+
+def get_local_variable(name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
+                       initializer: InitializerSpec = None, trainable: bool | None = False,
+                       collections: Sequence[str] | None = None, device: DeviceSpec = None,
+                       partitioner: partitioners.Partitioner | None = None, **options: Any) -> Any:
+    """get_variable for a per-process variable, as tf.compat.v1.get_local_variable: in `collections` +
+    [LOCAL_VARIABLES] (not GLOBAL_VARIABLES), never trainable (TF passes trainable=False whatever is given)."""
+    local = [*(collections or []), LOCAL_VARIABLES]
+    return get_default_store().get_variable(name, shape, dtype, initializer, False, local, device, partitioner,
+                                            **options)
 
 
 def get_collection(name: str, scope: str | None = None) -> list[Any]:

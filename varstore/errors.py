@@ -20,6 +20,7 @@ __all__ = [
     "ReshapeError",
     "InitializationCycleError",
     "InitializerError",
+    "VariableArgumentError",
     "DeviceError",
     "MissingDependencyError",
     "CheckpointError",
@@ -37,6 +38,8 @@ __all__ = [
     "SpecialFileError",
     "CheckpointPermissionError",
     "CheckpointReplacedError",
+    "CheckpointWriteError",
+    "DiskFullError",
     "RestoreError",
     "RestoreTargetError",
     "UnknownVariableError",
@@ -73,7 +76,7 @@ class DtypeMismatchError(VarstoreError, TypeError):
 
 
 class ValueOutOfRangeError(DtypeMismatchError, ValueError):
-    """A Python number does not fit the dtype it becomes (1e40 as float32, 2**40 as int32); refused as TF's conversion refuses it, never stored as inf or wrapped."""
+    """A value does not fit the dtype it becomes: a Python number (1e40 as float32, 2**40 as int32), or an array restored or assigned into a narrower dtype (int64 2**40 into int32, float32 1e5 into float16, "defgh" into U3); refused as TF refuses it, never stored as inf, wrapped or cut."""
 
 
 class VariableExistsError(VarstoreError, ValueError):
@@ -98,6 +101,10 @@ class InitializationCycleError(VarstoreError, RuntimeError):
 
 class InitializerError(VarstoreError, ValueError):
     """An initializer was misused (bad shape for identity/orthogonal, bad argument)."""
+
+
+class VariableArgumentError(VarstoreError, ValueError):
+    """An argument ported TF code passes to Variable / get_variable has a value TF refuses too: an unknown synchronization or aggregation, a constraint, regularizer or custom_getter that is not callable."""
 
 
 class DeviceError(VarstoreError, RuntimeError):
@@ -174,6 +181,16 @@ class CheckpointPermissionError(CheckpointError, PermissionError):
 
 class CheckpointReplacedError(CheckpointError):
     """The checkpoint was replaced by another save while it was being read; open it again."""
+
+
+class CheckpointWriteError(CheckpointError):
+    """A write failed or was interrupted (an I/O error of the file system); the old destination is left
+    whole and no partial output stays behind; names the destination. `.errno` is the OS error number."""
+
+
+class DiskFullError(CheckpointWriteError):
+    """A write ran out of space (ENOSPC, EDQUOT: the file system or quota is full; EFBIG: the file size
+    limit); the old destination is left whole and the temporaries are removed; names the destination."""
 
 
 class RestoreError(VarstoreError, KeyError):

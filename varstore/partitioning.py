@@ -289,7 +289,7 @@ def _is_array(value: Any) -> bool:
 
 def get_partitioned_variable(store: Any, full: str, shape: tuple[int | None, ...] | None, dtype: Any,
                              initializer: Any, partitioner: Partitioner, reuse: Any, trainable: bool,
-                             collections: Sequence[str] | None, device: Any) -> PartitionedVariable:
+                             collections: Sequence[str] | None, device: Any, extras: Any = None) -> PartitionedVariable:
     """Gets or creates partitioned variable `full` in `store`, as TF's `_get_partitioned_variable`.
 
     Called by VariableStore.get_variable with the store's lock held.
@@ -364,7 +364,7 @@ def get_partitioned_variable(store: Any, full: str, shape: tuple[int | None, ...
     for index, (offset, part_shape) in enumerate(iter_slices(full_shape, num_slices, slice_dim)):
         info = SaveSliceInfo(full, full_shape, tuple(offset), tuple(part_shape))
         part = store._create(f"{full}/part_{index}", tuple(part_shape), dt, _PartInitializer(source, info),
-                             trainable, collections, device, slice_info=info)
+                             trainable, collections, device, slice_info=info, extras=extras)
         source.parts.append(weakref.ref(part))
         parts.append(part)
     result = PartitionedVariable(full, full_shape, dt, parts, partitions)

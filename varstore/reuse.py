@@ -38,14 +38,23 @@ PartialShape = Union[int, Sequence[Union[int, None]], None]
 
 
 def shape_tuple(shape: PartialShape, what: str) -> tuple[int | None, ...] | None:
+    """The requested shape as a tuple (None dims kept), or None.
+
+    Raises:
+      ShapeMismatchError: not a sequence of ints, or a negative dimension (as TF's Dimension).
+    """
     if shape is None:
         return None
     if isinstance(shape, (int, np.integer)):
         return (int(shape),)
     try:
-        return tuple(None if d is None else int(d) for d in shape)
+        dims = tuple(None if d is None else int(d) for d in shape)
     except TypeError as err:
         raise ShapeMismatchError(f"{what}: shape must be a sequence of ints, got {shape!r}") from err
+    if any(d is not None and d < 0 for d in dims):  # TF: tensor_shape.Dimension(-1) raises "must be >= 0"
+        raise ShapeMismatchError(f"{what}: shape {list(shape)} has a negative dimension (TF refuses it too: "
+                                 f"\"Dimension -1 must be >= 0\"); pass None for a dimension to leave open on reuse")
+    return dims
 
 
 def is_value(initializer: InitializerSpec) -> bool:

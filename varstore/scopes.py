@@ -14,11 +14,11 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
-from typing import Any, overload
+from typing import Any
 
 import numpy.typing as npt
 
-from varstore import _naming, ownership, partitioners, partitioning, reuse as rules
+from varstore import _getter, _naming, ownership, partitioners, partitioning, reuse as rules
 from varstore.collections import (
     GLOBAL_VARIABLES,
     LOCAL_VARIABLES,
@@ -124,8 +124,10 @@ class VariableStore:
 
     @contextlib.contextmanager
     def variable_scope(self, name_or_scope: str | VariableScope | None, default_name: str | None = None,
-                       reuse: Reuse = None, initializer: InitializerSpec = None,
-                       dtype: npt.DTypeLike | None = None) -> Iterator[VariableScope]:
+                       values: Any = None, initializer: InitializerSpec = None, regularizer: Any = None,
+                       caching_device: Any = None, partitioner: Any = None, custom_getter: Any = None,
+                       reuse: Reuse = None, dtype: npt.DTypeLike | None = None, use_resource: bool | None = None,
+                       constraint: Any = None, auxiliary_name_scope: bool = True) -> Iterator[VariableScope]:
         """Opens a variable scope, as tf.compat.v1.variable_scope.
 
         Args:
@@ -141,6 +143,10 @@ class VariableStore:
             reuse unless `reuse` is truthy (TF's rule).
           initializer: default initializer inside (inherited by sub-scopes).
           dtype: default get_variable dtype inside (inherited).
+          regularizer, partitioner, constraint, use_resource: get_variable's defaults inside (inherited).
+          custom_getter: called by get_variable inside; a sub-scope's getter wraps it (innermost first, as TF1).
+          values, caching_device, auxiliary_name_scope: accepted and ignored (no graph, no caching device here).
+            The arguments follow tf.compat.v1.variable_scope's order (`values` 3rd, `reuse` 8th, as there).
 
         It also opens a name scope, as TF1: the last part of the name made
         unique in the current name scope ("foo", then "foo_1" when "foo" is
@@ -155,9 +161,17 @@ class VariableStore:
           ScopeError: neither a name nor a default name; reuse with default_name;
             a scope object of another store.
           InvalidNameError: a malformed name.
+          VariableArgumentError: a regularizer or custom_getter that is not callable.
         """
+        what = f"variable_scope {name_or_scope if name_or_scope is not None else default_name!r}"
+        given = {"regularizer": _getter.check_callable(regularizer, "regularizer", what), "partitioner": partitioner,
+                 "constraint": constraint, "use_resource": use_resource}
         with self._lock:
             parent = self.current_scope()
+            base = name_or_scope if isinstance(name_or_scope, VariableScope) else parent
+            defaults = {key: getattr(base, key) if value is None else value for key, value in given.items()}
+            defaults["custom_getter"] = _getter.wrap_custom_getter(
+                _getter.check_callable(custom_getter, "custom_getter", what), base.custom_getter)
             if isinstance(name_or_scope, VariableScope):
                 if name_or_scope._store is not self:
                     raise ScopeError(f"scope {name_or_scope.name!r} belongs to another VariableStore")
@@ -166,7 +180,7 @@ class VariableStore:
                 scope = VariableScope(self, name_or_scope.name, reuse if reuse else name_or_scope.reuse,
                                       initializer if initializer is not None else name_or_scope.initializer,
                                       dtype if dtype is not None else name_or_scope.dtype,
-                                      name_or_scope.original_name_scope)
+                                      name_or_scope.original_name_scope, **defaults)
                 saved_counts: dict[str, int] | None = dict(self._scope_counts)
             else:
                 if name_or_scope is None:
@@ -185,7 +199,7 @@ class VariableStore:
                                       reuse or parent.reuse,  # reuse is inherited, as TF1
                                       initializer if initializer is not None else parent.initializer,
                                       dtype if dtype is not None else parent.dtype,
-                                      f"{name_scope}/" if name_scope else "")
+                                      f"{name_scope}/" if name_scope else "", **defaults)
                 saved_counts = None
             self._scope_counts[scope.name] = self._scope_counts.get(scope.name, 0) + 1
         try:
@@ -261,87 +275,82 @@ class VariableStore:
         return None
 
     # ----------------------------------------------------------- get_variable
-    @overload
     def get_variable(self, name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
-                     initializer: InitializerSpec = None, trainable: bool = True,
+                     initializer: InitializerSpec = None, trainable: bool | None = None,
                      collections: Sequence[str] | None = None, device: DeviceSpec = None,
-                     partitioner: None = None) -> Variable: ...
-
-    @overload
-    def get_variable(self, name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
-                     initializer: InitializerSpec = None, trainable: bool = True,
-                     collections: Sequence[str] | None = None, device: DeviceSpec = None, *,
-                     partitioner: partitioners.Partitioner) -> partitioning.PartitionedVariable: ...
-
-    def get_variable(self, name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
-                     initializer: InitializerSpec = None, trainable: bool = True,
-                     collections: Sequence[str] | None = None, device: DeviceSpec = None,
-                     partitioner: partitioners.Partitioner | None = None
-                     ) -> Variable | partitioning.PartitionedVariable:
-        """Gets an existing variable or creates a new one, as tf.compat.v1.get_variable.
-
-        The new variable is lazy: nothing is allocated until it is read,
-        assigned or initialized.
+                     partitioner: partitioners.Partitioner | None = None, *, regularizer: Any = None,
+                     constraint: Any = None, synchronization: Any = None, aggregation: Any = None,
+                     use_resource: bool | None = None, custom_getter: Any = None, caching_device: Any = None,
+                     validate_shape: bool = True) -> Any:
+        """Gets an existing variable or creates a new one, as tf.compat.v1.get_variable; a new one is lazy (allocated on first use).
 
         Args:
           name: name inside the current scope (full name "scope/name"); never
             made unique: sharing follows the scope's reuse mode.
           shape: tuple of ints; may be left out when `initializer` is an array
             or Variable (which gives the shape), or a pending restore knows it.
-            On reuse, None dims match anything.
-          dtype: default the scope's dtype, else float32 (else the initializer
-            array's dtype). On reuse, checked only when given here or by the scope.
-          initializer: an Initializer, any callable (shape, dtype) -> array, an
-            Initializer class (instantiated), or an array/Variable/Python value
-            that is the value. Default: the scope's initializer, else
+            On reuse, None dims match anything; a negative one raises, as TF's.
+          dtype: default the scope's, else float32 (else an initializer array's); on reuse checked only when given.
+          initializer: an Initializer, any callable (shape, dtype) -> array, an Initializer class (instantiated),
+            or an array/Variable/Python value that is the value. Default: the scope's initializer, else
             glorot_uniform for floating dtypes and zeros for ints/bools.
-          trainable: also add to TRAINABLE_VARIABLES.
+          trainable: also add to TRAINABLE_VARIABLES; None (TF's default): True unless synchronization is ON_READ.
           collections: default [GLOBAL_VARIABLES] (TF1's rule).
           device: device name or device function for a new variable (each
             part of a partitioned variable is placed on its own).
-          partitioner: e.g. vs.fixed_size_partitioner(4): returns a
-            `partitioning.PartitionedVariable` of parts "NAME/part_K" instead
-            (see varstore/partitioning.py and partitioners.py; ignored for shape (), as TF).
+          partitioner: e.g. vs.fixed_size_partitioner(4) (default: the scope's): returns a PartitionedVariable
+            of parts "NAME/part_K" instead (see partitioning.py, partitioners.py; ignored for shape (), as TF).
+          regularizer, constraint, custom_getter, synchronization, aggregation, use_resource, caching_device,
+            validate_shape: as tf.compat.v1.get_variable, the scope's defaults applied (see _getter.py:
+            REGULARIZATION_LOSSES holds RegularizationLoss callables; caching_device, validate_shape ignored).
 
         Returns:
-          The Variable, or the PartitionedVariable when `partitioner` is given.
+          The Variable, the PartitionedVariable when a partitioner applies, or what a custom getter returns.
 
         Raises:
           PartitionError: partitioned and unpartitioned uses of one name, or a bad partitioning.
           VariableExistsError: the name exists and the scope does not reuse.
           VariableNotFoundError: reuse=True and the name does not exist.
           ShapeMismatchError / DtypeMismatchError: reuse with another shape or
-            dtype (both named), or `shape` differs from an array initializer's.
-          InitializerError: no shape can be found, or no default initializer
-            exists for the dtype (complex, strings).
+            dtype (both named), `shape` differs from an array initializer's, or a negative dimension.
+          InitializerError: no fully defined shape at creation, or no default initializer for the dtype.
+          VariableArgumentError: as `Variable`; a regularizer or custom_getter that is not callable.
         """
         _naming.validate_name(name)
         scope = self.current_scope()
         full = _naming.join(scope.name, name)
-        reuse = scope.reuse
-        want_shape = rules.shape_tuple(shape, f"get_variable('{full}')")
-        explicit_dtype = dtype if dtype is not None else scope.dtype
+        getter, arguments = _getter.with_scope_defaults(scope, full, custom_getter, dict(
+            shape=shape, dtype=dtype, initializer=initializer, regularizer=regularizer, reuse=scope.reuse,
+            trainable=trainable, collections=collections, caching_device=caching_device, partitioner=partitioner,
+            validate_shape=validate_shape, use_resource=use_resource, constraint=constraint,
+            synchronization=synchronization, aggregation=aggregation, device=device))
+        return _getter.call_getters(getter, self._true_getter, full, arguments)
+
+    def _true_getter(self, name: str, shape: PartialShape = None, dtype: npt.DTypeLike | None = None,
+                     initializer: InitializerSpec = None, regularizer: Any = None, reuse: Reuse = None,
+                     trainable: bool | None = None, collections: Sequence[str] | None = None,
+                     caching_device: Any = None, partitioner: Any = None, validate_shape: bool = True,
+                     use_resource: bool | None = None, constraint: Any = None, synchronization: Any = None,
+                     aggregation: Any = None, device: DeviceSpec = None) -> Any:
+        """get_variable for a full name with every default applied (TF1's _true_getter; custom getters call it)."""
+        extras, trainable = _getter.extras_for(constraint, synchronization, aggregation, trainable, regularizer, name)
+        want_shape = rules.shape_tuple(shape, f"get_variable('{name}')")
         if partitioner is not None and want_shape != ():
             with self._lock:
-                return partitioning.get_partitioned_variable(
-                    self, full, want_shape, explicit_dtype,
-                    initializer if initializer is not None else scope.initializer,
-                    partitioner, reuse, trainable, collections, device)
+                return partitioning.get_partitioned_variable(self, name, want_shape, dtype, initializer, partitioner,
+                                                             reuse, trainable, collections, device, extras=extras)
         with self._lock:
             found = rules.existing_variable(
-                full, reuse, self._shared.get(full),
-                partitioned=full in self._partitioned or f"{full}/part_0" in self._shared,
-                weak_exists=self._weak.get(full) is not None, shape=want_shape, dtype=explicit_dtype)
+                name, reuse, self._shared.get(name),
+                partitioned=name in self._partitioned or f"{name}/part_0" in self._shared,
+                weak_exists=self._weak.get(name) is not None, shape=want_shape, dtype=dtype)
             if found is not None:
                 return found
-            var = self._create(full, want_shape, explicit_dtype,
-                               initializer if initializer is not None else scope.initializer,
-                               trainable, collections, device)
-        return var
+            return self._create(name, want_shape, dtype, initializer, trainable, collections, device, extras=extras)
 
     def _create(self, full: str, shape: tuple[int | None, ...] | None, dtype: npt.DTypeLike | None,
                 init_spec: InitializerSpec, trainable: bool, collections: Sequence[str] | None,
-                device: DeviceSpec, slice_info: SliceInfo | None = None) -> Variable:
+                device: DeviceSpec, slice_info: SliceInfo | None = None, extras: Any = None) -> Variable:
         """Makes, names and tracks a new get_variable variable (the caller holds the lock; partitioning calls it per part).
 
         A part passes its `slice_info`: pending restores then find its region
@@ -352,13 +361,15 @@ class VariableStore:
         """
         full_shape, dt, initializer, source = rules.new_variable_spec(
             full, shape, dtype, init_spec, lambda name: self._pending_source(name, slice_info))
-        var = lazy_variable(full, full_shape, dt, initializer, trainable, device)
+        var = lazy_variable(full, full_shape, dt, initializer, trainable, device,
+                            *(() if extras is None else (extras.options,)))
         if slice_info is not None:
             var._set_save_slice_info(slice_info)
         if source is not None:
             var.restore_from(source)
         self._namer.claim(full)
         self.track_variable(var, collections, trainable, weak=False)
+        _getter.add_regularization_loss(self, None if extras is None else extras.regularizer, var)
         return var
 
     # ------------------------------------------------------------ inventory

@@ -59,6 +59,7 @@ from varstore.checkpoint.read.name_hints import missing_with_hints
 from varstore.distributed.communicator import register_communicator
 from varstore.distributed.shards import ShardedState
 from varstore.errors import DtypeMismatchError, RestoreError, ShapeMismatchError
+from varstore.values import check_fits
 
 __all__ = ["save", "restore", "load", "sharded_state", "TorchCommunicator", "RestoreResult"]
 
@@ -273,6 +274,9 @@ def _restore_into(reader: VarstoreReader, tensors: dict[str, torch.Tensor], stri
             staged.append((name, source, tensor))
     # Staged values are read (and checked) before any tensor changes.
     host = [(tensor, reader.read(source, verify=verify)) for _, source, tensor in staged]
+    for (name, source, tensor), (_, value) in zip(staged, host):  # torch's copy_ would wrap or overflow silently
+        check_fits(value, _dtypes.as_dtype(_convert.dtype_name_of(tensor, name)),
+                   f"restore tensor '{name}' from '{source}' in '{reader.path}'")
     if direct:
         _restore(reader, direct, verify=verify)
     with torch.no_grad():

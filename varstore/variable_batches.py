@@ -19,6 +19,7 @@ import numpy.typing as npt
 from varstore import devices
 from varstore._variable_state import VariableState
 from varstore.value_sources import check_host_value
+from varstore.values import check_fits
 
 __all__ = ["MATERIALIZE_LOCK", "BatchVariable", "host_views", "restore_many"]
 
@@ -107,12 +108,14 @@ def restore_many(variables: Sequence[BatchVariable], values: Sequence[Any], adop
     Raises:
       ValueError: the two sequences differ in length.
       ShapeMismatchError, DtypeMismatchError: naming the first bad variable (nothing changes).
+      ValueOutOfRangeError: a value would change in the cast to a narrower dtype (values.check_fits; nothing changes).
     """
     if len(variables) != len(values):
         raise ValueError(f"restore_many got {len(variables)} variables and {len(values)} values")
     for variable, value in zip(variables, values):
         if value.shape != variable._shape or value.dtype != variable._dtype:
             check_host_value(variable, value)
+            check_fits(value, variable._dtype, f"restore variable '{variable.name}'")
     with MATERIALIZE_LOCK:
         for variable, value in zip(variables, values):
             if variable._task is not None and not variable.is_owned:  # another rank holds it (ownership.py)

@@ -27,6 +27,8 @@ from varstore._assignment import Assignable
 from varstore.errors import DtypeMismatchError, InitializationCycleError, InitializerError, ScopeError, ShapeMismatchError
 from varstore.initializers import Initializer, InitializerFunction
 from varstore.placement import DeviceSpec
+from varstore.variable_options import Constraint, VariableAggregation, VariableOptions, VariableSynchronization
+from varstore.variable_options import resolve_options
 
 # Re-exported for the checkpoint engine (checkpoint/write/writer.py, checkpoint/read/restoration.py import these names from
 # here; they live in value_sources.py, values.py and variable_batches.py). New code imports them from there.
@@ -136,7 +138,7 @@ def _choose_device(name: str, shape: tuple[int, ...], dtype: np.dtype, device: D
     return label, task
 
 
-class Variable(Assignable, ArrayInterop):
+class Variable(Assignable, ArrayInterop, VariableOptions):
     """A named array with a fixed shape and dtype that changes only through assign, as tf.Variable.
 
     Acts like a read-only NumPy array (functions, ufuncs, operators, indexing
@@ -148,7 +150,7 @@ class Variable(Assignable, ArrayInterop):
         callable returning one of those. Python floats become float32, ints
         int32, complex complex128, bools bool (TF's convention); arrays keep
         their dtype.
-      trainable: add to TRAINABLE_VARIABLES (unless `collections` already lists it).
+      trainable: add to TRAINABLE_VARIABLES; None (TF's default): True, unless `synchronization` is ON_READ.
       name: the name within the current variable scope; "Variable" by default.
         Names are made unique as in a TF1 graph ("Mark", "Mark_1", ...).
       dtype: cast the value to this dtype ("same_kind" casts only).
@@ -158,10 +160,15 @@ class Variable(Assignable, ArrayInterop):
       store: the VariableStore to register with; default: the store whose
         scope is active, else the default store. The store holds the variable
         weakly (it is freed when nobody references it).
+      constraint: a projection `array -> array` (same shape) applied after every assign (as TF's
+        optimizers apply it after each update; see variable_options.py), never to initial or restored values.
+      synchronization, aggregation: VariableSynchronization / VariableAggregation (None: AUTO / NONE), stored only.
+      use_resource: accepted and ignored (every varstore variable behaves as TF's resource variables).
 
     Raises:
       DtypeMismatchError, UnsupportedDtypeError: as `convert_value`.
       InvalidNameError: the name is malformed. DeviceError: see `devices.place`.
+      VariableArgumentError: an unknown synchronization or aggregation, a constraint that is not callable.
     """
 
     _collection_names: list[str]
@@ -171,27 +178,32 @@ class Variable(Assignable, ArrayInterop):
     _save_slice_info: Any  # partitioning.SaveSliceInfo of a part, else None
 
     def __init__(self, initial_value: npt.ArrayLike | Variable | Callable[[], npt.ArrayLike | Variable],
-                 trainable: bool = True, name: str | None = None, dtype: npt.DTypeLike | None = None, *,
+                 trainable: bool | None = None, name: str | None = None, dtype: npt.DTypeLike | None = None, *,
                  collections: Sequence[str] | None = None, device: DeviceSpec = None,
-                 store: VariableRegistry | None = None) -> None:
+                 store: VariableRegistry | None = None, constraint: Constraint | None = None,
+                 synchronization: VariableSynchronization | None = None,
+                 aggregation: VariableAggregation | None = None, use_resource: bool | None = None) -> None:
         if callable(initial_value) and not isinstance(initial_value, Variable):
             initial_value = initial_value()
         registry = store if store is not None else default_registry()
         full_name = registry.claim_name(name)
+        options, trainable = resolve_options(constraint, synchronization, aggregation, trainable, full_name)
         value = convert_value(initial_value, dtype, what=f"variable '{full_name}'")
         shape = tuple(int(d) for d in value.shape)
-        self._setup(full_name, shape, np.dtype(value.dtype), trainable, None)
+        self._setup(full_name, shape, np.dtype(value.dtype), trainable, None, options)
+        self._initial = value  # v.initial_value: the converted value (the caller's own array when not converted)
         self._device, self._task = _choose_device(full_name, shape, self._dtype, device)
         self._state.buffer = devices.to_device(value, self._device, copy=True)
         registry.track_variable(self, collections, trainable, weak=True)  # a store bound to a rank drops others' values
 
-    def _setup(self, name: str, shape: tuple[int, ...], dtype: np.dtype, trainable: bool,
-               initializer: InitialValue) -> None:
+    def _setup(self, name: str, shape: tuple[int, ...], dtype: np.dtype, trainable: bool, initializer: InitialValue,
+               options: tuple[Any, Any, Any] = (None, VariableSynchronization.AUTO, VariableAggregation.NONE)) -> None:
         self._name = name
         self._shape = shape
         self._dtype = dtypes.as_dtype(dtype)
         self._trainable = bool(trainable)
         self._initializer = initializer
+        self._initial, (self._constraint, self._synchronization, self._aggregation) = None, options  # variable_options
         self._state = VariableState()
         self._device = "cpu:0"
         self._task = None
@@ -305,6 +317,26 @@ class Variable(Assignable, ArrayInterop):
             return self._state.buffer
 
     def _run_initializer(self) -> None:
+        value = self._initializer_value()
+        if (type(value) is np.ndarray and value.dtype == self._dtype and value.flags.c_contiguous
+                and value.flags.owndata and value.flags.writeable and value.flags.aligned
+                and not devices.is_gpu(self._device) and sys.getrefcount(value) <= 2):
+            # A fresh host array nobody else references (refcount: this frame only): adopt it as the
+            # buffer instead of copying, so materializing never holds two copies of a variable (the
+            # freed temporaries stayed in the malloc heap: ~100 MiB of RSS for a 1.2 GB model).
+            self._state.buffer = value
+            return
+        buffer = devices.empty(self._shape, self._dtype, self._device)
+        try:
+            devices.copy_into(buffer, value)
+        except TypeError as err:
+            raise DtypeMismatchError(
+                f"the initializer of variable '{self._name}' returned dtype {value.dtype}, which does not cast "
+                f"('same_kind') to the variable's dtype {self._dtype.name}") from err
+        self._state.buffer = buffer
+
+    def _initializer_value(self) -> Any:
+        """What the initializer gives (an array of the variable's shape), checked; the caller keeps it or copies it."""
         init = self._initializer
         what = f"variable '{self._name}'"
         value: Any
@@ -326,22 +358,7 @@ class Variable(Assignable, ArrayInterop):
             raise ShapeMismatchError(
                 f"the initializer of {what} returned shape {tuple(value.shape)}, "
                 f"the variable was created with shape {self._shape}")
-        if (type(value) is np.ndarray and value.dtype == self._dtype and value.flags.c_contiguous
-                and value.flags.owndata and value.flags.writeable and value.flags.aligned
-                and not devices.is_gpu(self._device) and sys.getrefcount(value) <= 2):
-            # A fresh host array nobody else references (refcount: this frame only): adopt it as the
-            # buffer instead of copying, so materializing never holds two copies of a variable (the
-            # freed temporaries stayed in the malloc heap: ~100 MiB of RSS for a 1.2 GB model).
-            self._state.buffer = value
-            return
-        buffer = devices.empty(self._shape, self._dtype, self._device)
-        try:
-            devices.copy_into(buffer, value)
-        except TypeError as err:
-            raise DtypeMismatchError(
-                f"the initializer of {what} returned dtype {value.dtype}, which does not cast "
-                f"('same_kind') to the variable's dtype {self._dtype.name}") from err
-        self._state.buffer = buffer
+        return value
 
     def _fill_from(self, source: ValueSource) -> None:
         """Fills the buffer from `source`: in place when allocated (same data pointer, host or GPU).
@@ -455,7 +472,9 @@ class Variable(Assignable, ArrayInterop):
 
 
 def lazy_variable(full_name: str, shape: tuple[int, ...], dtype: np.dtype, initializer: InitialValue,
-                  trainable: bool, device: DeviceSpec) -> Variable:
+                  trainable: bool, device: DeviceSpec,
+                  options: tuple[Any, Any, Any] = (None, VariableSynchronization.AUTO, VariableAggregation.NONE)
+                  ) -> Variable:
     """A variable that allocates nothing until first use, as get_variable makes them.
 
     The name is used as given (the caller's registry already claimed it) and
@@ -468,12 +487,13 @@ def lazy_variable(full_name: str, shape: tuple[int, ...], dtype: np.dtype, initi
       initializer: what the first read runs (see `InitialValue`).
       trainable: whether the variable is meant to be trained.
       device: device name or device function (default: the device contexts).
+      options: (constraint, synchronization, aggregation), resolved as `Variable` does.
 
     Raises:
       DeviceError: see `devices.place`.
     """
     variable = Variable.__new__(Variable)
-    variable._setup(full_name, shape, dtype, trainable, initializer)
+    variable._setup(full_name, shape, dtype, trainable, initializer, options)
     variable._device, variable._task = _choose_device(full_name, shape, variable._dtype, device)
     return variable
 

@@ -1,5 +1,5 @@
-"""`python -m varstore_cli ...` runs the `varstore` command."""
+"""`python -m varstore_cli ...` runs the `varstore` command (through entry.py: Ctrl-C handled from the start)."""
 
-from varstore_cli.main import cli
+from varstore_cli.entry import main
 
-cli(prog_name="varstore")
+main()

@@ -3,15 +3,15 @@
 Each command parses its options, calls the public library API
 (`varstore.open_checkpoint`, `varstore.inspect`), and prints a
 table or a versioned JSON document (schemas in docs/cli.md). `convert`
-lives in convert_command.py, the options and helpers the commands share in
-options.py. Commands never catch library errors: main.py turns them into
+lives in convert_command.py, `report` in report_command.py, the options and
+helpers the commands share in options.py. Commands never catch library errors: main.py turns them into
 one line and exit status 2.
 """
 
 from __future__ import annotations
 
+import bisect
 import difflib
-import fnmatch
 import json
 import math
 import os
@@ -25,8 +25,10 @@ from varstore import diff_checkpoints, scope_tree, variable_stats
 from varstore_cli.terminal import echo_line
 from varstore_cli import formatting as fmt
 from varstore_cli.convert_command import convert_command, make_progress, stderr_is_terminal
-from varstore_cli.options import (echo_json, format_option, is_url, open_reader, skip_object_arrays_option,
-                                  storage_option, storage_options)
+from varstore_cli.report_command import report_command
+from varstore_cli.options import (echo_json, echo_json_list, format_option, is_url, open_reader, select, selection_json,
+                                  selection_options, selection_words, skip_object_arrays_option, storage_option,
+                                  storage_options)
 
 __all__ = ["COMMANDS", "ATTRIBUTES_SUFFIX"]
 
@@ -92,22 +94,36 @@ def _describe(reader: CheckpointReader) -> str:
     return f"{reader.location}  ({', '.join(parts)})"
 
 
-def _resolve_name(reader: CheckpointReader, name: str) -> str:
-    """`name` itself, or its TF2 key with the attribute suffix, or an error with suggestions."""
+#: Up to this many names a missing name is compared with every one; past it with its _NEAR neighbours on
+#: each side in sort order and in reversed-text order (a hint costs O(_NEAR), not one comparison per name).
+_ALL_COMPARED = 2000
+_NEAR = 200
+
+
+def _near(name: str, keys: list[str]) -> list[str]:
+    """The names a did-you-mean hint compares `name` with (as the library's restore hints do)."""
+    if len(keys) <= _ALL_COMPARED:
+        return keys
+    found: dict[str, None] = {}
+    for ordered, key, flip in ((sorted(keys), name, False), (sorted(k[::-1] for k in keys), name[::-1], True)):
+        at = bisect.bisect_left(ordered, key)
+        found.update((k[::-1] if flip else k, None) for k in ordered[max(0, at - _NEAR):at + _NEAR])
+    return list(found)
+
+
+def _resolve_names(reader: CheckpointReader, name: str) -> tuple[list[str], str | None]:
+    """([name] itself, or its TF2 key with the attribute suffix), None; or for a scope (`conv1`, `conv1/`)
+    every key in it and the scope; or an error with suggestions."""
     keys = reader.keys()
     if name in keys:
-        return name
+        return [name], None
     if name + ATTRIBUTES_SUFFIX in keys:
-        return name + ATTRIBUTES_SUFFIX
+        return [name + ATTRIBUTES_SUFFIX], None
     scope = name.rstrip("/")
     inside = [key for key in keys if key.startswith(scope + "/")] if scope else []
-    if inside:  # `conv1` and `conv1/` alike: a scope, not a variable
-        shown = ", ".join(inside[:5]) + (", ..." if len(inside) > 5 else "")
-        raise UnknownVariableError(
-            f"'{name}' in '{reader.location}' is a scope of {fmt.plural(len(inside), 'variable')} ({shown}), "
-            f"not a variable: show one of them, or `varstore ls {reader.location} --filter '{scope}/*'` "
-            f"lists them")
-    close = difflib.get_close_matches(name, keys, n=3)
+    if inside:  # `conv1` and `conv1/` alike: a scope, every variable of it shown
+        return inside, scope
+    close = difflib.get_close_matches(name, _near(name, keys), n=3)
     hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
     raise UnknownVariableError(
         f"no variable '{name}' in '{reader.location}' ({reader.format}, {fmt.plural(len(keys), 'variable')}); "
@@ -117,7 +133,7 @@ def _resolve_name(reader: CheckpointReader, name: str) -> str:
 # ----------------------------------------------------------------------- ls
 @click.command("ls")
 @click.argument("path", type=click.Path(readable=False))  # the library names an unreadable path
-@click.option("--filter", "pattern", metavar="GLOB", help="Only names matching this shell glob ('encoder/*').")
+@selection_options("")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.ls/1 JSON document.")
 @click.option("--tree", is_flag=True, help="Show the scope tree with per-scope totals.")
 @click.option("--strip-attributes", is_flag=True,
@@ -127,7 +143,8 @@ def _resolve_name(reader: CheckpointReader, name: str) -> str:
               help="PATH is a CheckpointManager directory: list its checkpoints (step, time, size; latest marked).")
 @skip_object_arrays_option
 @storage_option
-def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_attributes: bool,
+def ls_command(path: str, patterns: tuple[str, ...], excludes: tuple[str, ...], as_json: bool, tree: bool,
+               strip_attributes: bool,
                format_: str | None, list_checkpoints: bool, skip_object_arrays: bool) -> None:
     """List the variables of a checkpoint.
 
@@ -138,7 +155,7 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
     if list_checkpoints:
         _list_checkpoints(path, as_json)
         return
-    if format_ is None and pattern is None and not tree and _list_steps(path, as_json):
+    if format_ is None and not patterns and not excludes and not tree and _list_steps(path, as_json):
         return
     try:
         opened = open_reader(path, format_, skip_object_arrays)
@@ -148,9 +165,8 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
         return
     with opened as reader:
         infos = reader.infos()
-        if pattern is not None:
-            infos = [i for i in infos if fnmatch.fnmatchcase(i.name, pattern)
-                     or fnmatch.fnmatchcase(_strip(i.name, strip_attributes), pattern)]
+        if patterns or excludes:
+            infos = [i for i in infos if _selected(i.name, _strip(i.name, strip_attributes), patterns, excludes)]
         shown = [VariableInfo(_strip(i.name, strip_attributes), tuple(i.shape), i.dtype, i.nbytes,
                               i.trainable, tuple(i.collections), i.checksum, i.device, i.attributes)
                  for i in infos] if strip_attributes else infos
@@ -163,7 +179,8 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
                 entry["key"] = original.name
                 variables.append(entry)
             document: dict[str, Any] = {"schema": "varstore.ls/1", **_checkpoint_json(reader),
-                                        "filter": pattern, "variables": variables, "totals": totals,
+                                        **selection_json(patterns, excludes), "variables": variables,
+                                        "totals": totals,
                                         "skipped": [{"name": s.name, "reason": s.reason}
                                                     for s in reader.skipped]}
             if tree:
@@ -180,8 +197,8 @@ def ls_command(path: str, pattern: str | None, as_json: bool, tree: bool, strip_
                               right=(3,)) if rows else []
         for line in lines:
             echo_line(line)
-        filtered = f" matching '{pattern}'" if pattern is not None else ""
-        echo_line(f"total: {fmt.plural(totals['variables'], 'variable')}{filtered}, "
+        selected = selection_words(patterns, excludes)
+        echo_line(f"total: {fmt.plural(totals['variables'], 'variable')}{selected}, "
                    f"{fmt.plural(totals['elements'], 'element')}, {fmt.human_size(totals['nbytes'])}")
         for line in _partition_lines(reader, {i.name for i in infos}):
             echo_line(line)
@@ -212,34 +229,50 @@ def _list_steps(path: str, as_json: bool) -> bool:
     return True
 
 
+def _selected(key: str, shown: str, patterns: tuple[str, ...], excludes: tuple[str, ...]) -> bool:
+    """Kept by --filter / --exclude: its key or its shown name matches a --filter, and neither an --exclude."""
+    return (bool(select([key], patterns, ()) or select([shown], patterns, ()))
+            and bool(select([key], (), excludes) and select([shown], (), excludes)))
+
+
 def _list_folder(path: str, as_json: bool) -> bool:
-    """Lists the checkpoints directly in folder `path` (each one's format; a manager directory's latest).
+    """Lists what is directly in folder `path`: each checkpoint with its format (a manager directory's latest),
+    told by content as `ls FILE` does (the registry's detectors, never a suffix alone), and every other entry
+    as "not a checkpoint" with the reason.
 
-    Returns False, printing nothing, when the folder holds none.
+    Returns False, printing nothing, when the folder holds no checkpoint.
     """
-    from varstore import is_manager_directory, latest_checkpoint
-    from varstore import detect_format
+    from varstore import detect_format, is_manager_directory, latest_checkpoint
 
-    entries = []
+    entries: list[dict[str, Any]] = []
+    others: list[dict[str, Any]] = []
     for entry in sorted(os.scandir(path), key=lambda e: e.name):
         if entry.name.startswith("."):
             continue
+        where = os.path.join(path, entry.name)
         try:
-            kind = detect_format(entry.path)
-        except (VarstoreError, OSError):
+            kind = detect_format(entry.path, by_suffix=False)
+        except (VarstoreError, OSError) as err:
             if not entry.is_dir() or not is_manager_directory(entry.path):
+                reason = str(err)
+                marker = f"'{entry.path}' is not a checkpoint: "
+                others.append({"name": entry.name, "path": where,
+                               "reason": reason[len(marker):] if reason.startswith(marker) else reason})
                 continue
             latest = latest_checkpoint(entry.path)
             kind = f"manager directory, latest {os.path.basename(str(latest))}" if latest else "manager directory"
-        entries.append({"name": entry.name, "path": os.path.join(path, entry.name), "format": kind})
+        entries.append({"name": entry.name, "path": where, "format": kind})
     if not entries:
         return False
     if as_json:
-        echo_json({"schema": "varstore.folder/1", "directory": path, "checkpoints": entries})
+        echo_json({"schema": "varstore.folder/1", "directory": path, "checkpoints": entries,
+                   "not_checkpoints": others})
         return True
     echo_line(f"{path}: a folder of {fmt.plural(len(entries), 'checkpoint')} "
                f"(`varstore ls {os.path.join(path, '<name>')}` lists one)")
-    for line in fmt.table([[e["name"], e["format"]] for e in entries], ["name", "format"]):
+    rows = sorted([[e["name"], e["format"]] for e in entries]
+                  + [[o["name"], f"not a checkpoint: {o['reason']}"] for o in others])
+    for line in fmt.table(rows, ["name", "format"]):
         echo_line(line.rstrip())
     return True
 
@@ -277,47 +310,71 @@ def _list_checkpoints(path: str, as_json: bool) -> None:
 @storage_option
 def show_command(path: str, name: str, count: int, as_json: bool, format_: str | None,
                  skip_object_arrays: bool) -> None:
-    """Show one variable: metadata, statistics, first values.
+    """Show one variable, or every variable of a scope: metadata, statistics, first values.
 
     Statistics are min, max, mean, std (over the finite elements) and the
-    counts of NaN, inf and zero elements."""
+    counts of NaN, inf and zero elements. NAME may be a scope ('conv1'): each
+    of its variables is shown, one block after another under a one-line
+    header (--json: a list of documents)."""
     with open_reader(path, format_, skip_object_arrays) as reader:
-        key = _resolve_name(reader, name)
-        info = reader.info(key)
-        value = reader.read(key)
-        stats = variable_stats(value)
-        first = value.reshape(-1)[:count]
+        keys, scope = _resolve_names(reader, name)
         if as_json:
-            echo_json({"schema": "varstore.show/1", **_checkpoint_json(reader),
-                        "variable": {**info.to_json(), "attributes": info.attributes},
-                        "stats": stats.to_json(), "values": fmt.json_values(first)})
+            documents = [_show_json(reader, key, count) for key in keys]
+            if scope is None:
+                echo_json(documents[0])
+            else:
+                echo_json_list(documents)
             return
-        rows = [
-            ["name", info.name],
-            ["checkpoint", _describe(reader)],
-            ["shape", fmt.format_shape(info.shape)],
-            ["dtype", info.dtype],
-            ["size", f"{fmt.human_size(info.nbytes)} ({fmt.plural(stats.count, 'element')})"],
-            ["trainable", fmt.format_flag(info.trainable)],
-            ["collections", fmt.format_collections(info.collections)],
-            ["checksum", info.checksum or "-"],
-            ["device", info.device or "-"],
-        ]
-        rows += [[f"attribute {k}", json.dumps(v, ensure_ascii=False)] for k, v in sorted(info.attributes.items())]
-        non_tensor = reader.metadata.get("non_tensor") if isinstance(reader.metadata, dict) else None
-        if isinstance(non_tensor, dict):  # a torch / DCP file's epoch, lr, param_groups ...
-            rows += [[f"non-tensor {k}", json.dumps(v, ensure_ascii=False)] for k, v in non_tensor.items()]
-        if stats.kind == "complex":
-            rows.append(["stats of", "|x| (magnitude) of the finite elements"])
-        rows += [["min", fmt.format_number(stats.min)], ["max", fmt.format_number(stats.max)],
-                 ["mean", fmt.format_number(stats.mean)], ["std", fmt.format_number(stats.std)],
-                 ["nan", fmt.format_number(stats.nan_count)], ["inf", fmt.format_number(stats.inf_count)],
-                 ["zeros", fmt.format_number(stats.zeros)]]
-        if count:
-            rows.append([f"values[:{len(first)}]" if len(first) < stats.count else "values",
-                         fmt.format_values(first)])
-        for line in fmt.table(rows):
-            echo_line(line)
+        if scope is not None:
+            echo_line(f"scope {scope}: {fmt.plural(len(keys), 'variable')} in {_describe(reader)}")
+        for key in keys:
+            if scope is not None:
+                echo_line("")
+            for line in fmt.table(_show_rows(reader, key, count)):  # the block `show CKPT conv1/w` prints
+                echo_line(line)
+
+
+def _show_json(reader: CheckpointReader, key: str, count: int) -> dict[str, Any]:
+    """The varstore.show/1 document of one variable (its first `count` values)."""
+    info = reader.info(key)
+    value = reader.read(key)
+    stats = variable_stats(value)
+    return {"schema": "varstore.show/1", **_checkpoint_json(reader),
+            "variable": {**info.to_json(), "attributes": info.attributes},
+            "stats": stats.to_json(), "values": fmt.json_values(value.reshape(-1)[:count])}
+
+
+def _show_rows(reader: CheckpointReader, key: str, count: int) -> list[list[str]]:
+    """The rows `show` prints for one variable: metadata, attributes, statistics, first `count` values."""
+    info = reader.info(key)
+    value = reader.read(key)
+    stats = variable_stats(value)
+    first = value.reshape(-1)[:count]
+    rows = [
+        ["name", info.name],
+        ["checkpoint", _describe(reader)],
+        ["shape", fmt.format_shape(info.shape)],
+        ["dtype", info.dtype],
+        ["size", f"{fmt.human_size(info.nbytes)} ({fmt.plural(stats.count, 'element')})"],
+        ["trainable", fmt.format_flag(info.trainable)],
+        ["collections", fmt.format_collections(info.collections)],
+        ["checksum", info.checksum or "-"],
+        ["device", info.device or "-"],
+    ]
+    rows += [[f"attribute {k}", json.dumps(v, ensure_ascii=False)] for k, v in sorted(info.attributes.items())]
+    non_tensor = reader.metadata.get("non_tensor") if isinstance(reader.metadata, dict) else None
+    if isinstance(non_tensor, dict):  # a torch / DCP file's epoch, lr, param_groups ...
+        rows += [[f"non-tensor {k}", json.dumps(v, ensure_ascii=False)] for k, v in non_tensor.items()]
+    if stats.kind == "complex":
+        rows.append(["stats of", "|x| (magnitude) of the finite elements"])
+    rows += [["min", fmt.format_number(stats.min)], ["max", fmt.format_number(stats.max)],
+             ["mean", fmt.format_number(stats.mean)], ["std", fmt.format_number(stats.std)],
+             ["nan", fmt.format_number(stats.nan_count)], ["inf", fmt.format_number(stats.inf_count)],
+             ["zeros", fmt.format_number(stats.zeros)]]
+    if count:
+        rows.append([f"values[:{len(first)}]" if len(first) < stats.count else "values",
+                     fmt.format_values(first)])
+    return rows
 
 
 # --------------------------------------------------------------------- diff
@@ -328,10 +385,12 @@ def show_command(path: str, name: str, count: int, as_json: bool, format_: str |
               help="Relative tolerance: equal when |a-b| <= atol + rtol*max(|a|,|b|).")
 @click.option("--atol", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="A",
               help="Absolute tolerance.")
+@selection_options("")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.diff/1 JSON document.")
 @storage_option
 @click.pass_context
-def diff_command(ctx: click.Context, a: str, b: str, rtol: float, atol: float, as_json: bool) -> None:
+def diff_command(ctx: click.Context, a: str, b: str, rtol: float, atol: float, patterns: tuple[str, ...],
+                 excludes: tuple[str, ...], as_json: bool) -> None:
     """Compare two checkpoints name by name.
 
     Lists the variables added, removed, with changed shape or dtype, and those
@@ -340,12 +399,14 @@ def diff_command(ctx: click.Context, a: str, b: str, rtol: float, atol: float, a
     with open_reader(a) as reader_a, open_reader(b) as reader_b:
         progress, close = make_progress(enabled=not as_json and stderr_is_terminal())
         try:
-            result = diff_checkpoints(reader_a, reader_b, rtol=rtol, atol=atol, progress=progress)
+            names = (select(reader_a.keys() + reader_b.keys(), patterns, excludes)
+                     if patterns or excludes else None)
+            result = diff_checkpoints(reader_a, reader_b, rtol=rtol, atol=atol, names=names, progress=progress)
         finally:
             close()
         if as_json:
             echo_json({"schema": "varstore.diff/1", "a": _checkpoint_json(reader_a),
-                        "b": _checkpoint_json(reader_b), **result.to_json()})
+                        "b": _checkpoint_json(reader_b), **selection_json(patterns, excludes), **result.to_json()})
         else:
             echo_line(f"--- {_describe(reader_a)}")
             echo_line(f"+++ {_describe(reader_b)}")
@@ -369,7 +430,7 @@ def diff_command(ctx: click.Context, a: str, b: str, rtol: float, atol: float, a
                        f"{len(result.values_differ):,} values differ"]
             tolerance = f" (rtol {rtol:g}, atol {atol:g})" if rtol or atol else " (exact)"
             verdict = "checkpoints differ" if result.differs else "checkpoints are equal"
-            echo_line(f"{verdict}{tolerance}: {', '.join(summary)}")
+            echo_line(f"{verdict}{tolerance}{selection_words(patterns, excludes)}: {', '.join(summary)}")
     ctx.exit(1 if result.differs else 0)
 
 
@@ -381,10 +442,12 @@ def _brief(info: VariableInfo) -> str:
 @click.command("verify")
 @click.argument("path", type=click.Path(readable=False))  # the library names an unreadable path
 @format_option()
+@selection_options("")
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.verify/1 JSON document.")
 @skip_object_arrays_option
 @storage_option
-def verify_command(path: str, format_: str | None, as_json: bool, skip_object_arrays: bool) -> None:
+def verify_command(path: str, format_: str | None, patterns: tuple[str, ...], excludes: tuple[str, ...],
+                   as_json: bool, skip_object_arrays: bool) -> None:
     """Check a checkpoint's structure and checksums.
 
     Reads every variable of PATH and checks every checksum the format records.
@@ -396,29 +459,36 @@ def verify_command(path: str, format_: str | None, as_json: bool, skip_object_ar
 
         steps = incremental_steps(path, storage_options())
     for step in steps or []:
-        _verify_one(step.location, None, as_json, skip_object_arrays)
+        _verify_one(step.location, None, patterns, excludes, as_json, skip_object_arrays)
     if steps is None:
-        _verify_one(path, format_, as_json, skip_object_arrays)
+        _verify_one(path, format_, patterns, excludes, as_json, skip_object_arrays)
 
 
-def _verify_one(path: str, format_: str | None, as_json: bool, skip_object_arrays: bool) -> None:
+def _verify_one(path: str, format_: str | None, patterns: tuple[str, ...], excludes: tuple[str, ...],
+                as_json: bool, skip_object_arrays: bool) -> None:
     with open_reader(path, format_, skip_object_arrays) as reader:
-        infos = reader.infos()
+        names = select(reader.keys(), patterns, excludes) if patterns or excludes else None
+        infos = reader.infos() if names is None else [reader.info(name) for name in names]
         progress, close = make_progress(enabled=not as_json and stderr_is_terminal())
         try:
-            reader.verify(progress) if progress is not None else reader.verify()
+            if names is not None:
+                reader.verify(progress, names)
+            else:
+                reader.verify(progress) if progress is not None else reader.verify()
         finally:
             close()
         checked = sum(1 for i in infos if i.checksum is not None)
         total = sum(i.nbytes for i in infos)
         if as_json:
-            echo_json({"schema": "varstore.verify/1", **_checkpoint_json(reader), "ok": True,
+            echo_json({"schema": "varstore.verify/1", **_checkpoint_json(reader),
+                       **({} if names is None else selection_json(patterns, excludes)), "ok": True,
                         "variables": len(infos), "nbytes": total, "checksums": checked})
             return
         how = (f"{fmt.plural(checked, 'checksum')} matched" if checked
                else "no checksums recorded; every variable read back")
-        echo_line(f"ok: {_describe(reader)}: {fmt.plural(len(infos), 'variable')}, "
+        selected = selection_words(patterns, excludes)
+        echo_line(f"ok: {_describe(reader)}: {fmt.plural(len(infos), 'variable')}{selected}, "
                    f"{fmt.human_size(total)}, {how}")
 
 
-COMMANDS = [ls_command, show_command, diff_command, verify_command, convert_command]
+COMMANDS = [ls_command, show_command, diff_command, verify_command, convert_command, report_command]

@@ -23,6 +23,7 @@ from varstore_cli.options import (
     read_format_help,
     reader_options,
     resolve_path,
+    selection_options,
     skip_object_arrays_option,
     storage_option,
     storage_options,
@@ -120,14 +121,14 @@ def _report_json(report: Any) -> dict[str, Any]:
 @click.option("--from", "from_format", metavar="F", cls=FormatOption,
               help_text=lambda: f"Source format (default: detected). {read_format_help()}")
 @click.option("--to", "to_format", metavar="F", cls=FormatOption, help_text=write_format_help)
-@click.option("--filter", "pattern", metavar="GLOB", help="Convert only names matching this shell glob.")
+@selection_options("source ")
 @click.option("--rename", "renames", metavar="OLD=NEW", multiple=True,
               help="Replace the name prefix OLD by NEW (repeatable; the first matching rule wins; "
                    "applied after --separator).")
 @click.option("--separator", metavar="SEP",
               help="Turn every SEP in a source name into '/' (before --rename): --separator . maps "
                    "'encoder.layer.0.weight' to 'encoder/layer/0/weight'.")
-@click.option("--force", is_flag=True, help="Replace DST if it exists (never allowed when DST is SRC).")
+@click.option("--force", is_flag=True, help="Replace DST if it is a checkpoint of its own format (never another file or directory, never SRC).")
 @skip_object_arrays_option
 @click.option("--dtype", metavar="D", help="Cast every floating variable to this dtype (e.g. float16, bfloat16).")
 @click.option("--max-shard-size", metavar="SIZE",
@@ -143,7 +144,8 @@ def _report_json(report: Any) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print the varstore.convert/1 JSON document; no progress bar.")
 @click.option("-v", "--verbose", is_flag=True, help="List every renamed variable (old -> new), not only their count.")
 @storage_option
-def convert_command(src: str, dst: str, from_format: str | None, to_format: str | None, pattern: str | None,
+def convert_command(src: str, dst: str, from_format: str | None, to_format: str | None, patterns: tuple[str, ...],
+                    excludes: tuple[str, ...],
                     renames: tuple[str, ...], separator: str | None, force: bool, skip_object_arrays: bool,
                     dtype: str | None, max_shard_size: str | None, write_options: tuple[str, ...], dequantize: bool,
                     as_json: bool, verbose: bool) -> None:
@@ -166,7 +168,8 @@ def convert_command(src: str, dst: str, from_format: str | None, to_format: str 
         options: dict[str, Any] = {"dequantize": True} if dequantize else {}
 
         def convert_from(source: str) -> Any:
-            return convert(source, dst, from_format=from_format, to_format=to_format, filter=pattern,
+            return convert(source, dst, from_format=from_format, to_format=to_format, filter=patterns or None,
+                           exclude=excludes,
                            rename=rename, dtype=dtype, progress=progress, separator=separator, force=force,
                            max_shard_size=max_shard_size, write_options=parse_write_options(write_options),
                            storage_options=storage_options(),

@@ -76,8 +76,8 @@ def format_number(value: Any) -> str:
 
 
 def _scalar_text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return repr(value)
+    if isinstance(value, bytes):  # byte strings (HDF5, TF) shown as text strings (npz) are: one rendering
+        return repr(value.decode("utf-8", errors="backslashreplace"))
     if isinstance(value, str):
         return repr(value)
     if isinstance(value, (complex, np.complexfloating)):
@@ -87,7 +87,8 @@ def _scalar_text(value: Any) -> str:
 
 
 def format_values(values: np.ndarray) -> str:
-    """A flat array's first values for humans: "[0.1, -2, nan]"."""
+    """A flat array's first values for humans: "[0.1, -2, nan]"; strings, bytes (decoded as UTF-8, invalid bytes
+    as backslash escapes) or not, as "['abc', 'de']"."""
     return "[" + ", ".join(_scalar_text(v) for v in _python_values(values)) + "]"
 
 
@@ -126,6 +127,10 @@ def _json_float(value: float) -> float | str:
     return value
 
 
+#: Cells up to this many characters set their column's width; longer ones are printed as they are.
+ALIGN_LIMIT = 200
+
+
 def table(rows: Sequence[Sequence[str]], headers: Sequence[str] | None = None,
           right: Sequence[int] = ()) -> list[str]:
     """Aligns rows of cells into columns separated by two spaces.
@@ -137,12 +142,15 @@ def table(rows: Sequence[Sequence[str]], headers: Sequence[str] | None = None,
 
     Returns:
       One string per line, trailing spaces stripped; control characters in cells escaped
-      (varstore_cli.terminal), so a name holding a newline stays in its row.
+      (varstore_cli.terminal), so a name holding a newline stays in its row. A cell longer than
+      ALIGN_LIMIT characters is not padded to and pads no other row (it shifts its own row's later
+      cells): the output stays linear in the cells' length, never rows x the longest name.
     """
     all_rows = [[escape_for_terminal(c) for c in r] for r in ([list(headers)] if headers else []) + [list(r) for r in rows]]
     if not all_rows:
         return []
-    widths = [max(len(r[i]) for r in all_rows) for i in range(len(all_rows[0]))]
+    widths = [max((len(r[i]) for r in all_rows if len(r[i]) <= ALIGN_LIMIT), default=0)
+              for i in range(len(all_rows[0]))]
     lines = []
     for row in all_rows:
         cells = [cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])

@@ -75,6 +75,15 @@ class _Group(click.Group):
         except click.ClickException as err:  # a usage error of the group's own options
             raise _escaped(err)
 
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The docstring, then every format read and written, from the format registry (never a list by hand)."""
+        super().format_help_text(ctx, formatter)
+        from varstore import read_format_names, write_format_names
+
+        with formatter.section("Formats (detected when reading; --format/--from and --to name them)"):
+            formatter.write_dl([("read", ", ".join(read_format_names())),
+                                ("written", ", ".join(write_format_names()))])
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -117,8 +126,7 @@ def _maybe_traceback(ctx: click.Context) -> None:
 @options.storage_option
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
-    """List, show, diff, verify and convert checkpoints: varstore HDF5/Zarr,
-    TensorFlow, Keras, safetensors, npz, plain HDF5 and Zarr.
+    """List, show, diff, verify and convert checkpoints of every format below.
 
     Every PATH may also be an object-store URL (s3://bucket/key, gs://, az://);
     client settings come from AWS_*, GOOGLE_*, AZURE_STORAGE_* or --storage-option.

@@ -21,11 +21,16 @@ from varstore.errors import CheckpointNotFoundError
 __all__ = [
     "FormatOption",
     "echo_json",
+    "echo_json_list",
     "format_option",
     "is_url",
     "open_reader",
     "read_format_help",
     "reader_options",
+    "select",
+    "selection_json",
+    "selection_options",
+    "selection_words",
     "resolve_path",
     "skip_object_arrays_option",
     "storage_option",
@@ -161,6 +166,42 @@ def open_reader(path: str, format: str | None = None, skip_object_arrays: bool =
     return open_checkpoint(path, format=format, **reader_options(path, format, skip_object_arrays))
 
 
+def selection_options(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Adds --filter GLOB and --exclude GLOB, both repeatable (values `patterns`, `excludes`: tuples).
+
+    `what` qualifies the names in the help ("source " for convert, "" elsewhere). The rule (union of --filter, minus every --exclude)
+    is the library's one (CheckpointReader.filter / select_names).
+    """
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        command = click.option("--exclude", "excludes", metavar="GLOB", multiple=True,
+                               help=f"Leave out {what}names matching this shell glob (repeatable; applied after "
+                                    f"--filter).")(
+            command)
+        return click.option("--filter", "patterns", metavar="GLOB", multiple=True,
+                            help=f"Only {what}names matching this shell glob ('encoder/*'; repeatable: a name "
+                                 f"matching any is kept).")(command)
+    return decorate
+
+
+def select(names: Any, patterns: tuple[str, ...], excludes: tuple[str, ...]) -> list[str]:
+    """The names --filter / --exclude keep, in order (varstore.select_names)."""
+    from varstore import select_names
+
+    return select_names(names, patterns, excludes)
+
+
+def selection_json(patterns: tuple[str, ...], excludes: tuple[str, ...]) -> dict[str, Any]:
+    """The "filter" (null, the one glob, or a list of several) and "exclude" (a list) fields of a JSON document."""
+    return {"filter": None if not patterns else patterns[0] if len(patterns) == 1 else list(patterns),
+            "exclude": list(excludes)}
+
+
+def selection_words(patterns: tuple[str, ...], excludes: tuple[str, ...]) -> str:
+    """" matching 'a*' or 'b*', excluding 'c*'" for a totals line ("" without a selection)."""
+    text = f" matching {' or '.join(repr(p) for p in patterns)}" if patterns else ""
+    return text + (f", excluding {' or '.join(repr(p) for p in excludes)}" if excludes else "")
+
+
 def skip_object_arrays_option(function: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--skip-object-arrays", is_flag=True,
                         help="npz: skip members holding object arrays (never unpickled) instead of refusing "
@@ -188,4 +229,10 @@ def echo_json(document: dict[str, Any]) -> None:
         else:
             lines.append(f"  {_compact(key)}: {_compact(value)}{comma}")
     lines.append("}")
+    click.echo(escape_json_text("\n".join(lines)))
+
+
+def echo_json_list(documents: list[dict[str, Any]]) -> None:
+    """Prints a JSON list of documents, one document per line (`show CKPT SCOPE --json`)."""
+    lines = ["["] + [f"  {_compact(d)}{',' if i < len(documents) - 1 else ''}" for i, d in enumerate(documents)] + ["]"]
     click.echo(escape_json_text("\n".join(lines)))

@@ -29,17 +29,15 @@ def _run(code: str, cwd: Path) -> list[str]:
     return result.stdout.splitlines()
 
 
-def test_format_section_10_reads_the_readme_tour_files_with_plain_h5py_and_zarr(tmp_path: Path) -> None:
-    _run(_blocks(ROOT / "README.md", "python")[0], tmp_path)
-    plain, packed = _blocks(ROOT / "docs" / "checkpoint-format.md", "python", "## 10. Reading")
+def test_format_section_10_runs_top_to_bottom_in_an_empty_folder(tmp_path: Path) -> None:
+    make, plain, packed = _blocks(ROOT / "docs" / "checkpoint-format.md", "python", "## 10. Reading")
+    assert _run(make, tmp_path) == []
     lines = _run(plain, tmp_path)
     assert lines[0] == "(5, 5, 3, 32) float32 crc32c:"
     assert lines[1] == "['conv1/weights', 'conv1/biases', 'global_step']"
-    # the packed layout, opted into, on the same model
-    with open_checkpoint(tmp_path / "ckpt" / "model.h5") as reader:
-        values = {name: reader[name] for name in reader.keys()}
-    save(tmp_path / "ckpt" / "packed.h5", values, layout="packed")
     assert _run(packed, tmp_path) == ["(32,) False"]
+    with open_checkpoint(tmp_path / "ckpt" / "packed.h5") as reader:
+        assert reader.layout == "packed" and reader["conv1/weights"].shape == (5, 5, 3, 32)
 
 
 def test_default_layout_puts_every_small_variable_at_its_name_and_records_it(tmp_path: Path) -> None:

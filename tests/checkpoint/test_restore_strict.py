@@ -105,3 +105,21 @@ def test_the_manager_restores_strictly_by_default(tmp_path: Path) -> None:
     result = manager.restore_latest(store, strict=False)
     assert result is not None and (result.restored, result.missing) == (["a"], ["new"])
     assert not new.is_restore_pending
+
+
+def test_strict_error_names_both_sides_with_the_pairing_and_caps_the_list(tmp_path: Path) -> None:
+    path = vs.save(tmp_path / "m.h5", {"encoder/dense_1/kernel": np.ones((2, 2)), "extra": np.zeros(1)})
+    store = vs.VariableStore()
+    store.get_variable("encoder/dense/kernel", [2, 2], dtype=np.float64)
+    with pytest.raises(RestoreError) as err:
+        vs.restore(path, store)
+    assert str(err.value) == (
+        f"restoring '{path}' failed: 1 variable(s) have no value in the checkpoint: "
+        "['encoder/dense/kernel' (did you mean 'encoder/dense_1/kernel'?)]; the checkpoint also holds 2 value(s) "
+        "no variable takes: ['encoder/dense_1/kernel' (for 'encoder/dense/kernel'?), 'extra']; pass strict=False "
+        "to restore only the names both have (the others keep their values or initializers), or an "
+        "assignment_map to rename")
+    many = vs.save(tmp_path / "many.h5", {f"u{i:02d}": np.zeros(1) for i in range(25)})
+    with pytest.raises(RestoreError, match=r"no variable takes: \['u00', .*'u19', and 5 more\];") as err:
+        vs.restore(many, store)
+    assert "'u20'" not in str(err.value)

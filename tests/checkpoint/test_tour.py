@@ -13,7 +13,7 @@ TOUR = ROOT / "docs" / "checkpoint-tour.md"
 
 
 def test_tour_runs(tmp_path: Path) -> None:
-    code = re.search(r"```python\n(.*?)```", TOUR.read_text(), re.S).group(1)
+    code = "\n".join(re.findall(r"```python\n(.*?)```", TOUR.read_text(), re.S))  # every block, top to bottom
     script = tmp_path / "tour.py"
     script.write_text(code)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -22,4 +22,5 @@ def test_tour_runs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "['conv1/weights'] 1200 {'run': 'a7'} crc32c:" in result.stdout
     assert "ckpt/run/ckpt-1300.h5 [PosixPath('ckpt/run/ckpt-1300.h5')]" in result.stdout
+    assert "['encoder/layer_a/weights'] 1" in result.stdout  # the second block's TF restore
     assert (tmp_path / "ckpt" / "model.h5").is_file() and (tmp_path / "ckpt" / "run" / "latest").is_file()

@@ -69,7 +69,7 @@ def test_ls_tf_checkpoint_matches_the_tensorflow_manifest(run, tf_checkpoint):
 def test_ls_json_schema_and_values(run, model_h5):
     doc = json.loads(run("ls", "--json", model_h5).stdout)
     assert list(doc) == ["schema", "path", "format", "format_version", "step", "metadata", "filter",
-                         "variables", "totals", "skipped"]
+                         "exclude", "variables", "totals", "skipped"]
     assert (doc["path"], doc["format_version"], doc["metadata"]) == (str(model_h5), "1.0", {"run": "a7"})
     kernel = doc["variables"][0]
     assert list(kernel) == ["name", "shape", "dtype", "nbytes", "trainable", "collections", "checksum",

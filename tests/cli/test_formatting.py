@@ -38,7 +38,9 @@ def test_numbers_and_values():
     assert fmt.format_number(1 / 3) == "0.3333333"
     assert fmt.format_number(float("-inf")) == "-inf"
     assert fmt.format_values(np.array([1.5, np.nan], dtype=bfloat16)) == "[1.5, nan]"
-    assert fmt.format_values(np.array([b"ab", b""])) == "[b'ab', b'']"
+    assert fmt.format_values(np.array([b"ab", b""])) == "['ab', '']"
+    assert fmt.format_values(np.array([b"ab", b"de"])) == fmt.format_values(np.array(["ab", "de"]))  # one rendering
+    assert fmt.format_values(np.array([b"\xff\xc3\xbc"])) == r"['\\xffü']"  # invalid UTF-8 escaped
     assert fmt.format_values(np.array([1 - 2j], np.complex64)) == "[1-2j]"
     assert fmt.format_values(np.array([True, False])) == "[True, False]"
 

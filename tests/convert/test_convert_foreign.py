@@ -157,7 +157,7 @@ def test_zarr_groups_report_format_and_trainable(fixtures_dir: Path) -> None:
     with open_checkpoint(fixtures_dir / "foreign_zarr/v2_group.zarr") as v2:
         assert v2.format_version == "zarr-v2"
         assert v2.info("encoder/block_0/kernel").trainable is True
-        assert v2.info("counts").trainable is None
+        assert v2.info("counts").trainable is False  # int64: never trainable (issue 38)
         assert v2["counts"][:3].tolist() == [0, 1, 2] and v2["counts"][-1] == -1  # unwritten: fill value
         assert v2["mask"].tolist() == np.eye(3, dtype=bool).tolist()
     with open_checkpoint(fixtures_dir / "foreign_zarr/v3_group.zarr") as v3:

@@ -54,7 +54,7 @@ def test_show_of_an_unwritten_dataset_exits_2_naming_it(tmp_path: Path) -> None:
     shown = run_hostile("cli", ["show", str(path), "big"])
     assert shown.status == "exit2", shown
     assert "variable 'big'" in shown.stderr and "declares 3,600,000,000 bytes" in shown.stderr
-    assert "VARSTORE_MAX_BYTES" in shown.stderr
+    assert "VARSTORE_MAX_EXPANSION" in shown.stderr
 
 
 def test_unwritten_dataset_info_reports_declared_size(tmp_path: Path) -> None:
@@ -81,9 +81,10 @@ def test_explicit_max_bytes_reads_unwritten_chunks_as_fill_values(tmp_path: Path
     with open_checkpoint(path) as reader:
         with pytest.raises(ValueTooLargeError, match="declares 70,560,000 bytes; the file stores 0 bytes"):
             reader.read("w")
-    with open_checkpoint(path, max_bytes=80_000_000) as reader:
+    with open_checkpoint(path, max_bytes=80_000_000, max_expansion=float("inf")) as reader:
         value = reader.read("w")
     assert value.shape == (4200, 4200) and float(value.min()) == float(value.max()) == 1.5
+    monkeypatch.setenv("VARSTORE_MAX_EXPANSION", "inf")
     monkeypatch.setenv("VARSTORE_MAX_BYTES", "80_000_000")
     assert varstore.load(path)["w"].shape == (4200, 4200)
     monkeypatch.setenv("VARSTORE_MAX_BYTES", "70000000")

@@ -32,16 +32,70 @@ from varstore.distributed.agree import agree
 from varstore.distributed.communicator import Communicator, as_communicator
 from varstore.distributed.restore import restore_collective
 from varstore.distributed.save import save_collective
-from varstore.errors import CheckpointNotFoundError, NotACheckpointError, UnsupportedFormatError
+from varstore.errors import CheckpointNotFoundError, NotACheckpointError, PartitionError, UnsupportedFormatError
+from varstore.partitioning import PartitionedVariable
 
 __all__ = ["save", "restore", "open_for_restore", "CheckpointManager"]
 
 
-def _partitioned(target: Any) -> bool:
+class _PartitionedTargets:
+    """A list, mapping or PartitionedVariable that holds partitioned variables, seen as a store (`variables()`).
+
+    The collective engine then saves each partitioned variable as ONE global
+    array under its full name and restores each part's region of it, as
+    TF's Saver does for any var_list (saveable_object_util groups parts by
+    their save_slice_info.full_name): {"emb": pv}, [pv], list(pv) and pv
+    all give "emb" of the whole shape.
+    """
+
+    def __init__(self, variables: list[Any]) -> None:
+        self._variables = variables
+
+    def variables(self) -> list[Any]:
+        return list(self._variables)
+
+
+def _is_part_holder(item: Any) -> bool:
+    return isinstance(item, PartitionedVariable) or getattr(item, "save_slice_info", None) is not None
+
+
+def _partitioned(target: Any) -> Any:
+    """What the collective path saves or restores when `target` holds partitioned variables, else None.
+
+    Raises:
+      PartitionError: a mapping names a partitioned variable (or a part) under another key than its
+        full name, or mixes arrays with partitioned variables (each needs the name it is stored under).
+    """
     variables = getattr(target, "variables", None)
-    if not callable(variables) or isinstance(target, Mapping):
-        return False
-    return any(getattr(v, "save_slice_info", None) is not None for v in variables())
+    if callable(variables) and not isinstance(target, Mapping):  # a store
+        return target if any(getattr(v, "save_slice_info", None) is not None for v in variables()) else None
+    if isinstance(target, PartitionedVariable):
+        return _PartitionedTargets(target.variables)
+    if isinstance(target, Mapping):
+        pairs = list(target.items())
+    elif isinstance(target, (list, tuple)):
+        pairs = [(None, item) for item in target]
+    else:
+        return None
+    if not any(_is_part_holder(item) for _, item in pairs):
+        return None
+    flat: list[Any] = []
+    for key, item in pairs:
+        if isinstance(item, PartitionedVariable):
+            name, parts = item.name, item.variables
+        elif hasattr(item, "save_slice_info"):
+            info = item.save_slice_info
+            name, parts = (item.name if info is None else info.full_name), [item]
+        else:
+            raise PartitionError(
+                f"cannot save or restore {type(item).__name__} {key!r} together with partitioned variables: "
+                f"pass Variables and PartitionedVariables only (or a VariableStore), or two separate calls")
+        if key is not None and key != name:
+            raise PartitionError(
+                f"partitioned variable '{name}' is given under the key {key!r}: a partitioned variable is "
+                f"stored under its full name; use the key {name!r} (restore another name with assignment_map)")
+        flat.extend(parts)
+    return _PartitionedTargets(flat)
 
 
 def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
@@ -73,7 +127,8 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
       As varstore.save; with `comm` every rank raises the same error
       (DistributedMismatchError when the ranks' stores differ).
     """
-    if comm is None and not check_replicas and not _partitioned(target):
+    partitioned = _partitioned(target)
+    if comm is None and not check_replicas and partitioned is None:
         return _save_one(path, target, step=step, metadata=metadata, format=format, checksum=checksum,
                          pack_threshold_bytes=pack_threshold_bytes, blocking=blocking,
                          max_snapshot_bytes=max_snapshot_bytes, overwrite=overwrite, layout=layout,
@@ -84,7 +139,8 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
     unsupported = sorted(name for name, set_ in given.items() if set_)
     if unsupported:
         raise TypeError(f"a collective save (comm=, or partitioned variables) does not take {unsupported}")
-    return save_collective(path, target, comm, check_replicas=check_replicas, step=step,
+    return save_collective(path, target if partitioned is None else partitioned, comm, check_replicas=check_replicas,
+                           step=step,
                            metadata=None if metadata is None else dict(metadata), format=format, overwrite=overwrite)
 
 
@@ -187,9 +243,12 @@ def restore(path: os.PathLike[str] | str | CheckpointReader, target: Any, *, com
       CheckpointNotFoundError, NotACheckpointError, CorruptCheckpointError, ChecksumError,
       UnsafeFormatError: as varstore.open_checkpoint. With `comm` the same error on every rank.
     """
+    partitioned = _partitioned(target)
+    if partitioned is not None:
+        target = partitioned
     if comm is None:
         reader = path if isinstance(path, CheckpointReader) else open_for_restore(path, format, storage_options)
-        if not _partitioned(target) or not isinstance(reader, VarstoreReader):  # parts of other formats: regions
+        if partitioned is None or not isinstance(reader, VarstoreReader):  # parts of other formats: regions
             release = _restore_one if reader is path else restore_and_release
             return release(reader, target, assignment_map=assignment_map, strict=strict, lazy=lazy, verify=verify)
         if reader is not path:
@@ -245,14 +304,16 @@ class CheckpointManager(_manager.CheckpointManager):
                          storage_options)
         self.comm: Communicator | None = None if comm is None else as_communicator(comm)
 
-    def save(self, target: Any, step: int, *, metadata: dict[str, Any] | None = None, blocking: bool = True,
+    def save(self, target: Any, step: int | None = None, *, metadata: dict[str, Any] | None = None, blocking: bool = True,
              max_snapshot_bytes: int | None = None, checksum: bool = True,
              pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES, layout: str | None = None,
              durable: bool = True) -> Path | str | SaveHandle:
         """As the one-process manager's save (varstore/checkpoint/manage/manager.py); collective with `comm`
         (blocking, checksummed, default layout only: TypeError names what else was given)."""
         comm = self.comm
-        if comm is None and not _partitioned(target):
+        partitioned = _partitioned(target)
+        target = target if partitioned is None else partitioned
+        if comm is None and partitioned is None:
             return super().save(target, step, metadata=metadata, blocking=blocking,
                                 max_snapshot_bytes=max_snapshot_bytes, checksum=checksum,
                                 pack_threshold_bytes=pack_threshold_bytes, layout=layout, durable=durable)
@@ -263,7 +324,7 @@ class CheckpointManager(_manager.CheckpointManager):
         if unsupported:
             raise TypeError(f"a collective save (comm=, or partitioned variables) does not take {unsupported}")
         comm = comm or as_communicator(None)
-        step = int(cast(int, comm.bcast(int(step))))  # rank 0 owns numbering
+        step = int(cast(int, comm.bcast(int(self.next_step() if step is None else step))))  # rank 0 owns numbering
         final = Path(cast(str, comm.bcast(str(self.directory / f"{self.checkpoint_name}-{step}{self._suffix}"))))
         lock = self._lock() if comm.rank == 0 else None
 
@@ -289,7 +350,9 @@ class CheckpointManager(_manager.CheckpointManager):
         """As varstore.checkpoint.CheckpointManager.restore_latest (strict by default, as varstore.restore);
         with `comm` rank 0 picks the checkpoint."""
         comm = self.comm
-        if comm is None and not _partitioned(target):
+        partitioned = _partitioned(target)
+        target = target if partitioned is None else partitioned
+        if comm is None and partitioned is None:
             return super().restore_latest(target, assignment_map=assignment_map, strict=strict, lazy=lazy,
                                           verify=verify)
         comm = comm or as_communicator(None)

@@ -26,9 +26,11 @@ import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
 from varstore._limits import max_bytes as _max_bytes
+from varstore._limits import max_expansion as _max_expansion
 from varstore.checkpoint.format.entry import SaveEntry
 from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry
 from varstore.formats import registry as _registry
+from varstore.formats._confine import written_names
 from varstore.formats.registry import FormatEntry, WriteRequest, register_format, unregister_format
 from varstore.formats.rename import rename_pairs, rewrite
 from varstore.errors import ConversionError, UnsupportedFormatError
@@ -53,13 +55,15 @@ def formats() -> tuple[FormatEntry, ...]:
     return _registry.formats()
 
 
-def detect_format(path: os.PathLike[str] | str) -> str:
+def detect_format(path: os.PathLike[str] | str, *, by_suffix: bool = True) -> str:
     """The name of the format at `path`, without opening a reader.
 
     One of the registry's names: "varstore-hdf5", "varstore-zarr", "tf",
     "keras3", "keras2", "safetensors", "npz", "hdf5", "zarr", or a registered
     format's. HDF5 files are walked once (metadata only) to tell Keras 3,
-    Keras 2 and plain HDF5 apart.
+    Keras 2 and plain HDF5 apart. A file whose content no format's detector accepts is named by its
+    suffix (its reader then reports what is wrong), unless `by_suffix` is False: then it is
+    NotACheckpointError (`varstore ls DIR` lists a folder so).
 
     Raises:
       CheckpointNotFoundError: nothing at `path` (and it is no TF prefix).
@@ -67,7 +71,7 @@ def detect_format(path: os.PathLike[str] | str) -> str:
       NotACheckpointError: an empty file or one in no format varstore reads.
       CorruptCheckpointError: an HDF5 file h5py cannot walk.
     """
-    return _registry.detected_name(path)
+    return _registry.detected_name(path, by_suffix)
 
 
 def _open_remote(url: os.PathLike[str] | str, format: str | None,
@@ -107,7 +111,9 @@ def open_any(path: os.PathLike[str] | str, format: str | None = None, *,
         `dequantize=True` (gguf: Q8_0/Q4_0/Q4_1 as float32), and for every reader
         `max_bytes=` (int, bytes): the most a value read without `out` may declare
         (default: VARSTORE_MAX_BYTES, else the available memory, and for values whose
-        stored size is known at most that plus 64 MiB; docs/reliability.md).
+        stored size is known at most that plus 64 MiB; docs/reliability.md), and
+        `max_expansion=` (a number >= 1, or math.inf): a value may decode or fill to at most the bytes the
+        file stores for it times this plus 64 MiB (default: VARSTORE_MAX_EXPANSION, else 64).
 
     Returns:
       A CheckpointReader; `reader.format` names what was opened.
@@ -126,8 +132,12 @@ def open_any(path: os.PathLike[str] | str, format: str | None = None, *,
     limit = options.pop("max_bytes", None)
     if limit is not None:
         _max_bytes(limit)  # a bad limit is refused before the file is opened
+    expansion = options.pop("max_expansion", None)
+    if expansion is not None:
+        _max_expansion(expansion)  # a bad factor too
     reader = _open_any(path, format, storage_options, options)
     reader.max_bytes = limit
+    reader.max_expansion = expansion
     return reader
 
 
@@ -174,9 +184,10 @@ class ConvertReport:
     notes: tuple[str, ...] = ()
 
 
-def _check_destination(src: Path, dst: Path, force: bool,
+def _check_destination(src: Path, dst: Path, force: bool, dest: FormatEntry,
                        storage_options: Mapping[str, object] | None = None) -> None:
-    """convert never writes over its source, and replaces an existing destination only with force."""
+    """convert never writes over its source, and replaces an existing destination only with force, and then
+    only a checkpoint of the destination's own format (_replace.py)."""
     from varstore.checkpoint.write.overwrite import describe, same_file
     from varstore.errors import CheckpointExistsError
 
@@ -204,6 +215,10 @@ def _check_destination(src: Path, dst: Path, force: bool,
         raise CheckpointExistsError(
             f"'{dst}' exists and is {found}; convert does not replace an existing destination: "
             f"choose another path or pass force=True to replace it", path=str(dst), found=found)
+    if found is not None:
+        from varstore.formats._replace import check_force_replaceable
+
+        check_force_replaceable(dst, dest, found)
 
 
 def _destination_format(dst: Path, to_format: str | None, write_options: dict[str, Any]) -> FormatEntry:
@@ -226,7 +241,8 @@ ProgressCallback = Callable[[int, int, str], None]
 
 
 def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_format: str | None = None,
-            to_format: str | None = None, filter: str | None = None,
+            to_format: str | None = None, filter: str | Iterable[str] | None = None,
+            exclude: str | Iterable[str] = (),
             rename: Iterable[tuple[str, str] | str] = (), dtype: Any = None,
             progress: ProgressCallback | None = None, separator: str | None = None, force: bool = False,
             max_shard_size: int | str | None = None, write_options: Mapping[str, Any] | None = None,
@@ -247,13 +263,16 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       to_format: a writing format's name ("h5", "zarr", "tf", "pt", "gguf", "dcp", "orbax", "safetensors",
         "safetensors-sharded", "npz");
         None picks by dst suffix.
-      filter: shell glob on source names ("encoder/*"); None keeps all.
+      filter: shell glob on source names ("encoder/*"), or several (their union); None keeps all.
+      exclude: shell glob, or several: source names matching one are left out (after `filter`).
       rename: prefix rules (OLD, NEW) or "OLD=NEW" strings; the first rule
         whose OLD starts a name replaces that prefix with NEW (after `separator`).
       separator: every occurrence of this string in a source name becomes "/"
         before `rename` ("." turns "encoder.layer.0.weight" into "encoder/layer/0/weight").
-      force: replace an existing `dst` (whatever it is). Without it any existing
-        destination raises CheckpointExistsError and is left untouched. `src`
+      force: replace an existing `dst` when it is a checkpoint of the destination's own format (a file
+        that sniffs as it, varstore's own checkpoint for .h5/.zarr, an empty directory for a directory
+        format); never a user's other file or directory (CheckpointExistsError, nothing deleted). Without
+        it any existing destination raises CheckpointExistsError and is left untouched. `src`
         and `dst` being the same file (also through a symlink) is refused always.
       dtype: cast floating-point variables (float16/32/64, bfloat16, float8)
         to this dtype ("float16", "bfloat16", ...); others are kept.
@@ -266,7 +285,8 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       write_options: options of the destination format's writer, by name (the registry's
         `write_options`): `gguf_type` ("f32", "f16", "bf16", "q8_0") for GGUF; a writer refuses others.
       storage_options: for object-store URLs on either side (endpoint, region, credentials).
-      **options: passed to open_checkpoint (strip_attributes, skip_object_arrays, dequantize).
+      **options: passed to open_checkpoint (strip_attributes, skip_object_arrays, dequantize, and the
+        read limits max_bytes and max_expansion: see open_checkpoint).
 
     Either side may be an object-store URL (s3://, gs://, az://): the source as
     open_checkpoint reads URLs; a .h5/.zarr destination is committed as vs.save
@@ -281,7 +301,9 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
       unknown destination format; ConversionError when renaming makes two names
       equal or a rename rule is malformed; CheckpointExistsError when `dst`
       exists (without force) or is `src`; UnsupportedDtypeError when the
-      destination cannot hold a dtype (safetensors has no strings);
+      destination cannot hold a dtype (a writer with no `holds` rule; where the registry entry
+      has one, as Zarr and safetensors do, such a variable is skipped instead, its reason in
+      `ConvertReport.skipped`);
       the checkpoint layer's errors for invalid names.
     """
     src_label = url_from_path(src) or Path(src)
@@ -292,14 +314,15 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
         write_options["max_shard_size"] = max_shard_size
     dest = _destination_format(dst, to_format, write_options)
     pairs = rename_pairs(rename)
-    _check_destination(src, dst, force, storage_options)
+    _check_destination(src, dst, force, dest, storage_options)
     cast = _dtypes.as_dtype(dtype) if dtype is not None else None
     if cast is not None and not _dtypes.is_floating(cast):
         raise ConversionError(f"dtype={dtype!r} is not a floating-point dtype; convert casts floats only")
     with open_any(src, from_format, storage_options=storage_options, **options) as reader:
-        names = reader.filter(filter) if filter is not None else reader.keys()
+        names = reader.filter(filter, exclude)
         plan: list[tuple[str, str, np.dtype, np.dtype, Any]] = []
         seen: dict[str, str] = {}
+        skipped = list(reader.skipped)
         for name in names:
             info = reader.info(name)
             new = rewrite(name, pairs, separator)
@@ -308,7 +331,12 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
             seen[new] = name
             stored = _dtypes.as_dtype(info.dtype)
             target = cast if cast is not None and _dtypes.is_floating(stored) else stored
+            refusal = dest.holds(target) if dest.holds is not None else None
+            if refusal is not None:  # one variable the destination cannot hold never refuses the whole source
+                skipped.append(SkippedEntry(name, f"not written to {dest.names_for_writing()[0]}: {refusal}"))
+                continue
             plan.append((name, new, stored, target, info))
+        written_names([new for _, new, *_ in plan], file=dst_label)  # no "..", "/abs", NUL, lone surrogate
         total = sum(int(np.prod(info.shape, dtype=object)) * target.itemsize
                     for _, _, _, target, info in plan)
         done = [0]
@@ -329,7 +357,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
         entries = [SaveEntry(name=new, shape=tuple(info.shape), dtype=target,
                              get=getter(name, stored, target,
                                         int(np.prod(info.shape, dtype=object)) * target.itemsize),
-                             trainable=info.trainable if info.trainable is not None else True,
+                             trainable=info.trainable,  # None (unknown) stays unknown: never invented
                              collections=tuple(info.collections), device=info.device)
                    for name, new, stored, target, info in plan]
         assert dest.write is not None  # writer_format / writer_for_path return writable entries only
@@ -342,7 +370,7 @@ def convert(src: os.PathLike[str] | str, dst: os.PathLike[str] | str, *, from_fo
             notes = dest.write(dst, entries, request)
         return ConvertReport(
             source=src_label, destination=dst_label, source_format=reader.format, destination_format=dest.names_for_writing()[0],
-            variables=len(entries), bytes=done[0], skipped=tuple(reader.skipped),
+            variables=len(entries), bytes=done[0], skipped=tuple(skipped),
             renamed={name: new for name, new, *_ in plan if new != name}, notes=(*reader.notes, *notes))
 
 

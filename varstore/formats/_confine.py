@@ -1,5 +1,8 @@
 """Paths read from file content stay inside the checkpoint: one check for every index, state and metadata file.
 
+Names a writer stores as members or folders (npz members, Orbax leaf folders, any foreign writer's keys)
+are checked by `written_names` with varstore's one name rule, so none climbs out with "..".
+
 A shard name in an index, a TF `checkpoint` state file's prefix, an Orbax leaf folder, a DCP data
 file name: each is joined to the checkpoint's directory and resolved (symlinks followed); if the
 result is not inside the directory, PathOutsideCheckpointError names the file and the field.
@@ -11,9 +14,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from varstore.errors import PathOutsideCheckpointError
+from varstore._naming import validate_name
+from varstore.errors import InvalidNameError, PathOutsideCheckpointError
 
-__all__ = ["inside"]
+__all__ = ["inside", "written_names"]
 
 
 def inside(root: os.PathLike[str] | str, name: str, *, file: os.PathLike[str] | str, field: str) -> Path:
@@ -38,3 +42,23 @@ def inside(root: os.PathLike[str] | str, name: str, *, file: os.PathLike[str] | 
             f"'{os.fspath(file)}': {field} names {name!r}, outside the checkpoint directory '{os.fspath(root)}'; "
             f"nothing outside it is read")
     return Path(root) / name
+
+
+def written_names(names: list[str], *, file: os.PathLike[str] | str) -> None:
+    """Refuses a name no writer may store: empty, absolute ("/abs/evil"), with an empty, "." or ".." part
+    ("../../evil"), a NUL or a lone surrogate (not UTF-8): `validate_name`'s rule (other control characters
+    are kept: foreign formats store them, the CLI escapes them on output).
+
+    Args:
+      names: the names about to be written (after convert's renames).
+      file: the destination, for the message.
+
+    Raises:
+      InvalidNameError: naming the variable, the destination and what to do; nothing is written.
+    """
+    for name in names:
+        try:
+            validate_name(name, allow_control=True)
+        except InvalidNameError as err:
+            raise InvalidNameError(f"cannot write '{os.fspath(file)}': {err}; no member or file is written "
+                                   f"under such a name: rename the variable (convert's rename/separator)") from err

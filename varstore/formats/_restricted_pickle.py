@@ -21,6 +21,7 @@ import io
 import pickle
 import pickletools
 from collections.abc import Callable
+from types import FunctionType
 from typing import Any, cast
 
 from varstore.errors import CorruptCheckpointError, UnsafeCheckpointError, UnsafeFormatError, VarstoreError
@@ -50,6 +51,8 @@ _TORCH_DTYPES = {
 }
 _MEMO_PUTS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
 _MEMO_GETS = frozenset({"GET", "BINGET", "LONG_BINGET"})
+#: How far past the count of memo stores an index may be: Python 2's cPickle numbers entries from 1.
+_MEMO_SLACK = 1
 _MAX_BYTEARRAY = 1 << 20  # a bytearray a state dict may hold (bytes of the pickle itself bound it too)
 _DANGEROUS_MODULES = ("os", "posix", "nt", "subprocess", "builtins", "__builtin__", "sys", "shutil", "socket",
                       "importlib", "runpy", "pty", "code", "ctypes", "webbrowser", "pickle", "_pickle", "marshal",
@@ -65,25 +68,67 @@ class _Inert:
         raise CorruptCheckpointError(f"the pickle tries to set the state of a {type(self).__name__}")
 
 
-class DType(_Inert):
+def _refuse_change(target: Any, *args: Any) -> None:
+    raise CorruptCheckpointError(
+        f"the pickle tries to change varstore's stand-in for {getattr(target, '__name__', type(target).__name__)} "
+        f"(a BUILD or setattr on an allowed global); stand-ins are shared by every read and never change; refused")
+
+
+class _Frozen(_Inert):
+    """A shared stand-in (one object for every read): BUILD, setattr and delattr are refused."""
+
+    __slots__ = ()
+    __setattr__ = _refuse_change
+    __delattr__ = _refuse_change
+
+    def __setstate__(self, state: Any) -> None:
+        _refuse_change(self)
+
+
+class _FrozenType(type):
+    """Metaclass of the stand-in classes: a pickle cannot set or delete their attributes (BUILD's slot state)."""
+
+    __setattr__ = _refuse_change
+    __delattr__ = _refuse_change
+
+
+class _FrozenCall(_Frozen):
+    """An allowed function as the pickle sees it: callable, but no attribute (`__defaults__`) can change."""
+
+    __slots__ = ("function", "__name__")
+    function: Callable[..., Any]
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        object.__setattr__(self, "function", function)
+        object.__setattr__(self, "__name__", function.__name__)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function(*args, **kwargs)
+
+
+class DType(_Frozen):
     """Stand-in for a torch dtype global (`torch.float32`): only its logical name."""
 
     __slots__ = ("name",)
+    name: str
 
     def __init__(self, name: str) -> None:
-        self.name = name
+        object.__setattr__(self, "name", name)
 
     def __repr__(self) -> str:
         return f"torch.{self.name}"
 
 
-class _StorageType(_Inert):
+class _StorageType(_Frozen):
     """Stand-in for a `torch.*Storage` class: the dtype its elements have."""
 
     __slots__ = ("name", "dtype")
+    name: str
+    dtype: str
 
     def __init__(self, name: str, dtype: str) -> None:
-        self.name, self.dtype = name, dtype
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "dtype", dtype)
 
 
 class StorageRef(_Inert):
@@ -117,8 +162,11 @@ class TensorRef(_Inert):
         self.shape, self.stride, self.requires_grad = shape, stride, requires_grad
 
 
-class Record:
-    """Inert stand-in for an allowed dataclass (DCP metadata): its qualified name and its state dict."""
+class Record(metaclass=_FrozenType):
+    """Inert stand-in for an allowed dataclass (DCP metadata): its qualified name and its state dict.
+
+    Its classes are shared by every read, so they are frozen (_FrozenType); each instance is the file's own.
+    """
 
     qualname = "Record"
 
@@ -202,18 +250,19 @@ def _rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any = None
 
 
 def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> Any:
-    if func not in (_rebuild_tensor_v2, _rebuild_tensor_v3, _rebuild_parameter) or not isinstance(args, tuple):
+    function = func.function if isinstance(func, _FrozenCall) else None
+    if function not in (_rebuild_tensor_v2, _rebuild_tensor_v3, _rebuild_parameter) or not isinstance(args, tuple):
         raise UnsafeFormatError(f"_rebuild_from_type_v2 calls {func!r:.60}, which is not a tensor rebuild")
     if new_type not in (_TensorType, _ParameterType):
         raise UnsafeFormatError(f"_rebuild_from_type_v2 makes a {new_type!r:.60}, not a tensor")
     return func(*args)
 
 
-class _TensorType:
+class _TensorType(metaclass=_FrozenType):
     """Stand-in for torch.Tensor (a marker only)."""
 
 
-class _ParameterType:
+class _ParameterType(metaclass=_FrozenType):
     """Stand-in for torch.nn.Parameter (a marker only)."""
 
 
@@ -291,7 +340,8 @@ def _allowed() -> dict[str, Any]:
     for name, dtype in _TORCH_DTYPES.items():
         table[f"torch.{name}"] = DType(dtype)
     table.update(_RECORDS)
-    return table
+    # every function the pickle may name is handed out frozen: a BUILD cannot set its __defaults__
+    return {name: _FrozenCall(found) if isinstance(found, FunctionType) else found for name, found in table.items()}
 
 
 _ALLOWED = _allowed()
@@ -321,10 +371,12 @@ def scan_pickle(handle: Any, limit: int, label: str) -> int:
     Every length the pickle claims is checked against the `limit` bytes
     actually available; unknown opcodes and a missing STOP are errors. A
     memo index (PUT, BINPUT, LONG_BINPUT) may be at most the number of memo
-    entries stored before it: CPython's C unpickler grows its memo table to
-    twice the index it is given, so `LONG_BINPUT 150000000` alone (6 bytes)
-    would allocate 2.3 GiB. Picklers number memo entries in order, so no
-    real pickle is refused.
+    puts before it plus _MEMO_SLACK: CPython's C unpickler grows its memo
+    table to twice the index it is given, so `LONG_BINPUT 150000000` alone
+    (6 bytes) would allocate 2.3 GiB. Picklers number memo entries in
+    order, CPython 3 from 0 and Python 2's cPickle from 1 (the legacy torch
+    files torch 0.x wrote under Python 2), so no real pickle is refused. A
+    GET must name an index stored before it.
 
     Raises:
       UnsafeCheckpointError: a memo index beyond the entries stored so far.
@@ -332,22 +384,26 @@ def scan_pickle(handle: Any, limit: int, label: str) -> int:
         a GET of a memo entry never stored.
     """
     start = handle.tell()
-    stored = 0  # memo entries stored so far (PUT, BINPUT, LONG_BINPUT, MEMOIZE)
+    puts = distinct = 0  # memo stores so far (PUT, BINPUT, LONG_BINPUT, MEMOIZE); distinct indices among them
+    stored = bytearray()  # stored[i] == 1: memo index i was stored (indices stay below puts + _MEMO_SLACK + 1)
     try:
         for opcode, arg, _pos in pickletools.genops(cast(Any, _ClampedReader(handle, limit))):
             name = opcode.name
-            if name in _MEMO_PUTS:
-                if not isinstance(arg, int) or arg < 0 or arg > stored:
+            if name in _MEMO_PUTS or name == "MEMOIZE":
+                index = distinct if name == "MEMOIZE" else arg  # MEMOIZE stores at the unpickler's count
+                if not isinstance(index, int) or index < 0 or index > puts + _MEMO_SLACK:
                     raise UnsafeCheckpointError(
-                        f"{label}: its pickle stores memo entry {arg!r:.40} after only {stored} entries; a pickler "
-                        f"numbers them in order, and a far index would make the unpickler allocate a memo that "
-                        f"large; refused")
-                stored += 1
-            elif name == "MEMOIZE":
-                stored += 1
-            elif name in _MEMO_GETS and (not isinstance(arg, int) or not 0 <= arg < stored):
+                        f"{label}: its pickle stores memo entry {index!r:.40} after only {puts} entries; a "
+                        f"pickler numbers them in order (from 0, or from 1 under Python 2), and a far index "
+                        f"would make the unpickler allocate a memo that large; refused")
+                if index >= len(stored):
+                    stored.extend(bytes(index + 1 - len(stored)))
+                distinct += 1 - stored[index]
+                stored[index] = 1
+                puts += 1
+            elif name in _MEMO_GETS and not (isinstance(arg, int) and 0 <= arg < len(stored) and stored[arg]):
                 raise CorruptCheckpointError(f"{label}: its pickle reads memo entry {arg!r:.40}, which was never "
-                                             f"stored ({stored} entries so far)")
+                                             f"stored ({puts} entries so far)")
             elif name == "STOP":
                 return int(handle.tell() - start)
     except VarstoreError:
@@ -427,6 +483,10 @@ def unpickle(data: bytes, label: str, storages: dict[str, StorageRef] | None = N
     table = storages if storages is not None else {}
     try:
         return _Unpickler(data[:length], label, table).load()
+    except (CorruptCheckpointError, UnsafeCheckpointError) as err:
+        if str(err).startswith(label):
+            raise
+        raise type(err)(f"{label}: {err}") from None  # a stand-in's refusal does not know the file
     except VarstoreError:
         raise
     except RecursionError as err:

@@ -47,6 +47,8 @@ __all__ = [
     "encode_tensor_name_slice",
     "is_slice_key",
     "decode_string_tensor",
+    "longest_string",
+    "lengths_size",
     "data_filename",
 ]
 
@@ -331,6 +333,8 @@ def _string_lengths(raw: bytes, count: int, what: str) -> tuple[Any, int]:
     bytes, or fewer than `count` of them, is corrupt.
     """
     buf = np.frombuffer(raw, dtype=np.uint8)
+    if count <= len(buf) and int(buf[:count].max(initial=0)) < 0x80:  # every length one byte (under 128)
+        return buf[:count].astype(np.uint64), count
     ends = np.flatnonzero(buf < 0x80)[:count]  # the last byte of each varint has its high bit clear
     if len(ends) < count:
         raise CorruptCheckpointError(f"{what}: truncated varint (the string lengths run past the stored bytes)")
@@ -355,12 +359,51 @@ def decode_string_tensor(raw: bytes, count: int, what: str) -> tuple[list[bytes]
     The returned crc covers the hashed lengths, the 4 checksum bytes and the
     string bytes, to compare with the entry's crc32c. Linear time, the lengths
     decoded and hashed with NumPy (a million strings take well under a second).
+    Builds `count` bytes objects: callers bound `count` first (VARSTORE_MAX_OBJECTS).
 
     Raises:
       CorruptCheckpointError: lengths run past `raw`.
       ChecksumError: the lengths' checksum does not match.
     """
-    end = len(raw)
+    lengths, pos, crc = _checked_lengths(raw, count, what)
+    bounds = np.empty(count + 1, dtype=np.int64)
+    bounds[0] = pos
+    np.cumsum(lengths.astype(np.int64), out=bounds[1:])
+    bounds[1:] += pos
+    cuts = bounds.tolist()
+    elements = [raw[cuts[i]:cuts[i + 1]] for i in range(count)]
+    crc = crc32c(raw[pos:], crc)
+    return elements, crc
+
+
+def longest_string(head: bytes, count: int, stored: int, what: str) -> int:
+    """The length in bytes of the longest of a DT_STRING tensor's `count` elements, building no Python objects.
+
+    Args:
+      head: the first min(stored, lengths_size(count)) of the tensor's stored bytes (the lengths and
+        their checksum; the string bytes are not needed).
+      count: elements.
+      stored: bytes the file stores for the tensor (the lengths must add up to it).
+      what: names the variable and file in errors.
+
+    Raises:
+      CorruptCheckpointError, ChecksumError: as decode_string_tensor.
+    """
+    lengths, _, _ = _checked_lengths(head, count, what, stored)
+    return int(lengths.max(initial=0))
+
+
+def lengths_size(count: int) -> int:
+    """The most bytes `count` varint64 lengths and their 4-byte checksum take (10 bytes a varint)."""
+    return count * 10 + 4
+
+
+def _checked_lengths(raw: bytes, count: int, what: str, size: int | None = None) -> tuple[Any, int, int]:
+    """(lengths as uint64, where the string bytes start, crc32c up to there) of a DT_STRING tensor, checked.
+
+    `raw` is the tensor's stored bytes, or (with `size`, their number) a head of them holding the lengths.
+    """
+    end = len(raw) if size is None else size
     if count > end:  # every element needs at least one length byte
         raise CorruptCheckpointError(f"{what}: {count} strings cannot fit in {end} bytes")
     if count == 0:
@@ -372,7 +415,7 @@ def decode_string_tensor(raw: bytes, count: int, what: str) -> tuple[list[bytes]
     keep = np.ones(as_bytes.shape, dtype=bool)
     keep[~wide, 4:] = False  # each length hashed as uint32, or uint64 when it does not fit
     crc = crc32c(as_bytes[keep].tobytes())
-    if pos + 4 > end:
+    if pos + 4 > min(end, len(raw)):
         raise CorruptCheckpointError(f"{what}: string lengths run past the stored bytes")
     stored = raw[pos:pos + 4]
     if unmask_crc(int.from_bytes(stored, "little")) != crc:
@@ -383,11 +426,4 @@ def decode_string_tensor(raw: bytes, count: int, what: str) -> tuple[list[bytes]
         total = sum(int(n) for n in lengths) if bool(np.any(lengths > end)) else int(lengths.sum(dtype=np.uint64))
         raise CorruptCheckpointError(
             f"{what}: string lengths add up to {total} bytes, {end - pos} are stored")
-    bounds = np.empty(count + 1, dtype=np.int64)
-    bounds[0] = pos
-    np.cumsum(lengths.astype(np.int64), out=bounds[1:])
-    bounds[1:] += pos
-    cuts = bounds.tolist()
-    elements = [raw[cuts[i]:cuts[i + 1]] for i in range(count)]
-    crc = crc32c(raw[pos:end], crc)
-    return elements, crc
+    return lengths, pos, crc

@@ -16,6 +16,8 @@ from varstore.storage import url_from_path
 from varstore.errors import CorruptCheckpointError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from varstore.checkpoint.format.entry import SaveEntry
     from varstore.checkpoint.read.reader_api import CheckpointReader
     from varstore.formats.probe import Probe
@@ -58,9 +60,11 @@ def _write(path: Path, entries: Sequence[SaveEntry], request: WriteRequest, fmt:
     if isinstance(request.metadata, dict):
         try:
             json.dumps(request.metadata)
-            metadata["source_metadata"] = request.metadata
         except (TypeError, ValueError):
             pass
+        else:  # varstore -> varstore keeps the metadata as it was; another format's goes under source_metadata
+            own = request.source_format in ("varstore-hdf5", "varstore-zarr")
+            metadata = {**request.metadata, **metadata} if own else {**metadata, "source_metadata": request.metadata}
     save_entries(path, entries, step=request.step, metadata=metadata, format=fmt,
                  overwrite=request.overwrite, storage_options=request.storage_options)
     return ()
@@ -74,6 +78,15 @@ def write_hdf5(path: Path, entries: Sequence[SaveEntry], request: WriteRequest) 
 def write_zarr(path: Path, entries: Sequence[SaveEntry], request: WriteRequest) -> Sequence[str]:
     """Writes a varstore Zarr v3 checkpoint with save_entries; metadata records the source (converted_from)."""
     return _write(path, entries, request, "zarr")
+
+
+def holds_zarr(dtype: np.dtype) -> str | None:
+    """None when a varstore Zarr checkpoint stores `dtype` (bfloat16, float8 and strings as views), else why not
+    (float128, the x87 long double PyTables writes, has no Zarr v3 data type)."""
+    from varstore.backends.zarr3.store import core_type_refusal
+    from varstore.checkpoint.format.manifest import storage_layout
+
+    return core_type_refusal(storage_layout(dtype, (), False)[0])
 
 
 #: Root attribute and manifest dataset every varstore HDF5 file has (docs/checkpoint-format.md).

@@ -23,10 +23,12 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
+from varstore._limits import check_value_size
 from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo, checked_out
 from varstore.formats._restricted_pickle import DType, Record, unpickle
 from varstore.formats.pytorch import TorchBlob
 from varstore.formats._confine import inside
+from varstore.storage.links import refuse_links_leading_out
 from varstore.formats._coverage import check_coverage
 from varstore.storage.special_files import open_for_reading
 from varstore.errors import (
@@ -89,6 +91,7 @@ class DCPReader(CheckpointReader):
         self._label = f"DCP checkpoint '{directory}'"
         if not meta_path.is_file():
             raise NotACheckpointError(f"'{directory}' is not a PyTorch DCP checkpoint: no .metadata file")
+        refuse_links_leading_out(directory, "PyTorch DCP checkpoint")  # .metadata and data files stay inside
         try:
             if meta_path.stat().st_size > _MAX_METADATA:
                 raise CorruptCheckpointError(f"{self._label}: .metadata is larger than {_MAX_METADATA} bytes")
@@ -240,10 +243,16 @@ class DCPReader(CheckpointReader):
 
         Raises:
           UnknownVariableError: unknown name.
+          ValueTooLargeError: the tensor declares more bytes than its chunk records store (plus the
+            default allowance) or than `max_bytes`, before anything is allocated.
           CorruptCheckpointError: a chunk that is truncated or contradicts the metadata (naming its file).
         """
         tensor = self._lookup(name)
-        result = checked_out(name, tensor.shape, tensor.dtype, out)
+        if out is None:  # bounded by the distinct bytes its chunk records store (records may alias)
+            stored = sum(length for _, _, length in {(c.file, c.offset, c.length) for c in tensor.chunks})
+            check_value_size(name, self._label, int(np.prod(tensor.shape, dtype=object)) * tensor.dtype.itemsize,
+                             self.max_bytes, stored=stored)
+        result = checked_out(name, tensor.shape, tensor.dtype, out, self._label)
         for chunk in tensor.chunks:
             value = self._read_chunk(name, tensor, chunk)
             result[tuple(slice(o, o + s) for o, s in zip(chunk.offsets, chunk.sizes))] = value

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from varstore import dtypes as _dtypes
-from varstore.errors import CheckpointExistsError, ConversionError, MissingDependencyError, UnsupportedDtypeError
+from varstore.errors import (CheckpointExistsError, ConversionError, MissingDependencyError, UnsupportedDtypeError,
+                             VarstoreError)
 
 if TYPE_CHECKING:
     from varstore.checkpoint.format.entry import SaveEntry
@@ -79,9 +80,12 @@ def write_dcp(path: Path, entries: Sequence[SaveEntry], *, overwrite: bool = Fal
       UnsupportedDtypeError: strings or a dtype torch lacks; nothing is written.
       ConversionError: two entries with one name.
       CheckpointExistsError: `path` exists (without `overwrite`), or is not a DCP directory.
+      VarstoreError: what reading a variable raised (a damaged source), unwrapped from torch's
+        CheckpointException; ConversionError for any other failure torch reports. Nothing is written.
     """
     torch = _torch()
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 
     from varstore.checkpoint.publish.atomic import atomic_path
@@ -114,8 +118,24 @@ def write_dcp(path: Path, entries: Sequence[SaveEntry], *, overwrite: bool = Fal
 
         with warnings.catch_warnings():  # "assuming the intent is to save in a single process": it is
             warnings.simplefilter("ignore", UserWarning)
-            dcp.save(state, storage_writer=writer, planner=_FetchingPlanner(), no_dist=True)
+            try:
+                dcp.save(state, storage_writer=writer, planner=_FetchingPlanner(), no_dist=True)
+            except CheckpointException as err:  # a BaseException: never let it reach the CLI as a traceback
+                raise _typed(err, path) from None
     return written[0]
+
+
+def _typed(err: BaseException, path: Path) -> VarstoreError:
+    """The error a DCP CheckpointException wraps, when varstore raised it (a damaged source: it names the file and
+    the variable); else a ConversionError naming the destination and what torch reported."""
+    failures = getattr(err, "failures", None) or {}
+    for wrapped in failures.values():
+        cause = wrapped[0] if isinstance(wrapped, tuple) and wrapped else wrapped
+        if isinstance(cause, VarstoreError):
+            return cause
+    causes = [w[0] if isinstance(w, tuple) and w else w for w in failures.values()]
+    detail = "; ".join(f"{type(c).__name__}: {c}" for c in causes) or type(err).__name__
+    return ConversionError(f"torch.distributed.checkpoint failed writing '{path}' (nothing was written): {detail}")
 
 
 def write_checkpoint(path: Path, entries: Sequence[SaveEntry], request: WriteRequest) -> Sequence[str]:

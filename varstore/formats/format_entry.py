@@ -13,12 +13,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from varstore.checkpoint.format.entry import SaveEntry
     from varstore.checkpoint.read.reader_api import CheckpointReader
     from varstore.formats.probe import Probe
     from varstore.storage import ObjectStore
 
-__all__ = ["FormatEntry", "WriteRequest", "SniffFunction", "OpenFunction", "OpenURLFunction", "WriteFunction", "parse_write_options"]
+__all__ = ["FormatEntry", "WriteRequest", "SniffFunction", "OpenFunction", "OpenURLFunction", "WriteFunction", "HoldsFunction",
+           "parse_write_options"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +97,12 @@ class WriteFunction(Protocol):
     def __call__(self, path: Path, entries: Sequence[SaveEntry], request: WriteRequest) -> Sequence[str]: ...
 
 
+class HoldsFunction(Protocol):
+    """`holds(dtype) -> None` when a writer stores that logical dtype, else the reason it cannot."""
+
+    def __call__(self, dtype: np.dtype) -> str | None: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class FormatEntry:
     """One checkpoint format.
@@ -124,6 +133,9 @@ class FormatEntry:
         for npz): what a caller such as the CLI may pass for this format and no other.
       order: detection order, lowest first (varstore's own formats 10, HDF5
         family 20-30, directories 40, magic-byte file formats 50-69, refusals 90).
+      holds: `holds(dtype) -> reason | None` for a writer that cannot store some dtypes: `convert`
+        skips a variable of such a dtype with that reason (in its report) instead of refusing the
+        whole source; None: the writer itself refuses what it cannot hold.
       refuses: True for a format varstore recognises only to refuse (pickles): its
         sniff and open raise UnsafeFormatError; it is not offered in help, and
         when its suffix claims a file, detection itself refuses it.
@@ -143,6 +155,7 @@ class FormatEntry:
     read_options: tuple[str, ...] = ()
     order: int = 50
     refuses: bool = False
+    holds: HoldsFunction | None = None
 
     @property
     def reads(self) -> bool:

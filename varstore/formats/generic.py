@@ -44,7 +44,8 @@ class _Walker(Protocol):
 
     def entry(self, path: str) -> _Entry: ...
 
-    def read(self, path: str, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]: ...
+    def read(self, path: str, out: npt.NDArray[Any] | None = None,
+             max_expansion: float | None = None) -> npt.NDArray[Any]: ...
 
     def stored(self, path: str) -> tuple[int | None, bool]: ...
 
@@ -106,9 +107,10 @@ class WalkerReader(CheckpointReader):
         if out is None:
             declared = int(np.prod(entry.shape, dtype=object)) * np.dtype(entry.dtype).itemsize
             stored, filtered = self._walker.stored(path)
-            check_value_size(name, self.location, declared, self.max_bytes, stored=stored, filtered=filtered)
+            check_value_size(name, self.location, declared, self.max_bytes, stored=stored, filtered=filtered,
+                             expansion=self.max_expansion)
         result = checked_out(name, entry.shape, entry.dtype, out)
-        return self._walker.read(path, result)
+        return self._walker.read(path, result, self.max_expansion)
 
     def close(self) -> None:
         self._walker.close()

@@ -3,10 +3,12 @@
 Layout: "GGUF", uint32 version, uint64 tensor count, uint64 key-value count;
 the key-values (typed, arrays nested); per tensor its name, dims (innermost
 first, `ne`), ggml type and offset; then, aligned to `general.alignment`
-(32), the data section. Every length and count is checked against the bytes
-left before it is used. Float and integer tensors (F32, F16, BF16, F64, I8..I64)
-are read bit-exactly with llama.cpp's names and the row-major shape (ne
-reversed). Quantized tensors are carried as their raw blocks (uint8, shape
+(32; at most MAX_ALIGNMENT), the data section. Every length and count is
+checked against the bytes left before it is used, and the items of key-value
+arrays against a count of Python objects (VARSTORE_MAX_OBJECTS, see
+varstore/_limits.py). Float and integer tensors (F32, F16, BF16, F64,
+I8..I64) are read bit-exactly with llama.cpp's names and the row-major shape
+(ne reversed). Quantized tensors are carried as their raw blocks (uint8, shape
 [rows..., bytes per row]) with `attributes["ggml_type"]` recorded, so nothing
 is lost; `dequantize=True` turns every type the gguf package's reference
 code dequantizes into float32 (_gguf_quants.py; Q8_0, Q4_0 and Q4_1 also
@@ -27,14 +29,16 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
+from varstore._limits import check_object_count
 from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo, checked_out
 from varstore.formats import _gguf_quants
-from varstore.errors import ConversionError, CorruptCheckpointError, NotACheckpointError, UnknownVariableError
+from varstore.errors import (ConversionError, CorruptCheckpointError, NotACheckpointError, UnknownVariableError,
+                             VarstoreError)
 
 if TYPE_CHECKING:
     from varstore.formats.probe import Probe
 
-__all__ = ["GGUFReader", "GGML_TYPES", "sniff", "open_reader"]
+__all__ = ["GGUFReader", "GGML_TYPES", "MAX_ALIGNMENT", "sniff", "open_reader"]
 
 
 #: ggml type id -> (name, elements per block, bytes per block, numpy dtype name or None when quantized).
@@ -57,6 +61,9 @@ _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<
 _MAX_DIMS = 8
 _MAX_DEPTH = 4
 _BLOCK = 1 << 20  # bytes read at a time for an array of strings
+#: The largest general.alignment read or written (bytes): a power of two; llama.cpp writes 32, and a
+#: larger one pads every tensor of a converted file with that many bytes.
+MAX_ALIGNMENT = 1 << 16
 _MAX_SPAN = 1 << 59  # product of a shape's non-zero extents NumPy can still make (elements)
 
 
@@ -65,6 +72,7 @@ class _Cursor:
 
     def __init__(self, handle: Any, size: int, label: str) -> None:
         self.handle, self.size, self.label, self.pos = handle, size, label, 0
+        self.objects = 0  # Python objects the key-value arrays built so far (bounded by max_objects())
 
     def take(self, n: int, what: str) -> bytes:
         if n < 0 or n > self.size - self.pos:
@@ -129,10 +137,13 @@ class _Cursor:
         if kind == 9 and depth < _MAX_DEPTH:
             item_kind = self.unpack("<I", f"the item type of {what}")
             count = self.unpack("<Q", f"the length of {what}")
-            smallest = struct.calcsize(_SCALARS[item_kind]) if item_kind in _SCALARS else 8
+            # bytes each item takes at least: a scalar's size, a string's 8-byte length, an array's type and length
+            smallest = struct.calcsize(_SCALARS[item_kind]) if item_kind in _SCALARS else 12 if item_kind == 9 else 8
             if item_kind not in _SCALARS and item_kind not in (8, 9) or count * smallest > self.size - self.pos:
                 raise CorruptCheckpointError(f"{self.label}: {what} claims {count} items of type {item_kind}, "
                                              f"more than the {self.size - self.pos} bytes left")
+            check_object_count(what, self.label, count, count * smallest, before=self.objects)
+            self.objects += count
             if item_kind in _SCALARS:
                 fmt = _SCALARS[item_kind]
                 data = self.take(count * struct.calcsize(fmt), what)
@@ -203,8 +214,14 @@ class GGUFReader(CheckpointReader):
                 alignment = kvs.get("general.alignment", 32)
                 if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
                     raise CorruptCheckpointError(f"{label}: general.alignment {alignment!r} is not a power of 2")
+                if alignment > MAX_ALIGNMENT:
+                    raise CorruptCheckpointError(
+                        f"{label}: general.alignment {alignment:,} is larger than any GGUF writer uses (llama.cpp "
+                        f"writes 32; varstore reads up to {MAX_ALIGNMENT:,}); damaged or hostile header")
                 table = [self._tensor_entry(cursor, i) for i in range(tensor_count)]
                 data_start = -(-cursor.pos // alignment) * alignment
+        except VarstoreError:
+            raise  # typed already (CheckpointError is an OSError)
         except OSError as err:
             raise CorruptCheckpointError(f"cannot read {label}: {err}") from err
         self.format_version = str(version)

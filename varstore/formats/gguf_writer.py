@@ -83,6 +83,32 @@ def _value_type(gguf: Any, value: Any, recorded: Any) -> tuple[Any, Any]:
     raise ConversionError(f"GGUF key-value of type {type(value).__name__} cannot be written")
 
 
+def _alignment(value: Any) -> int:
+    """The general.alignment to write: a power of two of at most MAX_ALIGNMENT bytes (as the reader reads).
+
+    Raises:
+      ConversionError: any other value, naming it.
+    """
+    from varstore.formats.gguf import MAX_ALIGNMENT
+
+    if type(value) is not int or value <= 0 or value & (value - 1) or value > MAX_ALIGNMENT:
+        raise ConversionError(f"GGUF key general.alignment {value!r} is not a power of two of at most "
+                              f"{MAX_ALIGNMENT:,} bytes; drop the key (32 is written) or give one that is")
+    return value
+
+
+def _zero_padding(writer: Any) -> Any:
+    """A write_padding for `writer` that writes zero bytes as one bytes object, never a Python list."""
+    ggml_pad = type(writer).ggml_pad
+
+    def write_padding(fp: Any, n: int, align: int | None = None) -> None:
+        pad = ggml_pad(n, align if align is not None else writer.data_alignment) - n
+        if pad > 0:
+            fp.write(bytes(pad))
+
+    return write_padding
+
+
 def write_gguf(path: Path, entries: Sequence[SaveEntry], *, gguf_type: str | None = None,
                key_values: Mapping[str, Any] | None = None, value_types: Mapping[str, Any] | None = None) -> list[str]:
     """Writes `entries` as a GGUF v3 file that gguf.GGUFReader (and llama.cpp's loader) read back.
@@ -102,7 +128,8 @@ def write_gguf(path: Path, entries: Sequence[SaveEntry], *, gguf_type: str | Non
 
     Raises:
       UnsupportedDtypeError: a dtype GGUF lacks (strings, bool, unsigned, complex); nothing written.
-      ConversionError: an unknown gguf_type, a duplicate name.
+      ConversionError: an unknown gguf_type, a duplicate name, a general.alignment that is not a power
+        of two of at most gguf.MAX_ALIGNMENT bytes.
     """
     import os
 
@@ -123,9 +150,10 @@ def write_gguf(path: Path, entries: Sequence[SaveEntry], *, gguf_type: str | Non
              in _FLOATS]
     with atomic_path(Path(path)) as tmp:
         writer = gguf.GGUFWriter(None, str(key_values.get("general.architecture", "varstore")))
+        writer.write_padding = _zero_padding(writer)  # gguf pads with bytes([0] * n): a list of n ints
         try:
             if "general.alignment" in key_values:
-                writer.add_custom_alignment(int(key_values["general.alignment"]))
+                writer.add_custom_alignment(_alignment(key_values["general.alignment"]))
             for key, value in key_values.items():
                 if key in _OWN_KEYS:
                     continue

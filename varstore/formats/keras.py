@@ -8,13 +8,13 @@ layer's weights in a `weight_names` attribute; the weight names
 ("dense/kernel:0") are the variable names. HDF5 access goes through
 varstore.backends.hdf5.walker; this module never imports h5py. A `.keras`
 zip is read in place when its weights member is stored uncompressed, else
-extracted (bounded by its declared size and the free space) to a temporary
-file that close(), or any failure to open it, removes.
+extracted (bounded by its declared size, its compressed size times the
+expansion factor, and the free space) to a temporary file that close(), or
+any failure to open it, removes.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -24,6 +24,7 @@ import zipfile
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from varstore._limits import check_expansion, load_json
 from varstore.backends.hdf5.walker import HDF5Walker
 from varstore.formats._zip_members import ZIP_ERRORS, bounded_chunks, check_method, read_member, stored_data_start
 from varstore.formats.generic import WalkerReader
@@ -116,22 +117,26 @@ class _Window:
         self._file.close()
 
 
-def _extract_weights(archive: zipfile.ZipFile, info: zipfile.ZipInfo, label: str) -> Path:
+def _extract_weights(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path, label: str) -> Path:
     """Inflates a deflated weights member into a new temporary file, bounded by its declared size.
 
     The declared size must be one deflate can produce from the stored bytes
-    (at most _MAX_DEFLATE_RATIO times them) and must fit in the temporary
-    directory's free space; the copy stops one byte past it. The temporary
-    file is removed on any error, KeyboardInterrupt included.
+    (at most _MAX_DEFLATE_RATIO times them), at most the stored bytes times
+    the expansion factor plus 64 MiB (VARSTORE_MAX_EXPANSION, see
+    varstore/_limits.py: a few-KB archive never writes GBs to $TMPDIR), and
+    must fit in the temporary directory's free space; the copy stops one byte
+    past it. The temporary file is removed on any error, KeyboardInterrupt included.
 
     Raises:
       UnsafeCheckpointError: a declared size deflate cannot reach, or more bytes than declared.
-      ValueTooLargeError: the declared size does not fit in the temporary directory.
+      ValueTooLargeError: the declared size is over the expansion bound, or does not fit in the temporary
+        directory.
     """
     declared = info.file_size
     if declared > info.compress_size * _MAX_DEFLATE_RATIO + (1 << 20):
         raise UnsafeCheckpointError(f"{label}: zip member '{info.filename}' declares {declared} bytes from "
                                     f"{info.compress_size} compressed, more than deflate can produce")
+    check_expansion(info.filename, str(path), declared, info.compress_size)  # before a byte is written
     folder = tempfile.gettempdir()
     free = shutil.disk_usage(folder).free
     if declared + _FREE_MARGIN > free:
@@ -179,7 +184,8 @@ def _open_archive_member(path: Path) -> tuple[IO[bytes] | _Window | Path, Path |
             meta_info = next((i for i in archive.infolist() if i.filename == "metadata.json"), None)
             if meta_info is not None:
                 try:
-                    loaded = json.loads(read_member(archive, meta_info, _MAX_METADATA, label).decode("utf-8"))
+                    loaded = load_json(read_member(archive, meta_info, _MAX_METADATA, label).decode("utf-8"),
+                                       f"{label} (metadata.json)")
                     metadata = loaded if isinstance(loaded, dict) else {}
                 except (ValueError, UnicodeDecodeError):
                     metadata = {}
@@ -187,7 +193,7 @@ def _open_archive_member(path: Path) -> tuple[IO[bytes] | _Window | Path, Path |
                 with open(path, "rb") as raw:
                     start = stored_data_start(raw, info, 0, os.fstat(raw.fileno()).st_size, label)
                 return _Window(path, start, info.file_size), None, metadata
-            temp = _extract_weights(archive, info, label)
+            temp = _extract_weights(archive, info, path, label)
             return temp, temp, metadata
     except VarstoreError:
         raise

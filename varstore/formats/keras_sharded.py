@@ -10,7 +10,6 @@ h5py only via varstore.backends.hdf5; writes nothing.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
+from varstore._limits import load_json
 from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.formats._confine import inside
 from varstore.errors import CorruptCheckpointError, NotACheckpointError, UnknownVariableError, UnsupportedFormatError
@@ -60,7 +60,7 @@ class KerasShardedReader(CheckpointReader):
         try:
             if self.path.stat().st_size > _MAX_INDEX:
                 raise CorruptCheckpointError(f"{label} is larger than {_MAX_INDEX} bytes")
-            index = json.loads(self.path.read_text("utf-8"))
+            index = load_json(self.path.read_text("utf-8"), label)
         except (OSError, UnicodeDecodeError, ValueError) as err:
             raise CorruptCheckpointError(f"cannot read {label}: {err}") from err
         weight_map = index.get("weight_map") if isinstance(index, dict) else None

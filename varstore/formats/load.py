@@ -33,7 +33,8 @@ def load(path: os.PathLike[str] | str, names: list[str] | None = None, filter: s
         applied after `names`.
       format: skip detection (see open_checkpoint).
       **options: passed to open_checkpoint (strip_attributes, skip_object_arrays, and
-        `max_bytes`: the most bytes one variable may declare; see docs/reliability.md).
+        `max_bytes`: the most bytes one variable may declare; `max_expansion`: the most times its stored
+        bytes a variable may decode or fill to, plus 64 MiB; see docs/reliability.md).
 
     Returns:
       {name: array} with each variable's stored shape and logical dtype

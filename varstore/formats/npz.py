@@ -196,10 +196,14 @@ def write_npz(path: os.PathLike[str] | str, entries: Sequence[SaveEntry], *, com
 
     Raises:
       ConversionError: a value's shape or dtype differs from its entry, or a duplicate name.
+      InvalidNameError: a name that is empty, absolute, has a "." or ".." part, NUL or a lone surrogate.
+      DiskFullError: the disk filled up; an old file at `path` is as it was.
     """
     from varstore.checkpoint.publish.atomic import atomic_path
+    from varstore.formats._confine import written_names
 
     entries = list(entries)
+    written_names([entry.name for entry in entries], file=path)  # members never climb out ("../../evil.npy")
     seen: set[str] = set()
     for entry in entries:
         if entry.name in seen:

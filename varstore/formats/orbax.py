@@ -12,7 +12,6 @@ scopes: the leaf ('weights', 'mlp', 'fc', 'kernel') is the variable
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,8 +20,10 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
+from varstore._limits import check_value_size, load_json
 from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.formats._confine import inside
+from varstore.storage.links import refuse_links_leading_out
 from varstore.errors import (
     CorruptCheckpointError,
     MissingDependencyError,
@@ -45,7 +46,7 @@ def _leaves(directory: Path, label: str) -> list[tuple[tuple[str, ...], str | No
     try:
         if (directory / "_METADATA").stat().st_size > _MAX_METADATA:
             raise CorruptCheckpointError(f"{label}: _METADATA is larger than {_MAX_METADATA} bytes")
-        meta = json.loads((directory / "_METADATA").read_text("utf-8"))
+        meta = load_json((directory / "_METADATA").read_text("utf-8"), f"{label}/_METADATA")
     except (OSError, UnicodeDecodeError, ValueError) as err:
         raise CorruptCheckpointError(f"cannot read {label}/_METADATA: {err}") from err
     tree = meta.get("tree_metadata") if isinstance(meta, dict) else None
@@ -83,6 +84,8 @@ class OrbaxReader(CheckpointReader):
         self._label = label
         if not (self.path / "_METADATA").is_file():
             raise NotACheckpointError(f"'{self.path}' is not an Orbax checkpoint: no _METADATA file")
+        # zarr chunks and tensorstore's OCDBT files are opened by path below: no symlink may lead out first
+        refuse_links_leading_out(self.path, "Orbax checkpoint")
         self._ocdbt = (self.path / "manifest.ocdbt").is_file()
         self.format_version = "ocdbt" if self._ocdbt else "zarr"
         self._arrays: dict[str, tuple[str, tuple[int, ...], np.dtype, Any]] = {}
@@ -100,7 +103,7 @@ class OrbaxReader(CheckpointReader):
                 folder = inside(self.path, param, file=self.path / "_METADATA", field=f"the key path of leaf {keys!r}")
                 if not (folder / ".zarray").is_file():
                     raise CorruptCheckpointError(f"{label}: array '{param}' of leaf '{name}' is missing")
-                array = open_v2_array(folder)
+                array = open_v2_array(folder, name)
                 self._arrays[name] = (param, array.shape, array.native_dtype, array)
 
     def _open_ocdbt(self) -> Any:
@@ -122,6 +125,18 @@ class OrbaxReader(CheckpointReader):
         dtype = _dtypes.as_dtype(str(store.dtype.name))
         return param, tuple(int(d) for d in store.shape), dtype, store
 
+    def _stored_bytes(self, param: str) -> int:
+        """Bytes stored for one array: its folder's files (Zarr layout), or the whole checkpoint's (OCDBT)."""
+        folder = self.path if self._ocdbt else self.path / param
+        total = 0
+        for root, _, files in os.walk(folder):  # symlinks are not followed into other trees
+            for file in files:
+                try:
+                    total += os.lstat(os.path.join(root, file)).st_size
+                except OSError:
+                    continue
+        return total
+
     def keys(self) -> list[str]:
         return list(self._arrays)
 
@@ -139,12 +154,25 @@ class OrbaxReader(CheckpointReader):
     def read(self, name: str, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
         """Reads one array (one chunk at a time for the Zarr layout).
 
+        Without `out`, a Zarr-layout array is bounded by the bytes of its chunk files present times the
+        expansion factor (missing chunks are fills; varstore._limits.check_value_size) before allocating.
+
         Raises:
           UnknownVariableError: unknown name.
-          CorruptCheckpointError: a damaged chunk, naming the array.
+          CorruptCheckpointError: a damaged chunk, or one decoding past its size, naming the array.
+          ValueTooLargeError: the declared size exceeds what its chunk files can back, or max_bytes.
         """
         param, shape, dtype, source = self._lookup(name)
-        result = checked_out(name, shape, dtype, out)
+        if out is None and self._ocdbt:  # bounded by the (compressed) bytes stored for it, before allocating
+            check_value_size(name, self._label, int(np.prod(shape, dtype=object)) * dtype.itemsize, self.max_bytes,
+                             stored=self._stored_bytes(param), filtered=True, expansion=self.max_expansion)
+        elif out is None:
+            from varstore.backends.zarr3.v2_array import stored_nbytes
+
+            declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            check_value_size(name, self.location, declared, self.max_bytes, stored=stored_nbytes(source),
+                             filtered=True, expansion=self.max_expansion)
+        result = checked_out(name, shape, dtype, out, self._label)
         if self._ocdbt:
             try:
                 result[...] = source.read().result()
@@ -153,7 +181,7 @@ class OrbaxReader(CheckpointReader):
             return result
         from varstore.backends.zarr3.v2_array import read_v2_array
 
-        return read_v2_array(source, result)
+        return read_v2_array(source, result, name)
 
 
 def sniff(probe: Probe) -> Path | None:

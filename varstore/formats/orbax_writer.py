@@ -100,8 +100,10 @@ def write_orbax(path: Path, entries: Sequence[SaveEntry], *, overwrite: bool = F
     """
     ts = _tensorstore()
     from varstore.checkpoint.publish.atomic import atomic_path
+    from varstore.formats._confine import written_names
 
     entries = list(entries)
+    written_names([e.name for e in entries], file=path)  # a leaf folder never climbs out ("..")
     if len({e.name for e in entries}) != len(entries):
         raise ConversionError("two variables share one name; an Orbax pytree holds each name once")
     for entry in entries:

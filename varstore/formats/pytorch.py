@@ -25,12 +25,13 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
+from varstore._limits import ENV_MAX_BYTES, read_limit
 from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo, checked_out
 from varstore.formats._pickle_tree import flatten
 from varstore.formats._restricted_pickle import StorageRef, TensorRef, scan_pickle, unpickle
 from varstore.formats._zip_members import ZIP_ERRORS, check_method, read_member, stored_data_start
 from varstore.errors import (CorruptCheckpointError, NotACheckpointError, UnknownVariableError,
-                             UnsafeCheckpointError, UnsupportedFormatError)
+                             UnsafeCheckpointError, UnsupportedFormatError, ValueTooLargeError)
 
 if TYPE_CHECKING:
     from varstore.formats.probe import Probe
@@ -50,6 +51,12 @@ _VIEW_SLACK = 1 << 20  # bytes
 _MAX_SPAN = 1 << 59  # product of a shape's non-zero extents NumPy can still make (elements)
 _MAX_DIMS = 64  # NumPy's limit on dimensions
 _MAX_BYTEORDER = 16  # bytes of the "byteorder" record ("little" / "big")
+
+
+def _raised_to(nbytes: int) -> bool:
+    """True when the user raised the read limit (VARSTORE_MAX_BYTES) to at least `nbytes`."""
+    limit, how = read_limit(None)
+    return how == ENV_MAX_BYTES and nbytes <= limit
 
 
 class _Window(io.RawIOBase):
@@ -96,6 +103,9 @@ class TorchBlob:
         writes, a memo index beyond the entries stored, a container that
         contains itself, more names than the pickle's size allows, or views
         adding up to more than 64 times their storage.
+      ValueTooLargeError: an expanded (stride-0) view beyond 64 times its storage, or all views
+        together beyond 64 times all storages (plus 1 MiB), unless VARSTORE_MAX_BYTES is raised to
+        what they declare; names the tensor, the claimed and the stored bytes.
       CorruptCheckpointError: a malformed zip or pickle, or a storage record
         shorter than its storage (naming the record).
       NotACheckpointError: neither a torch zip nor a legacy torch file.
@@ -130,6 +140,7 @@ class TorchBlob:
             viewed: dict[str, int] = {}
             for name, tensor in self.tensors.items():
                 self._check_view(name, tensor, viewed)
+            self._check_expansion(viewed)
         except BaseException:
             self.close()
             raise
@@ -245,17 +256,39 @@ class TorchBlob:
             raise CorruptCheckpointError(
                 f"tensor '{name}' in {self.label}: its view (offset {tensor.offset}, shape {tensor.shape}, "
                 f"stride {tensor.stride}) reaches past its {stored}-byte storage '{tensor.storage.key}'")
-        if nbytes > max(_MAX_EXPANSION * stored, 1 << 20):
-            raise CorruptCheckpointError(
-                f"tensor '{name}' in {self.label}: a {nbytes}-byte view of a {stored}-byte storage (an expanded "
-                f"view beyond {_MAX_EXPANSION}x); save it with .contiguous()")
+        if nbytes > max(_MAX_EXPANSION * stored, 1 << 20) and not _raised_to(nbytes):
+            raise ValueTooLargeError(
+                f"tensor '{name}' in {self.label}: a {nbytes:,}-byte view of a {stored:,}-byte storage (an expanded "
+                f"view beyond {_MAX_EXPANSION}x: stride 0); set {ENV_MAX_BYTES} to at least {nbytes} to read it, "
+                f"or save it with .contiguous()")
         total = viewed.get(tensor.storage.key, 0) + nbytes
         viewed[tensor.storage.key] = total
-        if total > _MAX_VIEWS_RATIO * stored + _VIEW_SLACK:
+        if total > _MAX_VIEWS_RATIO * stored + _VIEW_SLACK and not _raised_to(total):
             raise UnsafeCheckpointError(
                 f"tensor '{name}' in {self.label}: the tensors viewing storage '{tensor.storage.key}' "
                 f"({stored} bytes) add up to {total} bytes, more than {_MAX_VIEWS_RATIO} times the storage; "
                 f"a state dict's views alias a storage a few times at most")
+
+    def _check_expansion(self, viewed: dict[str, int]) -> None:
+        """All views together may hold at most _MAX_EXPANSION times the bytes of all storages (plus
+        _VIEW_SLACK): thousands of small stride-0 views would otherwise make GBs from a few KB.
+
+        Raises:
+          ValueTooLargeError: naming the tensor expanding most, the claimed and stored sizes and the switch.
+        """
+        claimed, stored = sum(viewed.values()), sum(size for _, size in self._storage_at.values())
+        if claimed <= _MAX_EXPANSION * stored + _VIEW_SLACK or _raised_to(claimed):
+            return
+        worst = max(self.tensors, key=lambda n: self._view_bytes(self.tensors[n]) - self._storage_at.get(
+            self.tensors[n].storage.key, (0, 0))[1])
+        raise ValueTooLargeError(
+            f"{self.label}: its tensors declare {claimed:,} bytes but its storages hold {stored:,} bytes (more than "
+            f"{_MAX_EXPANSION}x: expanded, stride-0 views, the largest '{worst}'); set {ENV_MAX_BYTES} to at "
+            f"least {claimed} to read it")
+
+    @staticmethod
+    def _view_bytes(tensor: TensorRef) -> int:
+        return int(np.prod(tensor.shape, dtype=object)) * _dtypes.as_dtype(tensor.dtype).itemsize
 
     # -- values
     def read_tensor(self, name: str, tensor: TensorRef, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 from varstore.backends import FORMATS, container_names
 from varstore.formats.format_entry import FormatEntry, WriteRequest
 from varstore.formats.probe import Probe
-from varstore.errors import CheckpointNotFoundError, NotACheckpointError, UnsupportedFormatError
+from varstore.errors import CheckpointNotFoundError, NotACheckpointError, UnsupportedFormatError, VarstoreError
 
 if TYPE_CHECKING:
     from varstore.checkpoint.read.reader_api import CheckpointReader
@@ -203,7 +203,8 @@ _BUILTIN: tuple[FormatEntry, ...] = (
     FormatEntry("varstore-zarr", "varstore Zarr v3 checkpoint directory (.zarr)",
                 sniff=lazy(_varstore_format, "sniff_zarr"), open=lazy(_varstore_format, "open_reader"),
                 write=lazy(_varstore_format, "write_zarr"), open_url=lazy(_varstore_format, "open_url"),
-                write_names=container_names("zarr"), write_suffixes=FORMATS["zarr"], order=11),
+                write_names=container_names("zarr"), write_suffixes=FORMATS["zarr"], order=11,
+                holds=lazy(_varstore_format, "holds_zarr")),
     FormatEntry("keras3", "Keras 3 .weights.h5 or .keras archive", suffixes=(".keras",),
                 sniff=lazy(_keras, "sniff_keras3"), open=lazy(_keras, "open_keras3"), order=20),
     FormatEntry("keras2", "Keras 2 .h5 (save_weights or whole-model save)",
@@ -221,7 +222,8 @@ _BUILTIN: tuple[FormatEntry, ...] = (
                 write_options=("partitions",), read_options=("strip_attributes",), order=50),
     FormatEntry("safetensors", "safetensors file", suffixes=(".safetensors",),
                 sniff=lazy(_safetensors, "sniff"), open=lazy(_safetensors, "open_reader"),
-                write=lazy(_safetensors, "write_checkpoint"), open_url=lazy(_safetensors, "open_url"), order=60),
+                write=lazy(_safetensors, "write_checkpoint"), open_url=lazy(_safetensors, "open_url"), order=60,
+                holds=lazy(_safetensors, "holds")),
     FormatEntry("npz", "NumPy .npz archive (no object arrays)", suffixes=(".npz",),
                 sniff=lazy(_npz, "sniff"), open=lazy(_npz, "open_reader"),
                 write=lazy(_npz, "write_checkpoint"), read_options=("skip_object_arrays",), order=61),
@@ -236,7 +238,7 @@ _BUILTIN: tuple[FormatEntry, ...] = (
                 "or any shard)", aliases=("hf-sharded", "sharded-safetensors"), suffixes=(".safetensors.index.json",),
                 sniff=lazy(_sharded_safetensors, "sniff"), open=lazy(_sharded_safetensors, "open_reader"),
                 write=lazy(_sharded_safetensors, "write_checkpoint"), write_suffixes=(),
-                write_options=("max_shard_size",), order=46),
+                write_options=("max_shard_size",), order=46, holds=lazy(_safetensors, "holds")),
     FormatEntry("gguf", "GGUF file (llama.cpp); quantized tensors as raw blocks, or float32 with dequantize",
                 aliases=("ggml",), suffixes=(".gguf",), sniff=lazy(_gguf, "sniff"), open=lazy(_gguf, "open_reader"),
                 write=lazy(_gguf_writer, "write_checkpoint"), write_options=("gguf_type",),
@@ -405,11 +407,30 @@ def writer_for_path(path: Path) -> FormatEntry:
         f"{', '.join(endings[:-1])} or {endings[-1]}, or pass to_format")
 
 
-def detect(probe: Probe) -> tuple[FormatEntry, Path]:
+def sniffed(probe: Probe) -> tuple[FormatEntry, Path] | None:
+    """The first format whose sniff claims the probed path, and the path to open; None when no sniff does
+    (a suffix alone claims nothing here).
+
+    Raises:
+      As the sniffs: UnsafeFormatError (pickles), CorruptCheckpointError, CheckpointNotFoundError.
+    """
+    for entry in formats():
+        if entry.reads and entry.sniff is not None:
+            try:
+                target = entry.sniff(probe)
+            except (struct.error, EOFError, IndexError):  # a sniff that read past a short file: not this format
+                target = None
+            if target is not None:
+                return entry, Path(target)
+    return None
+
+
+def detect(probe: Probe, by_suffix: bool = True) -> tuple[FormatEntry, Path]:
     """The format of the probed path and the path to open (a TF prefix for a bundle's .index).
 
     Every entry's sniff is asked in order; then, for a file, the first
-    entry whose suffixes end its name claims it.
+    entry whose suffixes end its name claims it (unless `by_suffix` is False: content only, as a
+    folder listing asks, so that a text file 'notes.h5' is no checkpoint).
 
     Raises:
       CheckpointNotFoundError: nothing at the path and no format claims it.
@@ -418,22 +439,25 @@ def detect(probe: Probe) -> tuple[FormatEntry, Path]:
       CorruptCheckpointError: a sniff found the file damaged (an HDF5 file h5py cannot walk).
     """
     if probe.is_file and probe.size == 0:
-        raise NotACheckpointError(f"'{probe.path}' is an empty file, not a checkpoint")
+        raise NotACheckpointError(f"'{probe.path}' is {'not a checkpoint: ' if not by_suffix else ''}"
+                                  f"an empty file{', not a checkpoint' if by_suffix else ''}")
     entries = formats()
-    for entry in entries:
-        if entry.reads and entry.sniff is not None:
-            try:
-                target = entry.sniff(probe)
-            except (struct.error, EOFError, IndexError):  # a sniff that read past a short file: not this format
-                target = None
-            if target is not None:
-                return entry, Path(target)
+    found = sniffed(probe)
+    if found is not None:
+        return found
     if not probe.exists:
         raise CheckpointNotFoundError(f"no checkpoint at '{probe.path}': no such file or directory")
     described = ", ".join(e.name for e in entries if not e.refuses and e.sniff is not None)
+    if not by_suffix:  # content only: one short reason (a folder listing shows it beside the name)
+        named = next((e.name for e in entries if e.reads and any(probe.name.endswith(x) for x in e.suffixes)), None)
+        why = ("a folder without zarr.json, .zgroup or a TensorFlow 'checkpoint' state file" if probe.is_dir
+               else f"its content matches no format varstore reads (only its suffix {probe.path.suffix!r} names "
+                    f"{named})" if named else "its content matches no format varstore reads")
+        raise NotACheckpointError(f"'{probe.path}' is not a checkpoint: {why}")
     if probe.is_dir:
         raise NotACheckpointError(f"directory '{probe.path}' holds no checkpoint: it is none of {described} "
-                                  f"(no zarr.json / .zgroup and no TensorFlow 'checkpoint' state file)")
+                                  f"(no zarr.json / .zgroup and no TensorFlow 'checkpoint' state file)"
+                                  f"{_folder_contents(probe.path)}")
     for entry in entries:
         if entry.reads and any(probe.name.endswith(s) for s in entry.suffixes):
             if entry.refuses:
@@ -445,6 +469,33 @@ def detect(probe: Probe) -> tuple[FormatEntry, Path]:
         f"and its suffix {probe.path.suffix!r} names none")
 
 
+#: At most this many entries of a folder are probed to say what is in it (an error message's cost stays bounded).
+_FOLDER_PROBES = 64
+
+
+def _folder_contents(path: Path) -> str:
+    """"; it holds 2 checkpoints: a.h5 (varstore-hdf5), b.zarr (varstore-zarr): open one of them", or what
+    else the folder holds: the end of an error about a folder that is no checkpoint itself."""
+    try:
+        names = sorted(entry.name for entry in os.scandir(path) if not entry.name.startswith("."))
+    except OSError:
+        return ""
+    if not names:
+        return "; the folder is empty"
+    found = []
+    for name in names[:_FOLDER_PROBES]:
+        try:
+            found.append(f"{name} ({detected_name(path / name, by_suffix=False)})")
+        except (VarstoreError, OSError):
+            continue
+    more = f" (of the first {_FOLDER_PROBES} of {len(names)} entries)" if len(names) > _FOLDER_PROBES else ""
+    if found:
+        return (f"; it holds {len(found)} checkpoint{'s' if len(found) != 1 else ''}{more}: "
+                f"{', '.join(found)}: open one of them")
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"; it holds no checkpoint{more}, only {shown}"
+
+
 def open_detected(path: os.PathLike[str] | str, **options: Any) -> CheckpointReader:
     """Detects the format of `path` with one Probe and opens it, handing the probe to the reader."""
     with Probe(path) as probe:
@@ -453,7 +504,7 @@ def open_detected(path: os.PathLike[str] | str, **options: Any) -> CheckpointRea
         return entry.open(target, probe=probe, **options)
 
 
-def detected_name(path: os.PathLike[str] | str) -> str:
-    """The name of the format detected at `path` (no reader is opened)."""
+def detected_name(path: os.PathLike[str] | str, by_suffix: bool = True) -> str:
+    """The name of the format detected at `path` (no reader is opened); `by_suffix` as detect's."""
     with Probe(path) as probe:
-        return detect(probe)[0].name
+        return detect(probe, by_suffix)[0].name

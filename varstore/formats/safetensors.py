@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
+from varstore._limits import load_json
 from varstore.checkpoint.format.entry import SaveEntry
 from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.errors import (ConversionError, CorruptCheckpointError, UnknownVariableError, UnsafeCheckpointError,
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from varstore.formats.probe import Probe
     from varstore.formats.format_entry import WriteRequest
 
-__all__ = ["SafetensorsReader", "write_safetensors", "SAFETENSORS_DTYPES", "open_reader", "write_checkpoint"]
+__all__ = ["SafetensorsReader", "write_safetensors", "SAFETENSORS_DTYPES", "open_reader", "write_checkpoint", "holds"]
 
 #: safetensors dtype code -> logical dtype name.
 SAFETENSORS_DTYPES = {
@@ -127,7 +128,7 @@ class SafetensorsReader(CheckpointReader):
         except OSError as err:
             raise CorruptCheckpointError(f"cannot read {label}: {err}") from err
         try:
-            header = json.loads(raw.decode("utf-8"))
+            header = load_json(raw.decode("utf-8"), f"{label} (its JSON header)")
         except (UnicodeDecodeError, ValueError) as err:
             raise CorruptCheckpointError(f"{label}: header is not valid JSON: {err}") from err
         if not isinstance(header, dict):
@@ -222,6 +223,14 @@ class SafetensorsReader(CheckpointReader):
             self._file = None
 
 
+def holds(dtype: np.dtype) -> str | None:
+    """None when safetensors has a code for `dtype`, else why not (convert skips such a variable with it)."""
+    name = _dtypes.dtype_name(dtype)
+    if name in _CODES:
+        return None
+    return f"dtype {name} has no safetensors code (supported: {', '.join(sorted(_CODES))})"
+
+
 def _header_for(entries: Sequence[SaveEntry], metadata: dict[str, str] | None) -> bytes:
     header: dict[str, Any] = {}
     if metadata:
@@ -229,12 +238,12 @@ def _header_for(entries: Sequence[SaveEntry], metadata: dict[str, str] | None) -
     offset = 0
     for entry in entries:
         dtype = _dtypes.as_dtype(entry.dtype)
-        code = _CODES.get(_dtypes.dtype_name(dtype))
-        if code is None:
+        refusal = holds(dtype)
+        if refusal is not None:
             raise UnsupportedDtypeError(
-                f"cannot write variable '{entry.name}' to safetensors: dtype {_dtypes.dtype_name(dtype)} has "
-                f"no safetensors code (supported: {', '.join(sorted(_CODES))}); leave it out with a filter "
+                f"cannot write variable '{entry.name}' to safetensors: {refusal}; leave it out with a filter "
                 f"or convert to .h5, .zarr or .npz")
+        code = _CODES[_dtypes.dtype_name(dtype)]
         if entry.name in header or entry.name == "__metadata__":
             raise ConversionError(f"cannot write safetensors: duplicate tensor name '{entry.name}'")
         nbytes = int(np.prod(entry.shape, dtype=object)) * dtype.itemsize
@@ -295,20 +304,29 @@ def write_checkpoint(path: Path, entries: Sequence[SaveEntry], request: WriteReq
     """The registry's write for "safetensors": write_safetensors with __metadata__ naming the source.
 
     `request` is a varstore.formats.format_entry.WriteRequest; the metadata holds
-    format "np" and source_metadata(request).
+    source_metadata(request) (a safetensors source's own __metadata__ kept) and format "np".
     """
     if request.options:
         raise ConversionError(f"the safetensors writer takes no options, got {', '.join(sorted(request.options))}")
-    write_safetensors(path, entries, metadata={"format": "np", **source_metadata(request)})
+    write_safetensors(path, entries, metadata={**source_metadata(request), "format": "np"})
     return ()
 
 
+#: Source formats whose metadata is safetensors' own str -> str __metadata__ (kept whole by a safetensors writer).
+_SAFETENSORS_SOURCES = ("safetensors", "safetensors-sharded")
+
+
 def source_metadata(request: WriteRequest) -> dict[str, str]:
-    """A converted file's __metadata__ (str -> str): converted_from (the source's file name), source_format,
-    step, and the source's non-tensor values (a PyTorch file's epoch, lr, ...) as one JSON string."""
+    """A converted file's __metadata__ (str -> str): a safetensors source's own __metadata__ (its string values:
+    {"author": "me"} stays), then converted_from (the source's file name), source_format, step, and the source's
+    non-tensor values (a PyTorch file's epoch, lr, ...) as one JSON string."""
     import json
 
-    meta = {"converted_from": request.source.name, "source_format": request.source_format}
+    meta: dict[str, str] = {}
+    if request.source_format in _SAFETENSORS_SOURCES:  # a sharded index's total_size describes the old shards
+        meta.update((k, v) for k, v in request.metadata.items()
+                    if isinstance(k, str) and isinstance(v, str) and k != "total_size")
+    meta.update({"converted_from": request.source.name, "source_format": request.source_format})
     if request.step is not None:
         meta["step"] = str(request.step)
     non_tensor = request.metadata.get("non_tensor")

@@ -24,10 +24,12 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
+from varstore._limits import load_json
 from varstore.checkpoint.format.entry import SaveEntry
 from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo
 from varstore.formats.safetensors import SafetensorsReader, write_safetensors
 from varstore.formats._confine import inside
+from varstore.storage.links import check_inside
 from varstore.errors import ConversionError, CorruptCheckpointError, NotACheckpointError, UnknownVariableError
 
 if TYPE_CHECKING:
@@ -70,14 +72,16 @@ def find_index(path: Path) -> Path | None:
         return path
     if path.is_dir():
         found = sorted(p for p in path.iterdir() if p.name.endswith(_INDEX_SUFFIXES) and p.is_file())
-        return found[0] if found else None
+        # an index found in the directory given is the checkpoint's: a link never leads out of it
+        return check_inside(path, found[0], "safetensors index") if found else None
     if path.is_file() and path.name.endswith(".safetensors"):
         for candidate in sorted(path.parent.glob("*.safetensors.index.json")):
             try:
+                check_inside(path.parent, candidate, "safetensors index")  # a linked sibling leading out: none
                 if candidate.stat().st_size > _MAX_INDEX:
                     continue
-                index = json.loads(candidate.read_text("utf-8"))
-            except (OSError, ValueError):
+                index = load_json(candidate.read_text("utf-8"), f"safetensors index '{candidate}'")
+            except (OSError, ValueError):  # PathOutsideCheckpointError, CorruptCheckpointError (JSON too deep): OSErrors
                 continue
             weight_map = index.get("weight_map") if isinstance(index, dict) else None
             if isinstance(weight_map, dict) and path.name in set(weight_map.values()):
@@ -114,7 +118,7 @@ class ShardedSafetensorsReader(CheckpointReader):
         try:
             if index_path.stat().st_size > _MAX_INDEX:
                 raise CorruptCheckpointError(f"{label} is larger than {_MAX_INDEX} bytes")
-            index = json.loads(index_path.read_text("utf-8"))
+            index = load_json(index_path.read_text("utf-8"), label)
         except (OSError, UnicodeDecodeError, ValueError) as err:
             raise CorruptCheckpointError(f"cannot read {label}: {err}") from err
         weight_map = index.get("weight_map") if isinstance(index, dict) else None

@@ -9,7 +9,10 @@ TensorFlow or protobuf.
 
 String tensors are returned as fixed-length NumPy bytes arrays "S<n>" with n
 the longest element (at least 1). NumPy strips trailing NUL bytes from "S"
-elements, so a TF string that ends in b"\\x00" reads back without it.
+elements, so a TF string that ends in b"\\x00" reads back without it. A
+string tensor of more elements than VARSTORE_MAX_OBJECTS (varstore/_limits.py)
+is refused before its elements become Python objects; its info() reads only
+the element lengths.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes as _dtypes
+from varstore._limits import check_object_count
 from varstore.formats._confine import inside
 from varstore.formats._coverage import check_coverage
+from varstore.storage.links import check_inside
 from varstore.storage.special_files import open_for_reading
 from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.formats import _tf_bundle_format as fmt
@@ -165,6 +170,8 @@ class TFCheckpointReader(CheckpointReader):
         self.prefix = prefix
         self._index_path = prefix + ".index"
         self._label = f"'{self._index_path}'"
+        if not os.fspath(path).endswith(".index"):  # unless the user named it: an index never links out
+            check_inside(Path(prefix).parent, self._index_path, "TF checkpoint index")
         try:
             data = Path(self._index_path).read_bytes()
         except OSError as err:
@@ -296,6 +303,7 @@ class TFCheckpointReader(CheckpointReader):
         handle = self._files.get(entry.shard_id)
         if handle is None:
             path = fmt.data_filename(self.prefix, entry.shard_id, self._header.num_shards)
+            check_inside(Path(self.prefix).parent, path, f"data shard of '{name}'")  # a link never leads out
             try:
                 handle = os.fdopen(open_for_reading(path, f"data shard of '{name}'"), "rb")  # never blocks
             except SpecialFileError:
@@ -334,14 +342,17 @@ class TFCheckpointReader(CheckpointReader):
         count = int(np.prod(entry.shape, dtype=object))
         if count == 0 or entry.size == 0:
             return 0
-        raw = bytes(self._raw(entry, name))
-        elements, _ = fmt.decode_string_tensor(raw, count, f"variable '{name}' in {self._label}")
-        return max(len(e) for e in elements)
+        check_object_count(f"string variable '{name}'", f"TF checkpoint {self._label}", count, entry.size)
+        handle = self._shard(entry, name)
+        handle.seek(entry.offset)
+        head = handle.read(min(entry.size, fmt.lengths_size(count)))  # the lengths, not the strings
+        return fmt.longest_string(head, count, entry.size, f"variable '{name}' in {self._label}")
 
     def _read_strings(self, entry: fmt.BundleEntry, name: str) -> list[bytes]:
         count = int(np.prod(entry.shape, dtype=object))
         if count == 0:
             return []
+        check_object_count(f"string variable '{name}'", f"TF checkpoint {self._label}", count, entry.size)
         raw = bytes(self._raw(entry, name))
         elements, crc = fmt.decode_string_tensor(raw, count, f"variable '{name}' in {self._label}")
         self._check_crc(entry, crc, name)

@@ -8,12 +8,15 @@ type byte and masked crc32c, an index block, the 48-byte footer with the table m
 BundleHeaderProto under the empty key and one BundleEntryProto (dtype, shape, shard, offset, size,
 masked crc32c) per tensor in byte order of the keys. A partitioned variable gets a full entry listing
 its TensorSliceProtos and one stored entry per slice under its OrderedCode key, as TF's Saver writes
-it, so a TF partitioned variable restores from it. The data shard is written first and the `.index`
-last, each through a temporary sibling and a rename: an `.index` never names data that is not there.
+it, so a TF partitioned variable restores from it. Both files are written under temporary sibling names
+first; only then is the data shard renamed into place and the `.index` after it, so an `.index` never names
+data that is not there and a failed write (ENOSPC included) leaves an old checkpoint at the prefix whole.
+An existing `.index` or data shard is replaced only with `overwrite`, and only when it is a TF checkpoint's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import struct
@@ -216,7 +219,9 @@ def write_tf_checkpoint(prefix: os.PathLike[str] | str, entries: Sequence[SaveEn
         graph's variable has, without ":0").
       slices: variable name -> its slices as ((start, length), ...) per axis (length -1: the whole
         axis), written as a TF partitioned variable; `fixed_size_slices` gives TF's partitioner's cut.
-      overwrite: replace an existing `<prefix>.index`; without it CheckpointExistsError.
+      overwrite: replace an existing TF checkpoint at `prefix` (its `.index` is a LevelDB table); without it
+        an existing `.index` or data shard raises CheckpointExistsError, and even with it a data shard or
+        `.index` that is not a TF checkpoint's (a user's file, a symlink) does.
       state_file: write the directory's `checkpoint` file naming this prefix when there is none or it
         names only this prefix already; another run's state file is left as it is (named in the notes).
 
@@ -226,7 +231,9 @@ def write_tf_checkpoint(prefix: os.PathLike[str] | str, entries: Sequence[SaveEn
     Raises:
       UnsupportedDtypeError: a dtype TF lacks (float8 variants other than e4m3fn/e5m2); nothing is written.
       ConversionError: duplicate names, slices that do not cover a variable exactly once.
-      CheckpointExistsError: `<prefix>.index` exists and not `overwrite`.
+      CheckpointExistsError: `<prefix>.index` or the data shard exists and not `overwrite`, or is not a TF
+        checkpoint's; nothing is written or deleted.
+      DiskFullError, CheckpointWriteError: the disk filled up or an I/O error; the old files are as they were.
     """
     from varstore.checkpoint.publish.atomic import atomic_path
 
@@ -245,11 +252,70 @@ def write_tf_checkpoint(prefix: os.PathLike[str] | str, entries: Sequence[SaveEn
     for entry in entries:
         if entry.name in slices:
             _check_slices(entry.name, entry.shape, slices[entry.name])
-    if index_path.exists() and not overwrite:
-        raise CheckpointExistsError(f"'{index_path}' exists: a TensorFlow checkpoint is already at prefix "
-                                    f"'{prefix}'; pass overwrite=True (--force) to replace it", str(index_path))
+    _check_replaceable(prefix, index_path, data_path, overwrite)
     pairs: list[tuple[bytes, bytes]] = [(b"", _header_proto())]
-    with atomic_path(data_path) as tmp, open(tmp, "wb") as data:
+    # Both files are written under temporary names; on success the data shard is renamed into place, then
+    # the .index (atomic_path's exits run in reverse order); on any failure (ENOSPC included) both
+    # temporaries are removed and an old checkpoint at `prefix` stays whole.
+    with contextlib.ExitStack() as commit:
+        index_tmp = commit.enter_context(atomic_path(index_path))
+        data_tmp = commit.enter_context(atomic_path(data_path))
+        _write_data(data_tmp, entries, enums, slices, pairs)
+        with open(index_tmp, "wb") as index:
+            index.write(_table(pairs))
+            index.flush()
+            os.fsync(index.fileno())
+    return _state_file(prefix) if state_file else []
+
+
+def _is_tf_index(path: Path) -> bool:
+    """True when `path` is a regular file ending in the LevelDB table magic a TF `.index` ends with."""
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size < 48:
+            return False
+        with open(path, "rb") as handle:
+            handle.seek(-8, os.SEEK_END)
+            return handle.read(8) == TABLE_MAGIC.to_bytes(8, "little")
+    except OSError:
+        return False
+
+
+def _check_replaceable(prefix: Path, index_path: Path, data_path: Path, overwrite: bool) -> None:
+    """Refuses to write over a user's file: an existing `.index` or data shard needs `overwrite`, and even
+    then both must belong to a TensorFlow checkpoint (an `.index` that is a LevelDB table).
+
+    Raises:
+      CheckpointExistsError: naming the file and what is there; nothing is written or deleted.
+    """
+    present = [p for p in (index_path, data_path) if os.path.lexists(p)]
+    if not present:
+        return
+    if not overwrite:
+        raise CheckpointExistsError(
+            f"'{present[0]}' exists: {'a TensorFlow checkpoint is' if _is_tf_index(index_path) else 'a file is'} "
+            f"already at prefix '{prefix}'; pass overwrite=True (--force) to replace a TensorFlow checkpoint",
+            str(present[0]))
+    if not _is_tf_index(index_path):
+        if os.path.islink(present[0]):
+            what = "a symlink"
+        elif present[0] == data_path:
+            what = "not part of a TensorFlow checkpoint (no .index table next to it)"
+        else:
+            what = "not a TensorFlow .index file"
+        raise CheckpointExistsError(
+            f"'{present[0]}' exists and is {what}; overwrite (--force) replaces only a TensorFlow checkpoint "
+            f"at prefix '{prefix}', never another file: nothing was written or deleted; choose another prefix",
+            str(present[0]), found=what)
+    if os.path.islink(data_path) or (data_path.exists() and not data_path.is_file()):
+        raise CheckpointExistsError(
+            f"'{data_path}' is not a regular file; overwrite (--force) replaces only a TensorFlow checkpoint's "
+            f"own files: nothing was written or deleted", str(data_path))
+
+
+def _write_data(path: Path, entries: Sequence[SaveEntry], enums: Sequence[int],
+                slices: Mapping[str, Sequence[Extents]], pairs: list[tuple[bytes, bytes]]) -> None:
+    """Writes the data shard at `path` (a temporary), appending each stored tensor's (key, entry) to `pairs`."""
+    with open(path, "wb") as data:
         offset = 0
         for entry, enum in zip(entries, enums):
             value = entry.fetch()
@@ -276,11 +342,6 @@ def write_tf_checkpoint(prefix: os.PathLike[str] | str, entries: Sequence[SaveEn
             del value
         data.flush()
         os.fsync(data.fileno())
-    with atomic_path(index_path) as tmp, open(tmp, "wb") as index:
-        index.write(_table(pairs))
-        index.flush()
-        os.fsync(index.fileno())
-    return _state_file(prefix) if state_file else []
 
 
 def _state_file(prefix: Path) -> list[str]:

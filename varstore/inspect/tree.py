@@ -1,6 +1,9 @@
 """The scope tree of a checkpoint's variable names, with per-scope totals (`varstore ls --tree`).
 
 A name that is both a variable and a scope ("a" next to "a/b") is kept as both.
+The tree is at most MAX_DEPTH levels deep: the parts of a name past that level
+stay joined as one node's name ("p31/p32/p33"), so building, printing and
+JSON of a tree are linear in the names' length, never quadratic in their depth.
 """
 
 from __future__ import annotations
@@ -12,7 +15,11 @@ from typing import Any
 
 from varstore.checkpoint.read.reader_api import VariableInfo
 
-__all__ = ['ScopeNode', 'scope_tree']
+__all__ = ['ScopeNode', 'scope_tree', 'MAX_DEPTH']
+
+#: The deepest level of a scope tree (levels below the root); deeper parts of a name form one node's name.
+MAX_DEPTH = 32
+
 
 @dataclasses.dataclass(frozen=True)
 class ScopeNode:
@@ -68,7 +75,7 @@ def scope_tree(variables: Iterable[VariableInfo | str]) -> ScopeNode:
     Args:
       variables: VariableInfos (for per-scope byte and element totals) or bare
         names (totals count variables only). Empty name parts (as in "a//b" or
-        a leading "/") are dropped.
+        a leading "/") are dropped; parts past level MAX_DEPTH stay joined by "/".
 
     Returns:
       The root ScopeNode (name "" and path ""); children sorted by name.
@@ -78,7 +85,10 @@ def scope_tree(variables: Iterable[VariableInfo | str]) -> ScopeNode:
         info = item if isinstance(item, VariableInfo) else None
         name = item.name if isinstance(item, VariableInfo) else str(item)
         node = root
-        for part in (p for p in name.split("/") if p):
+        parts = [p for p in name.split("/") if p]
+        if len(parts) > MAX_DEPTH:
+            parts[MAX_DEPTH - 1:] = ["/".join(parts[MAX_DEPTH - 1:])]
+        for part in parts:
             node = node["children"].setdefault(part, {"children": {}, "is_variable": False, "info": None})
         node["is_variable"] = True
         node["info"] = info

@@ -113,6 +113,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _capped_attrs(attrs: Any) -> dict[str, Any]:
+    """Every attribute as plain Python; one over ATTRIBUTE_CAP_BYTES is its listing instead (walker.over_cap)."""
+    from varstore.backends.hdf5.walker import over_cap  # imports h5py, already imported when attrs exist
+
+    return {key: over_cap(attrs, key) or _plain(attrs[key]) for key in attrs}
+
+
 #: HDF5 format bounds of every file varstore writes: (low, high) as h5py's `libver`.
 LIBVER = ("v110", "latest")
 
@@ -231,14 +238,14 @@ class Hdf5Reader:
 
     def root_attrs(self) -> dict[str, Any]:
         try:
-            return {key: _plain(value) for key, value in self._file.attrs.items()}
+            return _capped_attrs(self._file.attrs)
         except (OSError, ValueError, RuntimeError, KeyError) as err:
             raise CorruptCheckpointError(f"cannot read the attributes of '{self.path}': {err}") from err
 
     def array_attrs(self, path: str) -> dict[str, Any]:
         dataset = self._dataset(path)
         try:
-            return {key: _plain(value) for key, value in dataset.attrs.items()}
+            return _capped_attrs(dataset.attrs)
         except (OSError, ValueError, RuntimeError, KeyError) as err:
             raise CorruptCheckpointError(
                 f"cannot read the attributes of '{path}' in '{self.path}': {err}") from err

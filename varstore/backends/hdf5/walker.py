@@ -1,10 +1,15 @@
 """Read-only walker for HDF5 files that varstore did not write (Keras weights, plain h5py files).
 
-Lists every dataset with its shape, dtype and attributes, and every object
+Lists every dataset with its shape, dtype and attributes (those over
+ATTRIBUTE_CAP_BYTES listed by type and shape, not read), and every object
 that is not a plain array (soft, dangling and external links, compound,
 variable-length, reference, opaque and virtual datasets, named datatypes)
 with the reason it is not read. Reads one dataset at a time. Never follows
-external links, never writes. The importers in varstore.formats (keras.py,
+external links, never writes. A dataset whose installed filter is outside the
+allow-list of varstore.backends.codecs is refused (UnsafeCheckpointError);
+deflate chunks are inflated first by a bounded decoder (never past the
+chunk's size) before HDF5, which grows its buffer to the whole stream, reads
+them. The importers in varstore.formats (keras.py,
 generic.py) use it so they never import h5py themselves; it knows nothing
 about variables, names rules or checkpoints.
 """
@@ -20,7 +25,10 @@ import numpy as np
 from h5py import h5t, h5z
 import numpy.typing as npt
 
-from varstore.errors import CorruptCheckpointError, UnknownVariableError, UnsupportedFormatError
+from varstore._limits import ATTRIBUTE_CAP_BYTES
+from varstore.backends.codecs import bounded_decode, check_hdf5_filter
+from varstore.errors import (CorruptCheckpointError, UnknownVariableError, UnsafeCheckpointError,
+                             UnsupportedFormatError, VarstoreError)
 
 #: Registered HDF5 filter ids (https://github.com/HDFGroup/hdf5_plugins) -> names, for messages.
 _FILTER_NAMES = {307: "bzip2", 32001: "blosc", 32004: "lz4", 32008: "bitshuffle", 32013: "zfp",
@@ -29,7 +37,7 @@ _TYPE_CLASSES = {h5t.INTEGER: "integer", h5t.FLOAT: "float", h5t.TIME: "time", h
                  h5t.BITFIELD: "bitfield", h5t.OPAQUE: "opaque", h5t.COMPOUND: "compound",
                  h5t.REFERENCE: "reference", h5t.ENUM: "enum", h5t.VLEN: "variable-length", h5t.ARRAY: "array"}
 
-__all__ = ["DatasetEntry", "GroupEntry", "SkippedObject", "HDF5Walker", "json_attrs"]
+__all__ = ["DatasetEntry", "GroupEntry", "SkippedObject", "HDF5Walker", "json_attrs", "over_cap"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,17 +100,46 @@ def _json_value(value: Any) -> Any:
     return str(value)
 
 
+def over_cap(attrs: h5py.AttributeManager, key: str) -> str | None:
+    """A listing of attribute `key` when it holds more than ATTRIBUTE_CAP_BYTES, else None (read it).
+
+    Its size is taken from its dataspace and type (its values in memory) and
+    from the bytes the file stores for it, without reading a value: a 96 MiB
+    float16 attribute is "<attribute 'big': float16 (50331648,) not loaded,
+    over the cap of 65,536 bytes>", never 48 Mi Python floats.
+
+    Raises:
+      OSError, TypeError, ValueError: h5py cannot describe the attribute (callers list it as unreadable).
+    """
+    attr = attrs.get_id(key)
+    shape = attr.shape
+    dtype = attr.dtype
+    elements = 1
+    for extent in shape or ():
+        elements *= int(extent)
+    try:
+        stored = int(attr.get_storage_size())
+    except RuntimeError:  # h5py raises for a size of 0 (an empty attribute)
+        stored = 0
+    size = max(elements * dtype.itemsize, stored)
+    if size <= ATTRIBUTE_CAP_BYTES:
+        return None
+    return (f"<attribute {key!r}: {dtype} {tuple(int(d) for d in shape or ())} not loaded, over the cap of "
+            f"{ATTRIBUTE_CAP_BYTES:,} bytes>")
+
+
 def json_attrs(attrs: h5py.AttributeManager) -> dict[str, Any]:
     """An object's attributes as JSON-compatible values.
 
     bytes become str (UTF-8, invalid bytes replaced), arrays become lists,
-    complex numbers become [real, imag], empty attributes become None, and
+    complex numbers become [real, imag], empty attributes become None, an
+    attribute over ATTRIBUTE_CAP_BYTES becomes its listing (see over_cap) and
     an attribute h5py cannot read becomes "<unreadable: reason>".
     """
     result: dict[str, Any] = {}
     for key in attrs:
         try:
-            result[key] = _json_value(attrs[key])
+            result[key] = over_cap(attrs, key) or _json_value(attrs[key])
         except (OSError, TypeError, ValueError) as err:
             result[key] = f"<unreadable: {err}>"
     return result
@@ -163,6 +200,48 @@ def _filters(ds: h5py.Dataset) -> tuple[bool, str | None]:
     return count > 0, None
 
 
+def _refused_filter(ds: h5py.Dataset, where: str, path: str) -> str | None:
+    """The UnsafeCheckpointError message for an installed filter outside the allow-list, else None."""
+    try:
+        dcpl = ds.id.get_create_plist()
+        for i in range(dcpl.get_nfilters()):
+            code, _, _, name = dcpl.get_filter(i)
+            label = _FILTER_NAMES.get(code) or name.decode("utf-8", "replace") or "unregistered"
+            check_hdf5_filter(code, label, where, path)
+    except UnsafeCheckpointError as err:
+        return str(err)
+    except (OSError, ValueError, RuntimeError):
+        return None  # _filters reports an unreadable pipeline
+    return None
+
+
+def _check_deflate_chunks(ds: h5py.Dataset, where: str, path: str) -> None:
+    """Inflates every deflate chunk of `ds` with a bounded decoder: none may pass the chunk's size.
+
+    Raises:
+      CorruptCheckpointError: a chunk inflating past its declared size (a decompression bomb), naming it.
+    """
+    if ds.chunks is None:
+        return
+    dcpl = ds.id.get_create_plist()
+    codes = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
+    if 1 not in codes:
+        return
+    limit = int(np.prod(ds.chunks, dtype=np.int64)) * int(ds.id.get_type().get_size())
+    for i in range(ds.id.get_num_chunks()):
+        offset = ds.id.get_chunk_info(i).chunk_offset
+        mask, data = ds.id.read_direct_chunk(offset)
+        for j in reversed(range(len(codes))):  # decode order; a set mask bit: filter j was skipped
+            if mask & (1 << j):
+                continue
+            if codes[j] == 3:  # fletcher32: a 4-byte checksum at the end
+                data = data[:-4]
+                continue
+            if codes[j] == 1:
+                bounded_decode(data, {"id": "zlib"}, limit, where, str(tuple(offset)), path)
+            break  # the other filters decode into buffers of the chunk's size
+
+
 def _native(dt: np.dtype) -> np.dtype:
     return dt.newbyteorder("=") if dt.byteorder not in ("=", "|") else dt
 
@@ -194,6 +273,7 @@ class HDF5Walker:
         self.skipped: list[SkippedObject] = []
         self._by_path: dict[str, DatasetEntry] = {}
         self._reasons: dict[str, str] = {}
+        self._unsafe: dict[str, str] = {}
         self._first_paths: dict[int, str] = {}  # hash of a dataset's id -> its first path
         try:
             self.root_attrs = json_attrs(self._file.attrs)
@@ -246,6 +326,11 @@ class HDF5Walker:
                     reason = f"{_type_text(obj)} type, which NumPy has no dtype for ({err})"
                 filtered, missing_filter = _filters(obj)
                 reason = reason or missing_filter
+                if reason is None and filtered:
+                    unsafe = _refused_filter(obj, self.label, path)
+                    if unsafe is not None:
+                        self._unsafe[path] = unsafe
+                        reason = unsafe
                 if reason is not None:
                     self._skip(path, reason)
                     continue
@@ -275,6 +360,8 @@ class HDF5Walker:
         entry = self._by_path.get(path.lstrip("/"))
         if entry is None:
             reason = self._reasons.get(path.lstrip("/"))
+            if path.lstrip("/") in self._unsafe:
+                raise UnsafeCheckpointError(self._unsafe[path.lstrip("/")])
             if reason is not None:
                 raise UnsupportedFormatError(f"cannot read '{path}' in '{self.label}': {reason}")
             raise UnknownVariableError(f"no dataset '{path}' in HDF5 file '{self.label}'")
@@ -298,20 +385,29 @@ class HDF5Walker:
                 return group.attrs
         return None
 
-    def read(self, path: str, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
+    def read(self, path: str, out: npt.NDArray[Any] | None = None,
+             max_expansion: float | None = None) -> npt.NDArray[Any]:
         """Reads one dataset, into `out` when given (C-contiguous, its shape and native dtype).
+
+        Deflate chunks are inflated by a bounded decoder first (`max_expansion` is for the walkers' common
+        signature; the read limit is checked by the caller).
 
         Raises:
           UnsupportedFormatError / UnknownVariableError: as `dataset`.
+          UnsafeCheckpointError: a filter outside the allow-list.
           CorruptCheckpointError: HDF5 cannot read the data (damaged chunks,
-            a missing filter plugin); the message names the dataset and file.
+            a missing filter plugin), or a chunk inflates past its size; the message names the dataset and file.
         """
         entry = self.dataset(path)
         result = out if out is not None else np.empty(entry.shape, dtype=entry.dtype)
         try:
             ds = self._file[entry.path]
+            if entry.filtered:
+                _check_deflate_chunks(ds, self.label, entry.path)
             if result.size:
                 ds.read_direct(result)
+        except VarstoreError:
+            raise
         except (OSError, KeyError, RuntimeError, ValueError, TypeError) as err:
             raise CorruptCheckpointError(
                 f"cannot read dataset '{entry.path}' from HDF5 file '{self.label}': {err}") from err

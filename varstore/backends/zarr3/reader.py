@@ -287,17 +287,51 @@ class Zarr3Reader:
             import zarr
         except ImportError as err:  # pragma: no cover - zarr is a core dependency
             raise MissingDependencyError("Zarr v3 checkpoints need zarr: pip install zarr") from err
-        self._document(path)  # refuses an array (or its zarr.json) outside the store
+        document = self._document(path)  # refuses an array (or its zarr.json) outside the store
         for directory, subdirectories, files in os.walk(self.path / path):  # zarr opens any chunk file
             for name in subdirectories + files:
                 self._inside(path, Path(directory) / name)
                 check_regular_file(Path(directory) / name, f"chunk of '{path}'")  # never a FIFO
+        self._check_before_zarr(path, document, out)
         try:
             array = zarr.open_array(str(self.path / path), mode="r")
             out[...] = array[...] if index is None else array[index]
         except Exception as err:  # noqa: BLE001 - zarr raises many unrelated types
             raise CorruptCheckpointError(
                 f"cannot read array '{path}' of '{self.path}' through zarr: {err}") from err
+
+    def _check_before_zarr(self, path: str, document: dict[str, Any], out: npt.NDArray[Any]) -> None:
+        """What zarr must not meet (issue 36): codecs off the allow-list, a grid far larger than its chunk
+        files, more bytes than its files store x the expansion factor, a chunk inflating past its size.
+
+        Raises:
+          UnsafeCheckpointError / ValueTooLargeError / CorruptCheckpointError: naming the array and the store.
+        """
+        from varstore._limits import check_expansion, check_grid
+        from varstore.backends.codecs import check_v3_codecs
+        from varstore.backends.zarr3.chunk_check import check_v3_chunks, chunk_files
+
+        where = str(self.path)
+        check_v3_codecs(document.get("codecs") or [], where, path)
+        files = chunk_files(self.path / path)
+        shape = [int(n) for n in document.get("shape") or []]
+        chunk_shape = (document.get("chunk_grid") or {}).get("configuration", {}).get("chunk_shape") or shape
+        grid = math.prod(-(-n // max(int(c), 1)) for n, c in zip(shape, chunk_shape))
+        check_grid(path, where, grid, len(files))
+        check_expansion(path, where, out.nbytes, sum(os.lstat(f).st_size for f in files))
+        check_v3_chunks(self.path / path, document, out.dtype.itemsize, path)
+
+    def stored_nbytes(self, path: str) -> int | None:
+        """Bytes of the chunk files of the uncompressed array at `path` (what its manifest entry must not
+        exceed: a missing chunk is a damaged checkpoint, never a fill); None when stored compressed."""
+        from varstore.backends.zarr3.chunk_check import chunk_files
+
+        if self._files is not None:
+            return None  # a staged copy of an object-store checkpoint: its chunks are not all here
+        codecs = self._document(path).get("codecs") or []
+        if any((c.get("name") if isinstance(c, dict) else c) not in ("bytes", "transpose") for c in codecs):
+            return None
+        return sum(os.lstat(f).st_size for f in chunk_files(self._inside(path, self.path / path)))
 
     def close(self) -> None:
         """Nothing to release: files are opened per read."""

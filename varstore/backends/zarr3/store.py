@@ -39,7 +39,8 @@ if TYPE_CHECKING:  # annotations only: a read imports neither the thread pool (n
 
 from varstore.backends.zarr3.reader import Zarr3Reader
 
-__all__ = ["Zarr3Backend", "Zarr3Writer", "Zarr3Reader", "BACKEND", "chunk_file", "chunk_path", "NODES_ATTRIBUTE"]
+__all__ = ["Zarr3Backend", "Zarr3Writer", "Zarr3Reader", "BACKEND", "chunk_file", "chunk_path", "NODES_ATTRIBUTE",
+           "core_type_refusal"]
 
 #: Threads writing zarr.json documents while the writer's caller goes on (0: written at once). Creating
 #: a file costs a journal entry and an inode; several in flight overlap that work with the rest of a save.
@@ -75,6 +76,14 @@ SINGLE_CHUNK_ENCODING: dict[str, Any] = {"name": "v2", "configuration": {"separa
 GRID_ENCODING: dict[str, Any] = {"name": "default", "configuration": {"separator": "/"}}
 
 
+def core_type_refusal(dtype: np.dtype) -> str | None:
+    """None when `dtype` (a stored dtype) is a Zarr v3 core data type, else why it cannot be stored."""
+    if dtype.name in _CORE_TYPES:
+        return None
+    what = " (a long double: x87 80-bit extended precision on x86)" if dtype.kind == "f" else ""
+    return f"Zarr v3 core has no data type for {dtype}{what}"
+
+
 def array_metadata(dtype: np.dtype, shape: tuple[int, ...], attrs: dict[str, Any],
                    chunks: tuple[int, ...] | None = None) -> dict[str, Any]:
     """The zarr.json document of an uncompressed array: one chunk (SINGLE_CHUNK_ENCODING), or a regular
@@ -83,8 +92,9 @@ def array_metadata(dtype: np.dtype, shape: tuple[int, ...], attrs: dict[str, Any
     Raises:
       UnsupportedDtypeError: `dtype` is not a Zarr v3 core data type.
     """
-    if dtype.name not in _CORE_TYPES:
-        raise UnsupportedDtypeError(f"Zarr v3 core has no data type for {dtype}; store a view")
+    refusal = core_type_refusal(dtype)
+    if refusal is not None:
+        raise UnsupportedDtypeError(f"{refusal}; store a view")
     codec: dict[str, Any] = {"name": "bytes"}
     if dtype.itemsize > 1 and dtype.kind != "b":
         codec["configuration"] = {"endian": "little"}

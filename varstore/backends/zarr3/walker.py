@@ -4,8 +4,12 @@ Lists every array with its shape, dtype, chunking and attributes, and every
 array that is not a plain fixed-size array (variable-length strings,
 structured or object dtypes) with the reason it is not read. Reads one array
 at a time. Symbolic links leading outside the hierarchy are listed as
-skipped and never followed. The importer varstore.formats.generic uses it so it never imports
-zarr itself; it knows nothing about variables or checkpoints.
+skipped and never followed. Codecs are allow-listed before zarr opens the
+hierarchy, Zarr v2 arrays are read by v2_array (bounded decoders, the chunk
+files present only) and Zarr v3 chunks are checked by chunk_check before
+zarr decodes them; a grid far larger than its chunk files is refused. The
+importer varstore.formats.generic uses it so it never imports zarr itself;
+it knows nothing about variables or checkpoints.
 """
 
 from __future__ import annotations
@@ -19,7 +23,12 @@ import numpy as np
 import numpy.typing as npt
 import zarr
 
-from varstore.errors import CorruptCheckpointError, UnknownVariableError, UnsupportedFormatError
+from varstore._limits import check_grid, load_json
+from varstore.backends.zarr3.chunk_check import check_codecs, check_v2_chunks, check_v3_chunks, chunk_files
+from varstore.backends.zarr3.v2_array import open_v2_array, read_v2_array
+from varstore.errors import CorruptCheckpointError, UnknownVariableError, UnsupportedFormatError, VarstoreError
+from varstore.storage.links import links_leading_out
+from varstore.storage._local_errors import is_permission_error, permission_denied
 from varstore.storage.special_files import check_tree
 
 __all__ = ["ArrayEntry", "SkippedObject", "ZarrWalker"]
@@ -90,23 +99,6 @@ def _skip_reason(dtype: Any) -> str | None:
     return None
 
 
-def _links_leading_out(root: Path) -> list[str]:
-    """Relative paths of symbolic links under `root` whose targets lie outside it (not followed)."""
-    try:
-        base = root.resolve()
-    except OSError:
-        return []
-    found = []
-    for directory, dirnames, filenames in os.walk(root, followlinks=False):
-        for name in dirnames + filenames:
-            full = Path(directory) / name
-            if full.is_symlink():
-                target = full.resolve()
-                if target != base and base not in target.parents:
-                    found.append(full.relative_to(root).as_posix())
-    return found
-
-
 class ZarrWalker:
     """Opens a Zarr v2 or v3 group (or single array) read-only and lists its arrays.
 
@@ -124,6 +116,7 @@ class ZarrWalker:
 
         Raises:
           CorruptCheckpointError: zarr cannot open or walk it.
+          CheckpointPermissionError: a metadata file (zarr.json, .zgroup ...) may not be read; names it.
           SpecialFileError: a FIFO, socket, device or symlink loop in the directory (checked first).
         """
         self.label = str(path)
@@ -133,7 +126,8 @@ class ZarrWalker:
         self._nodes: dict[str, Any] = {}
         self._reasons: dict[str, str] = {}
         check_tree(path, "Zarr directory")  # zarr opens chunk files itself: none may be a FIFO or a loop
-        self._escapes = _links_leading_out(Path(path))
+        check_codecs(Path(path))  # before zarr instantiates a codec from the file's metadata
+        self._escapes = links_leading_out(Path(path))
         self._root = Path(path)
         try:
             root: Any = zarr.open(store=str(Path(path)), mode="r")
@@ -144,6 +138,8 @@ class ZarrWalker:
             else:
                 self._add_array(root, "")
         except _ERRORS as err:
+            if is_permission_error(err):  # an unreadable zarr.json: typed as for every format and storage
+                raise permission_denied(getattr(err, "filename", None) or path) from err
             raise CorruptCheckpointError(f"cannot open Zarr hierarchy '{self.label}': {err}") from err
 
     def _walk(self, group: Any, prefix: str) -> None:
@@ -213,20 +209,54 @@ class ZarrWalker:
           UnsupportedFormatError / UnknownVariableError: as `array`.
         """
         entry = self.array(path)
-        return (_stored_nbytes(self._root / path) if path else None), entry.filtered
+        return _stored_nbytes(self._root / path), entry.filtered
 
-    def read(self, path: str, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
+    def _checked(self, path: str, entry: ArrayEntry, max_expansion: float | None) -> Path | None:
+        """Bounds the grid by the chunk files present, and checks v3 chunks with bounded decoders; the
+        array's directory when v2_array reads it (plain numeric Zarr v2), else None (zarr reads it)."""
+        directory = self._root / path
+        outer = entry.shards or entry.chunks or entry.shape
+        grid = 1
+        for size, chunk in zip(entry.shape, outer):
+            grid *= -(-size // max(int(chunk), 1))
+        check_grid(path or self._root.name, self.label, grid, len(chunk_files(directory)), max_expansion)
+        name = path or self._root.name
+        if self.zarr_format == 2:
+            if not (directory / ".zarray").is_file():
+                return None  # consolidated metadata only: zarr reads it (codecs checked at open)
+            if entry.dtype.kind in "biufc":
+                return directory
+            meta = load_json((directory / ".zarray").read_bytes(), f"'{directory / '.zarray'}'")
+            check_v2_chunks(directory, meta, entry.dtype.itemsize, name)
+            return None
+        meta = load_json((directory / "zarr.json").read_bytes(), f"'{directory / 'zarr.json'}'")
+        check_v3_chunks(directory, meta, entry.dtype.itemsize, name)
+        return None
+
+    def read(self, path: str, out: npt.NDArray[Any] | None = None,
+             max_expansion: float | None = None) -> npt.NDArray[Any]:
         """Reads one whole array (unwritten chunks read as the fill value), into `out` when given.
+
+        `max_expansion` (None: VARSTORE_MAX_EXPANSION or the default) bounds the chunk grid by the chunk
+        files present (varstore._limits.check_grid).
 
         Raises:
           UnsupportedFormatError / UnknownVariableError: as `array`.
-          CorruptCheckpointError: a chunk cannot be read or decoded; the message
+          ValueTooLargeError: a grid far larger than the chunk files present.
+          CorruptCheckpointError: a chunk cannot be read or decoded, or decodes past its size; the message
             names the array and the hierarchy.
         """
         entry = self.array(path)
         array = self._nodes[path][1]
         try:
+            v2_directory = self._checked(path, entry, max_expansion)
+            if v2_directory is not None:
+                result = out if out is not None else np.empty(entry.shape, dtype=entry.dtype)
+                name = path or self._root.name
+                return read_v2_array(open_v2_array(v2_directory, name), result, name)
             value = np.asarray(array[...])
+        except VarstoreError:
+            raise
         except Exception as err:  # codecs raise their own types (zlib.error, blosc, zstd errors)
             raise CorruptCheckpointError(
                 f"cannot read array '{path}' from Zarr hierarchy '{self.label}': {err}") from err

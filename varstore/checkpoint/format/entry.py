@@ -31,7 +31,7 @@ class SaveEntry:
       dtype: NumPy dtype of the value (logical dtype: bfloat16 stays bfloat16).
       get: returns the value as a host NumPy array of `shape` and `dtype`
         (C-contiguous or not); called once, when this entry is written.
-      trainable: the trainable flag to record.
+      trainable: the trainable flag to record; None records "unknown" (a converted file's format had none).
       collections: collection names to record.
       device: device the value came from ("cpu:0"), or None.
     """
@@ -40,7 +40,7 @@ class SaveEntry:
     shape: tuple[int, ...]
     dtype: np.dtype
     get: Callable[[], npt.NDArray[Any]]
-    trainable: bool = True
+    trainable: bool | None = True
     collections: tuple[str, ...] = ()
     device: str | None = None
 

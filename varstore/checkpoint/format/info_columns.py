@@ -51,7 +51,7 @@ class InfoColumns:
         self._shapes: list[tuple[int, ...]] = c["shape"]  # tuples after check(), shared: handed out as they are
         self._dtypes: list[str] = c["dtype"]
         self._nbytes: list[int] = c["nbytes"]
-        self._trainable: list[bool] = c["trainable"]
+        self._trainable: list[bool | None] = c["trainable"]
         self._collections: list[int] = c["collections"]
         self._devices: list[int] = c["device"]
         self._checksums: list[int | None] = c["checksum"]

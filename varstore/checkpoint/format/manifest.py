@@ -95,7 +95,7 @@ class Record:
     shape: tuple[int, ...]
     dtype: str
     nbytes: int
-    trainable: bool
+    trainable: bool | None  # None: unknown (a file converted from a format that records no flag)
     collections: tuple[str, ...]
     device: str | None
     path: str | None
@@ -103,7 +103,7 @@ class Record:
     checksum: int | None
     file_offset: int | None
 
-    def __init__(self, name: str, shape: tuple[int, ...], dtype: str, nbytes: int, trainable: bool = True,
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: str, nbytes: int, trainable: bool | None = True,
                  collections: tuple[str, ...] = (), device: str | None = None, path: str | None = None,
                  offset: int | None = None, checksum: int | None = None, file_offset: int | None = None) -> None:
         self.name = name
@@ -331,8 +331,8 @@ class ManifestColumns:
         shared = list(map(distinct.setdefault, tuples, tuples))
         if min(itertools.chain.from_iterable(distinct), default=0) < 0:
             raise ValueError("a shape has a negative dimension")
-        if not types(c["dtype"]) <= {str} or not types(c["trainable"]) <= {bool}:
-            raise ValueError("a dtype is not a string or a trainable flag not a bool")
+        if not types(c["dtype"]) <= {str} or not types(c["trainable"]) <= {bool, type(None)}:
+            raise ValueError("a dtype is not a string or a trainable flag not a bool or null")
         for key in ("nbytes", "collections", "device"):
             column = c[key]
             if not types(column) <= {int} or (column and min(column) < 0):

@@ -11,7 +11,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["VariableInfo", "SkippedEntry"]
+__all__ = ["VariableInfo", "SkippedEntry", "can_be_trained"]
+
+
+#: Prefixes of the logical dtype names a gradient can flow through (float16/32/64, bfloat16, float8_*, complex).
+_TRAINABLE_KINDS = ("float", "bfloat", "complex")
+
+
+def can_be_trained(dtype: str) -> bool:
+    """False for a logical dtype name no gradient flows through ("int64", "bool", "S5"); True for floats."""
+    return str(dtype).startswith(_TRAINABLE_KINDS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +34,9 @@ class VariableInfo:
       dtype: logical dtype name (see varstore.dtypes.dtype_name): "float32",
         "bfloat16", "S5", ...
       nbytes: bytes of the value (prod(shape) * itemsize).
-      trainable: the trainable flag, or None where the format has none.
+      trainable: the trainable flag as the checkpoint records it, or None (unknown) where the format has
+        none; never invented: a variable of a non-floating dtype (integers, bool, strings) whose format
+        records no flag is False, since it cannot be trained.
       collections: collection names, () where the format has none.
       checksum: "crc32c:<8 hex digits>" (or the format's own, e.g. TF's
         masked crc32c "tf-crc32c-masked:<hex>"), or None.
@@ -42,6 +53,10 @@ class VariableInfo:
     checksum: str | None = None
     device: str | None = None
     attributes: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.trainable is None and not can_be_trained(self.dtype):
+            object.__setattr__(self, "trainable", False)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-compatible dict (the schema of `varstore ls --json` entries)."""

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from varstore.checkpoint.publish.atomic import is_temporary
 from varstore.storage import is_remote
+from varstore.storage.links import open_unlinked
 from varstore.storage._local_errors import check_readable
 from varstore.storage.special_files import is_special
 
@@ -50,9 +51,10 @@ class ManagedCheckpoint:
 
 def _pointer(directory: Path) -> str | None:
     try:
-        with open(directory / _POINTER, encoding="utf-8") as handle:
-            state = json.load(handle)
-    except (OSError, ValueError):
+        # never through a symlink (the manager writes its pointer by rename only), never more than 16 MiB
+        with os.fdopen(open_unlinked(directory / _POINTER, "the manager's \"latest\" pointer"), "rb") as handle:
+            state = json.loads(handle.read(16 << 20))
+    except (OSError, ValueError, RecursionError):  # nested too deep: no usable pointer, as a missing one
         return None
     name = state.get("latest") if isinstance(state, dict) else None
     return name if isinstance(name, str) and "/" not in name and _MANAGED.match(name) else None

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from varstore._limits import load_json
 from varstore.backends import FORMATS, format_for_path
 from varstore.checkpoint.publish import atomic
 from varstore.checkpoint.format.manifest import DEFAULT_PACK_THRESHOLD_BYTES
@@ -39,7 +40,8 @@ from varstore.checkpoint.write.writer import save
 from varstore.errors import (CheckpointError, CheckpointLockedError, CorruptCheckpointError, NotACheckpointError,
                              PathOutsideCheckpointError)
 from varstore.storage._local_errors import naming_permission_errors
-from varstore.storage.special_files import check_regular_file, is_special
+from varstore.storage.links import open_unlinked
+from varstore.storage.special_files import is_special
 
 __all__ = ["CheckpointManager", "checked_state"]
 
@@ -87,9 +89,9 @@ def checked_state(state: object, where: str) -> dict[str, Any]:
         raise CorruptCheckpointError(
             f"the manager's \"latest\" pointer '{where}': \"checkpoints\" and \"preserved\" must be lists; "
             f"{_REBUILD}")
-    for i, entry in enumerate(entries):
-        if (not isinstance(entry, dict) or type(entry.get("step", 0)) is not int
-                or not isinstance(entry.get("time", 0.0), (int, float))):
+    for i, entry in enumerate(entries):  # every key retention reads, of its type (no KeyError later)
+        if (not isinstance(entry, dict) or type(entry.get("step")) is not int
+                or type(entry.get("time")) not in (int, float)):
             raise CorruptCheckpointError(
                 f"the manager's \"latest\" pointer '{where}': checkpoints[{i}] is {entry!r}, expected "
                 f"{{\"name\": str, \"step\": int, \"time\": float}}; {_REBUILD}")
@@ -187,8 +189,8 @@ class CheckpointManager:
         if self._remote is not None:
             return checked_state(self._remote.read_state(_POINTER)[0], where)
         try:
-            check_regular_file(self.directory / _POINTER, "the manager's \"latest\" pointer")
-            with open(self.directory / _POINTER, "rb") as handle:
+            with os.fdopen(open_unlinked(self.directory / _POINTER, "the manager's \"latest\" pointer"),
+                           "rb") as handle:  # never through a symlink: the manager writes it by rename only
                 data = handle.read(_MAX_POINTER_BYTES + 1)
         except FileNotFoundError:
             return {}
@@ -197,7 +199,7 @@ class CheckpointManager:
                 f"the manager's \"latest\" pointer '{where}' holds more than {_MAX_POINTER_BYTES} bytes; "
                 f"{_REBUILD}")
         try:
-            state = json.loads(data)
+            state = load_json(data, f"the manager's \"latest\" pointer '{where}'")
         except ValueError as err:
             raise CorruptCheckpointError(
                 f"the manager's \"latest\" pointer '{where}' is not valid JSON ({err}); {_REBUILD}") from err
@@ -244,7 +246,8 @@ class CheckpointManager:
             return
         with naming_permission_errors(self.directory, "write into"):
             self.directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.directory / _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+            # never through a symlink: a linked ".lock" must not create or lock a file outside the directory
+            fd = open_unlinked(self.directory / _LOCK, "the manager's lock", os.O_RDWR | os.O_CREAT)
         try:
             deadline = None if self.lock_timeout_s is None else time.monotonic() + self.lock_timeout_s
             while True:
@@ -263,7 +266,11 @@ class CheckpointManager:
             os.close(fd)  # releases the flock
 
     # -- saving
-    def save(self, target: Any, step: int, *, metadata: dict[str, Any] | None = None,
+    def next_step(self) -> int:
+        """The step a save without `step=` takes: one past the largest step in the directory, 1 when none."""
+        return max((step for step, _ in self._scan()), default=0) + 1
+
+    def save(self, target: Any, step: int | None = None, *, metadata: dict[str, Any] | None = None,
              blocking: bool = True, max_snapshot_bytes: int | None = None, checksum: bool = True,
              pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES, layout: str | None = None,
              durable: bool = True) -> Path | str | SaveHandle:
@@ -271,7 +278,10 @@ class CheckpointManager:
 
         Args:
           target: as varstore.save (a store, mapping or list of Variables).
-          step: global step (int), part of the file name.
+          step: global step (int), part of the file name; None numbers the checkpoints
+            itself as tf.train.CheckpointManager.save(checkpoint_number=None) does
+            (ckpt-1, ckpt-2, ...), continuing after the largest step in the directory
+            (`next_step`; TF continues its restored save_counter, 0 for a fresh tf.train.Checkpoint).
           metadata: JSON-compatible dict recorded in the checkpoint.
           blocking: False snapshots the values and returns a SaveHandle at once
             (see varstore.save); the write, the "latest" pointer and
@@ -290,7 +300,7 @@ class CheckpointManager:
           CorruptCheckpointError: the "latest" pointer is malformed (nothing is written; see rebuild_state).
           As varstore.save.
         """
-        step = int(step)
+        step = self.next_step() if step is None else int(step)
         final = self._where(f"{self.checkpoint_name}-{step}{self._suffix}")
         if not blocking:
             lock = self._lock()
@@ -348,12 +358,12 @@ class CheckpointManager:
         if self._remote is not None:
             self._remote.update_state(_POINTER, change)
             for doomed_name in doomed:
-                if is_varstore_checkpoint(self._remote.location(doomed_name), self._storage_options):
+                if self._owns(doomed_name) and is_varstore_checkpoint(self._remote.location(doomed_name), self._storage_options):
                     self._remote.delete(doomed_name)  # never what else took the name
             return
         self._write_state(change(self._state()))
         for name in doomed:
-            if not is_varstore_checkpoint(self.directory / name):
+            if not self._owns(name) or not is_varstore_checkpoint(self.directory / name):
                 continue  # something else took the name since this manager wrote it: never delete that
             atomic.retire(self.directory / name)  # a marked temporary first: a kill mid-delete leaves one
         if doomed:
@@ -361,14 +371,26 @@ class CheckpointManager:
 
     def _next_state(self, state: dict[str, Any], final_name: str, step: int,
                     now: float) -> tuple[dict[str, Any], list[str]]:
-        """The pointer's state after saving `final_name` at `step`, and the checkpoints retention drops."""
-        managed = [entry for entry in state.get("checkpoints", [])
-                   if isinstance(entry, dict) and entry.get("name") != final_name
+        """The pointer's state after saving `final_name` at `step`, and the checkpoints retention drops.
+
+        Only names this manager makes ("<checkpoint_name>-<step><suffix>") stay managed: any other name the
+        pointer lists ("best_model.h5") is dropped from it with a warning and never deleted.
+        """
+        listed = [entry for entry in state.get("checkpoints", [])
+                  if isinstance(entry, dict) and entry.get("name") != final_name]
+        foreign = [str(entry.get("name")) for entry in listed if not self._owns(entry.get("name"))]
+        foreign += [str(p) for p in state.get("preserved", []) if not self._owns(p)]
+        if foreign:
+            warnings.warn(f"the manager's \"latest\" pointer in '{self.directory}' lists {', '.join(foreign)}, "
+                          f"which {'is' if len(foreign) == 1 else 'are'} not named like this manager's checkpoints "
+                          f"('{self.checkpoint_name}-<step>{self._suffix}'); left alone, never deleted, and no "
+                          f"longer listed", RuntimeWarning, stacklevel=4)
+        managed = [entry for entry in listed if self._owns(entry.get("name"))
                    and self._exists(str(entry.get("name")))]
         managed.append({"name": final_name, "step": step, "time": now})
         if self._remote is not None:  # several writers: the order of steps, not of arrival
             managed.sort(key=lambda entry: int(entry.get("step", 0)))
-        preserved = [p for p in state.get("preserved", []) if self._exists(str(p))]
+        preserved = [p for p in state.get("preserved", []) if self._owns(p) and self._exists(str(p))]
         last_preserved = float(state.get("last_preserved_time", self._created))
         doomed = []
         if self.max_to_keep is not None:
@@ -388,6 +410,10 @@ class CheckpointManager:
         return ({"format_version": "1.0", "latest": latest, "latest_step": latest_step,
                  "checkpoints": managed, "preserved": preserved,
                  "last_preserved_time": last_preserved}, doomed)
+
+    def _owns(self, name: object) -> bool:
+        """True for a name this manager makes: "<checkpoint_name>-<step><suffix>" (retention deletes no other)."""
+        return isinstance(name, str) and self._pattern.match(name) is not None
 
     def _write_state(self, state: dict[str, Any]) -> None:
         with atomic.atomic_path(self.directory / _POINTER) as tmp:

@@ -74,7 +74,7 @@ class RemoteDirectory:
             return {}, None
         try:
             state = json.loads(self.storage.read_all(key))
-        except (FileNotFoundError, ValueError):
+        except (FileNotFoundError, ValueError, RecursionError):  # nested too deep: checked_state refuses {}
             return {}, version
         return (state if isinstance(state, dict) else {}), version
 

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from varstore.errors import CheckpointError
+from varstore.errors import CheckpointError, CheckpointWriteError, DiskFullError, VarstoreError
 from varstore.storage._local_errors import is_permission_error, permission_denied
 from varstore.storage.local import remove_path  # one definition; atomic re-exports it for the manager
 
@@ -43,6 +43,7 @@ __all__ = [
     "fsync_directory",
     "remove_path",
     "retire",
+    "write_failure",
 ]
 
 #: Named points where VARSTORE_FAULT=<point> makes the writer SIGKILL itself (crash tests).
@@ -312,6 +313,8 @@ def atomic_path(final: Path, durable: bool = True) -> Iterator[Path]:
       CheckpointError: the parent directory cannot be created or written.
       CheckpointPermissionError: the operating system refused to create the parent directory or the
         temporary in it ("cannot write into '<parent>': permission denied").
+      DiskFullError: the writer ran out of space (ENOSPC, EDQUOT, EFBIG); `final` is as it was.
+      CheckpointWriteError: the writer got an I/O error (EIO); `final` is as it was.
     """
     final = Path(final)
     try:
@@ -340,7 +343,49 @@ def atomic_path(final: Path, durable: bool = True) -> Iterator[Path]:
         _unmark(tmp)
         if is_permission_error(err) and _names_temporary(err, tmp):  # a writer that opened the temporary itself
             raise permission_denied(final.parent, "write into") from err
+        full = write_failure(err, final)
+        if full is not None:
+            raise full from err
         raise
+
+
+#: OS error numbers of a write that ran out of room: the file system, the user's quota, the file size limit.
+_FULL = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is exceeded",
+         errno.EFBIG: "the file size limit is reached"}
+#: The same failures as h5py and other C libraries word them (their OSError carries no errno).
+_FULL_WORDS = ("No space left on device", "Disk quota exceeded", "File too large")
+#: NumPy's ndarray.tofile after a short write (no errno): "524288 requested and 65504 written".
+_SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")
+
+
+def write_failure(err: BaseException, final: Path) -> CheckpointWriteError | None:
+    """The typed error for an OSError a write of `final` failed with (None for anything else).
+
+    ENOSPC, EDQUOT and EFBIG (also as h5py words them) and a short write NumPy reports without an errno
+    become DiskFullError, EIO a CheckpointWriteError; both say the old `final` is left whole (atomic_path
+    removed the temporary) and keep `.errno` (None for the short write).
+    """
+    if not isinstance(err, OSError) or isinstance(err, VarstoreError):
+        return None
+    number = err.errno if isinstance(err.errno, int) else None
+    if number is None:
+        text = str(err)
+        number = next((n for n, words in zip(_FULL, _FULL_WORDS) if words in text), None)
+    kept = (f"'{final}' is left as it was (no partial output; the temporary was removed)")
+    if number is None and _SHORT_WRITE.search(str(err)):  # NumPy's tofile: the OS took fewer bytes, no errno
+        return DiskFullError(f"cannot write '{final}': the file system accepted only part of a write ({err}: "
+                             f"its space or the file size limit ran out); {kept}. Free space (or raise the "
+                             f"limit) and write again")
+    if number in _FULL:
+        failure: CheckpointWriteError = DiskFullError(
+            f"cannot write '{final}': {_FULL[number]} ({err}); {kept}. Free space (or raise the limit) "
+            f"and write again")
+    elif number == errno.EIO:
+        failure = CheckpointWriteError(f"cannot write '{final}': an I/O error ({err}); {kept}")
+    else:
+        return None
+    failure.errno = number
+    return failure
 
 
 def _names_temporary(err: BaseException, tmp: Path) -> bool:

@@ -19,9 +19,11 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes
+from varstore.dtypes import dtype_name
 from varstore.checkpoint.read.reader_api import CheckpointReader
 from varstore.errors import CorruptCheckpointError, ShapeMismatchError
 from varstore.value_sources import SliceInfo, ValueSource
+from varstore.values import check_fits
 
 __all__ = ["ReaderSource", "ReaderResolver", "fill_from_reader"]
 
@@ -71,7 +73,9 @@ class ReaderSource:
 
     def read_into(self, out: npt.NDArray[Any]) -> None:
         """Fills `out` (this source's shape), cast from the stored dtype by NumPy's 'same_kind' rule."""
-        np.copyto(out, self.read(), casting="same_kind")
+        value = self.read()
+        check_fits(value, out.dtype, f"restore {self.origin} into {dtype_name(out.dtype)}")
+        np.copyto(out, value, casting="same_kind")
 
 
 class ReaderResolver:
@@ -152,12 +156,13 @@ def fill_from_reader(reader: CheckpointReader, items: Sequence[tuple[str, str, A
         validate(name, target, source)
     variables, values, arrays = [], [], []
     whole: dict[str, npt.NDArray[Any]] = {}  # stored arrays read once for all their parts
-    for (stored, _, target), source in zip(items, sources):
+    for (stored, name, target), source in zip(items, sources):
         if hasattr(target, "restore_from") and lazy:
             continue
         if stored not in whole:
             whole[stored] = source.read_whole()
         value = source.region_of(whole[stored])
+        check_fits(value, target.dtype, f"restore '{name}' from {source.origin}")  # before any target changes
         if hasattr(target, "restore_from"):
             variables.append(target)
             values.append(value)

@@ -45,7 +45,7 @@ from varstore.checkpoint.format.manifest import (
     decode_manifest_columns,
     storage_layout,
 )
-from varstore.checkpoint.read.reader_api import CheckpointReader, checked_out
+from varstore.checkpoint.read.reader_api import CheckpointReader, cast_into, checked_out
 from varstore.errors import (
     CheckpointError,
     ChecksumError,
@@ -96,7 +96,7 @@ class CheckpointValue:
         self._reader.check_stored(self._record)
         value = np.empty(self.shape, dtype=self.dtype)
         self._reader.fill(self._record, value, self._verify)
-        np.copyto(out, value, casting="unsafe")
+        cast_into(out, value, self.origin)
 
     def __repr__(self) -> str:
         return f"<CheckpointValue {self.origin} {self.shape} {self.dtype}>"
@@ -283,11 +283,11 @@ class VarstoreReader(CheckpointReader):
         """The ValueSource of one variable (reads happen when the core asks)."""
         return CheckpointValue(self, self.record(name), verify)
 
-    def verify(self, progress: Callable[[int, int, str], None] | None = None) -> None:
-        """Reads every variable and checks its crc32c; raises ChecksumError naming the first bad one
-        (checkpoint/read/verify.py: one reused buffer, the storage reading ahead); `progress` as CheckpointReader's."""
+    def verify(self, progress: Callable[[int, int, str], None] | None = None, names: Any = None) -> None:
+        """Checks every crc32c (verify.py: one reused buffer, read ahead); a selection `names` name by name."""
+        if names is not None:
+            return super().verify(progress, names)
         from varstore.checkpoint.read.verify import verify_all
-
         if self.staged is None:  # a local Zarr directory: every group's zarr.json parses (a staged copy has none)
             self._bytes.check_groups(self._columns)
         verify_all(self, progress)
@@ -352,15 +352,15 @@ class VarstoreReader(CheckpointReader):
         return self._bytes.packed_blob(limit)
 
     def check_stored(self, record: Record) -> None:
-        """Refuses a variable whose manifest claims more bytes than its storage holds, or than the read
-        limit (`max_bytes`, varstore/_limits.py), before allocating.
+        """Refuses a variable claiming more bytes than its storage holds or the read limit allows, before allocating.
 
         Raises:
           CorruptCheckpointError: naming the variable, the file and both sizes (see locations.py).
           ValueTooLargeError: naming the variable, its bytes and the limit.
         """
         self._bytes.check_stored(record)
-        check_value_size(record.name, self.location, record.nbytes, self.max_bytes, stored=record.nbytes)
+        check_value_size(record.name, self.location, record.nbytes, self.max_bytes, stored=record.nbytes,
+                         expansion=self.max_expansion)
 
     def record_extent(self, record: Record) -> RawExtent | None:
         """Where an own-array variable's bytes lie (file, offset, bytes), or None when only the

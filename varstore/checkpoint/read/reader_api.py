@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import abc
 import fnmatch
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from varstore.errors import ValueTooLargeError
 from varstore.storage import url_from_path
 
 if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import; VariableInfo see __getattr__
@@ -24,7 +25,24 @@ if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import; Varia
 
     from varstore.checkpoint.format.variable_info import SkippedEntry, VariableInfo
 
-__all__ = ["VariableInfo", "SkippedEntry", "CheckpointReader", "checked_out"]
+__all__ = ["VariableInfo", "SkippedEntry", "CheckpointReader", "cast_into", "checked_out", "select_names"]
+
+
+def select_names(names: Iterable[str], pattern: str | Iterable[str] | None = None,
+                 exclude: str | Iterable[str] = ()) -> list[str]:
+    """The names (in their order) matching `pattern`, or any of several patterns (their union), and no
+    `exclude` pattern: the one selection rule of convert's filter and the CLI's --filter / --exclude.
+
+    Args:
+      names: the names to select from.
+      pattern: a shell glob ("encoder/*"; fnmatch, case-sensitive), or several; None (or none given) keeps all.
+      exclude: a shell glob, or several; a name matching any of them is dropped (after `pattern`).
+    """
+    keep = [pattern] if isinstance(pattern, str) else list(pattern or ())
+    drop = [exclude] if isinstance(exclude, str) else list(exclude)
+    return [n for n in names
+            if (not keep or any(fnmatch.fnmatchcase(n, p) for p in keep))
+            and not any(fnmatch.fnmatchcase(n, p) for p in drop)]
 
 
 def __getattr__(name: str) -> Any:
@@ -56,6 +74,9 @@ class CheckpointReader(abc.ABC):
       notes: remarks on how values are read (e.g. tensors a GGUF --dequantize left raw); convert reports them.
       max_bytes: the read limit in bytes a value may declare (None: VARSTORE_MAX_BYTES, else the
         default of varstore/_limits.py); set by open_checkpoint(..., max_bytes=).
+      max_expansion: the expansion factor: a value may decode or fill to at most its stored bytes times
+        this plus 64 MiB (None: VARSTORE_MAX_EXPANSION, else 64; varstore/_limits.py); set by
+        open_checkpoint(..., max_expansion=).
     """
 
     format: str = "unknown"
@@ -70,6 +91,7 @@ class CheckpointReader(abc.ABC):
         self.skipped: list[SkippedEntry] = []
         self.notes: tuple[str, ...] = ()
         self.max_bytes: int | None = None
+        self.max_expansion: float | None = None
 
     # -- subclasses implement these three
     @abc.abstractmethod
@@ -98,17 +120,20 @@ class CheckpointReader(abc.ABC):
         """
 
     # -- shared behaviour
-    def verify(self, progress: Callable[[int, int, str], None] | None = None) -> None:
+    def verify(self, progress: Callable[[int, int, str], None] | None = None,
+               names: Iterable[str] | None = None) -> None:
         """Reads every variable and checks every checksum the format records.
 
         Args:
           progress: called as progress(done_bytes, total_bytes, name) after each variable is checked, and
             once with (0, total_bytes, "") before the first (the CLI draws its bar from it).
+          names: check only these keys (e.g. `self.filter(...)`), in this order; None checks all.
 
         Raises:
           ChecksumError / CorruptCheckpointError naming the first bad variable and the file.
+          UnknownVariableError: a name in `names` that is not a key.
         """
-        names = self.keys()
+        names = self.keys() if names is None else list(names)
         sizes = [self.info(name).nbytes for name in names] if progress is not None else []
         total, done = sum(sizes), 0
         if progress is not None:
@@ -123,9 +148,10 @@ class CheckpointReader(abc.ABC):
         """`info(name)` for every key, in order."""
         return [self.info(name) for name in self.keys()]
 
-    def filter(self, pattern: str) -> list[str]:
-        """Keys matching a shell glob ("encoder/*")."""
-        return [k for k in self.keys() if fnmatch.fnmatchcase(k, pattern)]
+    def filter(self, pattern: str | Iterable[str] | None = None, exclude: str | Iterable[str] = ()) -> list[str]:
+        """Keys (in order) matching a shell glob ("encoder/*") or any of several, minus those matching an
+        `exclude` glob; see select_names."""
+        return select_names(self.keys(), pattern, exclude)
 
     def __getitem__(self, name: str) -> npt.NDArray[Any]:
         return self.read(name)
@@ -153,12 +179,37 @@ class CheckpointReader(abc.ABC):
 
 
 def checked_out(name: str, shape: tuple[int, ...], dtype: np.dtype,
-                out: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
-    """Returns `out` after checking it fits (C-contiguous, same shape and dtype), or a new empty array."""
+                out: npt.NDArray[Any] | None, where: str | None = None) -> npt.NDArray[Any]:
+    """Returns `out` after checking it fits (C-contiguous, same shape and dtype), or a new empty array.
+
+    Raises:
+      ValueTooLargeError: NumPy cannot make the array (MemoryError, or a ValueError for a dimension or
+        size beyond what it indexes), naming the variable and `where` (the file), never the bare error.
+      ValueError: `out` does not fit.
+    """
     if out is None:
-        return np.empty(shape, dtype=dtype)
+        try:
+            return np.empty(shape, dtype=dtype)
+        except (MemoryError, ValueError, OverflowError) as err:
+            place = f" in {where}" if where else ""
+            declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            raise ValueTooLargeError(
+                f"variable '{name}'{place} declares shape {list(shape)} of {dtype} ({declared:,} bytes), which "
+                f"cannot be allocated ({type(err).__name__}: {err}); a damaged or hostile size") from None
     if tuple(out.shape) != tuple(shape) or out.dtype != dtype or not out.flags.c_contiguous:
         raise ValueError(
             f"cannot read variable '{name}' into an array of shape {tuple(out.shape)} and dtype "
             f"{out.dtype}: need a C-contiguous array of shape {tuple(shape)} and dtype {dtype}")
     return out
+
+
+def cast_into(out: npt.NDArray[Any], value: npt.NDArray[Any], origin: str) -> None:
+    """Copies stored `value` into `out` of another dtype, refusing a value the cast would change (values.check_fits).
+
+    Raises:
+      ValueOutOfRangeError: naming `origin` ("'step' in 'ckpt.h5'"), both dtypes and the first offending value.
+    """
+    from varstore.values import check_fits  # the rare cast path only: a plain read never needs the core
+
+    check_fits(value, out.dtype, f"restore {origin} into {out.dtype.name}")
+    np.copyto(out, value, casting="unsafe")

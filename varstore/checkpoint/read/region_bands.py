@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore.checkpoint.format.checksum import crc32c_of
+from varstore.values import check_fits
 
 __all__ = ["byte_runs", "RegionTarget", "Unit", "BandReader", "overlap", "DEFAULT_BUFFER_BYTES"]
 
@@ -181,6 +182,9 @@ class BandReader:
             for target in targets:
                 common = overlap(piece[0], piece[1], target.offset, target.shape)
                 if common is not None:
+                    if target.out.dtype != slab.dtype:
+                        check_fits(slab[_local(common, offset)], target.out.dtype,
+                                   f"restore a region of a stored {slab.dtype.name} array")
                     np.copyto(target.out[_local(common, target.offset)], slab[_local(common, offset)],
                               casting="unsafe")
 

@@ -34,7 +34,9 @@ from varstore.checkpoint.read.region_bands import (
     byte_runs,
     overlap,
 )
+from varstore.dtypes import dtype_name
 from varstore.errors import ChecksumError
+from varstore.values import check_fits
 
 __all__ = ["byte_runs", "read_region", "read_regions", "RegionSource", "RegionTarget", "recorded_writes"]
 
@@ -87,7 +89,8 @@ def read_regions(reader: VarstoreReader, name: str, targets: Sequence[RegionTarg
         if not target.out.size:
             continue
         if tuple(target.offset) == (0,) * len(array_shape) and tuple(target.shape) == array_shape:
-            _fill_cast(target.out, record.numpy_dtype, lambda out: reader.fill(record, out, verify))
+            _fill_cast(target.out, record.numpy_dtype, lambda out: reader.fill(record, out, verify),
+                       f"'{name}' in '{reader.path}'")
         else:
             todo.append(target)
     if not todo:
@@ -97,7 +100,8 @@ def read_regions(reader: VarstoreReader, name: str, targets: Sequence[RegionTarg
     if extent is None or (writes and not _tiles(writes, array_shape)):
         for target in todo:  # packed, chunked Zarr, or writes that do not tile: one region at a time
             _fill_cast(target.out, record.numpy_dtype,
-                       lambda out, t=target: _read_alone(reader, record, t.offset, t.shape, out, verify))
+                       lambda out, t=target: _read_alone(reader, record, t.offset, t.shape, out, verify),
+                       f"'{name}' in '{reader.path}'")
         return
     if writes:
         units = [Unit(o, n, crc) for o, n, crc in writes]
@@ -128,13 +132,15 @@ def _tiles(writes: Sequence[tuple[tuple[int, ...], tuple[int, ...], int]], shape
     return sum(math.prod(size) for _, size, _ in writes) == math.prod(shape)
 
 
-def _fill_cast(out: npt.NDArray[Any], stored: np.dtype, fill: Any) -> None:
-    """fill(buffer) into `out` itself when it is C-contiguous, writeable and of the stored dtype, else cast after."""
+def _fill_cast(out: npt.NDArray[Any], stored: np.dtype, fill: Any, what: str) -> None:
+    """fill(buffer) into `out` itself when it is C-contiguous, writeable and of the stored dtype, else cast after
+    (refused when a value would change: values.check_fits; `what` names the stored array)."""
     if out.dtype == stored and out.flags.c_contiguous and out.flags.writeable:
         fill(out)
         return
     value = np.empty(out.shape, dtype=stored)
     fill(value)
+    check_fits(value, out.dtype, f"restore {what} into {dtype_name(out.dtype)}")
     np.copyto(out, value, casting="unsafe")
 
 
@@ -228,6 +234,7 @@ class RegionSource:
             return
         value = np.empty(self.shape, dtype=self.dtype)
         read_region(self._reader, self._array, self.offset, self.shape, value, self._verify)
+        check_fits(value, out.dtype, f"restore {self.origin} into {dtype_name(out.dtype)}")
         np.copyto(out, value, casting="unsafe")
 
     def __repr__(self) -> str:

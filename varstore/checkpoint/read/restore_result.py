@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from varstore.checkpoint.read.name_hints import missing_with_hints
+from varstore.checkpoint.read.name_hints import missing_with_hints, suggestions
 from varstore.errors import RestoreError
 
 __all__ = ["RestoreResult", "Consumption", "strict_restore_error", "unconsumed_error"]
@@ -26,6 +26,17 @@ _LISTED = 20
 def _listed(names: Sequence[str]) -> str:
     shown = ", ".join(repr(n) for n in names[:_LISTED])
     return f"[{shown}{', and %d more' % (len(names) - _LISTED) if len(names) > _LISTED else ''}]"
+
+
+def _unexpected_with_pairs(unexpected: Sequence[str], missing: Sequence[str]) -> str:
+    """The first twenty unexpected names, each with the missing variable it may be meant for ("and N more")."""
+    parts = []
+    for name in unexpected[:_LISTED]:
+        close = suggestions(name, missing)
+        parts.append(f"{name!r} (for {close[0]!r}?)" if close else repr(name))
+    if len(unexpected) > _LISTED:
+        parts.append(f"and {len(unexpected) - _LISTED} more")
+    return "[" + ", ".join(parts) + "]"
 
 
 def strict_restore_error(path: object, missing: list[str], unexpected: list[str],
@@ -42,7 +53,8 @@ def strict_restore_error(path: object, missing: list[str], unexpected: list[str]
         assignment_map); hints are drawn from these, else from `unexpected`.
     """
     candidates = list(stored) or list(unexpected)
-    extra = (f"; the checkpoint also holds {len(unexpected)} value(s) no variable takes" if unexpected else "")
+    extra = (f"; the checkpoint also holds {len(unexpected)} value(s) no variable takes: "
+             f"{_unexpected_with_pairs(unexpected, missing)}" if unexpected else "")
     return RestoreError(
         f"restoring '{path}' failed: {len(missing)} variable(s) have no value in the checkpoint: "
         f"{missing_with_hints(missing, candidates)}{extra}; pass strict=False to restore only the names "

@@ -52,7 +52,7 @@ class PlannedEntry:
 
     __slots__ = ("name", "shape", "dtype", "get", "trainable", "collections", "device", "variable")
 
-    def __init__(self, name: str, shape: tuple[int, ...], dtype: Any, get: Any, trainable: bool,
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: Any, get: Any, trainable: bool | None,
                  collections: tuple[str, ...], device: str | None, variable: Any = None) -> None:
         self.variable = variable  # the Variable, when the value is its host_view (batched in packing)
         self.name = name
@@ -147,7 +147,8 @@ def plan_records(entries: list[Any]) -> list[Record]:
             if key is not None:
                 layouts[key] = layout
         append(Record(entry.name, layout[0], layout[1], layout[2],
-                      bool(entry.trainable), tuple(entry.collections), entry.device))
+                      None if entry.trainable is None else bool(entry.trainable), tuple(entry.collections),
+                      entry.device))
     return records
 
 
@@ -227,11 +228,9 @@ def planned_layout(header: dict[str, Any], records: list[Record], layout: str | 
 
 def array_attrs(record: Record) -> dict[str, Any]:
     """The attributes stored on a variable's own array (trainable, collections, dtype, device, checksum, name)."""
-    attrs: dict[str, Any] = {
-        "trainable": record.trainable,
-        "collections": list(record.collections),
-        "dtype": record.dtype,
-    }
+    attrs: dict[str, Any] = {"trainable": record.trainable} if record.trainable is not None else {}  # unknown: none
+    attrs["collections"] = list(record.collections)
+    attrs["dtype"] = record.dtype
     if record.device is not None:
         attrs["device"] = record.device
     if record.checksum is not None:
