@@ -1,5 +1,5 @@
 """The CLI on an incremental checkpoint repository: `ls DIR` (one row per kept step, bytes added), and
-ls/show/diff/verify/convert on `DIR@ckpt-<k>`; `verify DIR` checks every kept step."""
+ls/show/diff/verify/convert/report on `DIR@ckpt-<k>`; `verify DIR` checks every kept step."""
 
 from __future__ import annotations
 
@@ -54,3 +54,5 @@ def test_commands_open_a_step(repo: Path, tmp_path: Path) -> None:
     code, out = _run("convert", f"{repo}@ckpt-3", tmp_path / "three.safetensors")
     assert code == 0, out
     assert vs.load(tmp_path / "three.safetensors")["adapter/a"].tolist() == [3.0] * 16
+    code, out = _run("report", f"{repo}@ckpt-1", f"{repo}@ckpt-3", "-o", tmp_path / "report.html")
+    assert code == 0 and (tmp_path / "report.html").stat().st_size > 0, out
