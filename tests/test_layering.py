@@ -40,6 +40,7 @@ ALLOWED = {
     "orbax": (),  # Orbax's layout is read and written through tensorstore; the tests compare with orbax
     "gguf": ("varstore/formats/gguf_writer.py", "varstore/formats/_gguf_quants.py"),  # the reader follows the spec itself; the writer and the dequantizer are gguf's
     "obstore": ("varstore/storage/",),
+    "icechunk": ("varstore/storage/icechunk_repo.py",),
     "boto3": (),     # the library signs the two S3 calls obstore lacks itself (storage/_s3_multipart.py)
     "botocore": (),
     "moto": (),      # the test server, never the library

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from varstore.inspect import CheckpointDiff as CheckpointDiff, ScopeNode as ScopeNode, VariableStats as VariableStats, diff_checkpoints as diff_checkpoints, scope_tree as scope_tree, variable_stats as variable_stats
     from varstore.inspect import ReportResult as ReportResult, report as report
     from varstore.checkpoint.manage.managed import is_manager_directory as is_manager_directory, list_checkpoints as list_checkpoints
+    from varstore.checkpoint.manage.incremental_manager import incremental_steps as incremental_steps
     from varstore.formats.format_entry import parse_write_options as parse_write_options
     from varstore.formats.registry import read_format_names as read_format_names, write_format_names as write_format_names
     from varstore.formats.rename import parse_rename_rule as parse_rename_rule
@@ -103,6 +104,10 @@ def _managed() -> ModuleType:
     return importlib.import_module("varstore.checkpoint.manage.managed")
 
 
+def _incremental() -> ModuleType:
+    return importlib.import_module("varstore.checkpoint.manage.incremental_manager")
+
+
 def _rename() -> ModuleType:
     return importlib.import_module("varstore.formats.rename")
 
@@ -132,6 +137,7 @@ _LAZY: dict[str, Callable[[], ModuleType]] = {
     "scope_tree": _inspect, "variable_stats": _inspect, "ScopeNode": _inspect,
     "report": _inspect, "ReportResult": _inspect,
     "latest_checkpoint": _open, "list_checkpoints": _managed, "is_manager_directory": _managed,
+    "incremental_steps": _incremental,
     "read_format_names": _registry, "write_format_names": _registry, "parse_rename_rule": _rename,
     "parse_write_options": _format_entry, "parse_storage_options": _storage, "is_url": _storage,
     **{name: _core for name in _CORE_NAMES},
@@ -157,6 +163,7 @@ def __dir__() -> list[str]:
 
 __all__ = list(_CORE_NAMES) + list(errors.__all__) + [
     "format_entry", "ScopeNode", "latest_checkpoint", "list_checkpoints", "is_manager_directory", "read_format_names",
+    "incremental_steps",
     "write_format_names", "parse_rename_rule", "parse_write_options", "parse_storage_options", "is_url",
     "dtypes",
     "errors",

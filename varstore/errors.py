@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "VarstoreError",
+    "CheckpointConflictError",
     "ShapeMismatchError",
     "DtypeMismatchError",
     "ValueOutOfRangeError",
@@ -218,6 +219,11 @@ class RestoreTargetError(VarstoreError, TypeError):
 
 class CheckpointLockedError(CheckpointError):
     """Another process holds the CheckpointManager directory's lock."""
+
+
+class CheckpointConflictError(CheckpointError):
+    """Another writer committed to the same incremental checkpoint repository (Icechunk) first; this
+    save's snapshot was not committed (nothing of it is visible): save again."""
 
 
 class CheckpointExistsError(VarstoreError, FileExistsError):

@@ -155,6 +155,8 @@ def ls_command(path: str, patterns: tuple[str, ...], excludes: tuple[str, ...], 
     if list_checkpoints:
         _list_checkpoints(path, as_json)
         return
+    if format_ is None and not patterns and not excludes and not tree and _list_steps(path, as_json):
+        return
     try:
         opened = open_reader(path, format_, skip_object_arrays)
     except NotACheckpointError:  # a folder that holds checkpoints rather than being one
@@ -204,6 +206,27 @@ def ls_command(path: str, patterns: tuple[str, ...], excludes: tuple[str, ...], 
             echo_line(f"skipped {fmt.plural(len(reader.skipped), 'entry', 'entries')}:")
             for line in fmt.table([[s.name, s.reason] for s in reader.skipped]):
                 echo_line("  " + line)
+
+
+def _list_steps(path: str, as_json: bool) -> bool:
+    """Lists the kept steps of an incremental checkpoint repository (one row each, with the bytes it added);
+    False, printing nothing, when `path` is not one (`DIR@ckpt-<step>` is one step: listed as a checkpoint)."""
+    from varstore import incremental_steps
+
+    steps = incremental_steps(path, storage_options()) if not is_url(path) else None
+    if steps is None:
+        return False
+    if as_json:
+        echo_json({"schema": "varstore.steps/1", "repository": path,
+                   "steps": [{"location": s.location, "step": s.step, "snapshot_id": s.snapshot_id, "time": s.time,
+                              "added_bytes": s.added_bytes, "total_bytes": s.total_bytes} for s in steps]})
+        return True
+    echo_line(f"{path}  (incremental checkpoint repository, Icechunk)")
+    rows = [[s.location, f"{s.step:,}", fmt.human_size(s.added_bytes), fmt.human_size(s.total_bytes)] for s in steps]
+    for line in fmt.table(rows, ["checkpoint", "step", "added", "size"], right=(1, 2, 3)):
+        echo_line(line.rstrip())
+    echo_line(f"total: {fmt.plural(len(steps), 'step')}, {fmt.human_size(sum(s.added_bytes for s in steps))} added")
+    return True
 
 
 def _selected(key: str, shown: str, patterns: tuple[str, ...], excludes: tuple[str, ...]) -> bool:
@@ -428,7 +451,21 @@ def verify_command(path: str, format_: str | None, patterns: tuple[str, ...], ex
     """Check a checkpoint's structure and checksums.
 
     Reads every variable of PATH and checks every checksum the format records.
-    Exit status 0 when all is well; 2 with the first bad variable named."""
+    Exit status 0 when all is well; 2 with the first bad variable named. An incremental
+    checkpoint repository (CheckpointManager(format="icechunk")) has every kept step checked."""
+    steps = None
+    if format_ is None and not is_url(path):
+        from varstore import incremental_steps
+
+        steps = incremental_steps(path, storage_options())
+    for step in steps or []:
+        _verify_one(step.location, None, patterns, excludes, as_json, skip_object_arrays)
+    if steps is None:
+        _verify_one(path, format_, patterns, excludes, as_json, skip_object_arrays)
+
+
+def _verify_one(path: str, format_: str | None, patterns: tuple[str, ...], excludes: tuple[str, ...],
+                as_json: bool, skip_object_arrays: bool) -> None:
     with open_reader(path, format_, skip_object_arrays) as reader:
         names = select(reader.keys(), patterns, excludes) if patterns or excludes else None
         infos = reader.infos() if names is None else [reader.info(name) for name in names]

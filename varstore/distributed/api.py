@@ -103,12 +103,12 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
          pack_threshold_bytes: int = DEFAULT_PACK_THRESHOLD_BYTES, blocking: bool = True,
          max_snapshot_bytes: int | None = None, overwrite: bool = False, layout: str | None = None,
          storage_options: Mapping[str, object] | None = None, durable: bool = True,
-         comm: Any = None, check_replicas: bool = False) -> Path | str | SaveHandle:
+         comm: Any = None, check_replicas: bool = False, compression: str | None = None) -> Path | str | SaveHandle:
     """Saves variables to an HDF5 file or Zarr v3 directory, atomically and checksummed; collectively with `comm`.
 
     Args:
       path, target, step, metadata, format, checksum, pack_threshold_bytes, blocking,
-        max_snapshot_bytes, overwrite, layout, storage_options, durable: as the
+        max_snapshot_bytes, overwrite, layout, storage_options, durable, compression: as the
         one-process engine (varstore/checkpoint/write/writer.py, save: every argument documented there).
       comm: None (one process), an mpi4py communicator (MPI.COMM_WORLD or a
         sub-communicator) or a varstore.distributed.Communicator. Collective:
@@ -132,8 +132,8 @@ def save(path: os.PathLike[str] | str, target: Any, *, step: int | None = None,
         return _save_one(path, target, step=step, metadata=metadata, format=format, checksum=checksum,
                          pack_threshold_bytes=pack_threshold_bytes, blocking=blocking,
                          max_snapshot_bytes=max_snapshot_bytes, overwrite=overwrite, layout=layout,
-                         storage_options=storage_options, durable=durable)
-    given = {"checksum": checksum is not True, "pack_threshold_bytes": pack_threshold_bytes != DEFAULT_PACK_THRESHOLD_BYTES,
+                         storage_options=storage_options, durable=durable, compression=compression)
+    given = {"compression": compression is not None, "checksum": checksum is not True, "pack_threshold_bytes": pack_threshold_bytes != DEFAULT_PACK_THRESHOLD_BYTES,
              "blocking": blocking is not True, "max_snapshot_bytes": max_snapshot_bytes is not None,
              "layout": layout is not None, "storage_options": storage_options is not None, "durable": durable is not True}
     unsupported = sorted(name for name, set_ in given.items() if set_)

@@ -144,6 +144,11 @@ def open_any(path: os.PathLike[str] | str, format: str | None = None, *,
 def _open_any(path: os.PathLike[str] | str, format: str | None,
               storage_options: Mapping[str, object] | None, options: dict[str, Any]) -> CheckpointReader:
     """open_checkpoint without the read limit: the URL path, detection, or the named format's reader."""
+    if format in (None, "icechunk"):
+        from varstore.checkpoint.read.snapshot_reader import open_snapshot, split_location
+
+        if format == "icechunk" or split_location(path) is not None:  # "<repository>@ckpt-<step>"
+            return open_snapshot(path, storage_options)
     if is_remote(path):
         return _open_remote(path, format, storage_options, options)
     if format is None:

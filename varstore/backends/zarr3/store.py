@@ -221,15 +221,23 @@ class Zarr3Writer:
         self._written += [directory, directory / "zarr.json"]
 
     def create_array(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
-                     attrs: dict[str, Any], chunks: tuple[int, ...] | None = None) -> RawExtent | None:
+                     attrs: dict[str, Any], chunks: tuple[int, ...] | None = None,
+                     compression: str | None = None) -> RawExtent | None:
         """See BackendWriter; `chunks` (a multi-writer save) gives a regular grid whose chunk
         files the writers create (chunk_path: `<array>/c/...` directories made here when the grid
-        is one chunk), and no extent is returned for a grid of several."""
+        is one chunk), and no extent is returned for a grid of several. `compression` ("zstd") records
+        the codec chain of codecs.py: the caller writes the encoded chunk at the extent's file (its
+        `nbytes` is the decoded size)."""
         self._ensure_group(path.rpartition("/")[0])
         directory = self.path / path
         self._make_directory(directory)
         whole = chunks is None or tuple(max(1, n) for n in chunks) == tuple(max(1, n) for n in shape)
-        self._write_json_soon(path, array_metadata(dtype, shape, attrs, chunks))
+        document = array_metadata(dtype, shape, attrs, chunks)
+        if compression is not None:
+            from varstore.backends.zarr3.codecs import compression_codecs
+
+            document["codecs"] = compression_codecs(compression, dtype)
+        self._write_json_soon(path, document)
         self._written += [directory, directory / "zarr.json"]
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if nbytes == 0 or not whole:

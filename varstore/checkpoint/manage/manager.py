@@ -113,7 +113,8 @@ class CheckpointManager:
       max_to_keep: newest checkpoints to keep (checkpoints); None keeps all.
       keep_every_n_hours: also keep one checkpoint per this many hours among
         those max_to_keep drops (hours), as tf.train.CheckpointManager.
-      format: "h5" or "zarr".
+      format: "h5" or "zarr"; "icechunk" makes this an IncrementalCheckpointManager
+        (incremental checkpoints in one Icechunk repository, docs/guide/incremental.md).
       checkpoint_name: file name prefix ("ckpt" -> "ckpt-1300.h5").
       lock_timeout_s: how long a save waits for another process's lock
         (seconds); 0 fails at once with CheckpointLockedError; None waits forever.
@@ -123,6 +124,15 @@ class CheckpointManager:
         checkpoints and `latest` are URLs (str), saves take no lock and the
         "latest" pointer is moved with conditional writes, only forward.
     """
+
+    def __new__(cls, directory: os.PathLike[str] | str, *args: Any, **kwargs: Any) -> Any:
+        """format="icechunk" (4th argument or keyword) returns an IncrementalCheckpointManager (incremental_manager.py):
+        the run's checkpoints as snapshots of one Icechunk repository, only changed chunks written."""
+        if kwargs.get("format", args[2] if len(args) > 2 else None) == "icechunk":
+            from varstore.checkpoint.manage.incremental_manager import IncrementalCheckpointManager
+
+            return IncrementalCheckpointManager(directory, *args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(self, directory: os.PathLike[str] | str, max_to_keep: int | None = 5,
                  keep_every_n_hours: float | None = None, format: str = "h5",

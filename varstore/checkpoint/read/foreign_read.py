@@ -50,7 +50,10 @@ class ReaderSource:
 
     def read_whole(self) -> npt.NDArray[Any]:
         """The whole stored array, checked against the shape the reader declared."""
-        value = np.asarray(self._reader.read(self._name))
+        # a reader that can lend a read-only view of bytes it already holds saves a copy (restore copies
+        # the value into its target anyway): SnapshotReader.read_view
+        view = getattr(self._reader, "read_view", None)
+        value = np.asarray(view(self._name) if view is not None else self._reader.read(self._name))
         if tuple(value.shape) != self.stored_shape:
             raise CorruptCheckpointError(
                 f"cannot restore {self.origin}: its {self._reader.format} metadata declares shape "

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from varstore.backends import RawExtent, get_backend
+from varstore.backends.zarr3.codecs import encode_chunk
 from varstore.checkpoint.publish import atomic
 from varstore.checkpoint.format.checksum import crc32c_of, crc32c_raw
 from varstore.checkpoint.format.manifest import (
@@ -148,6 +149,7 @@ def write_container(tmp: Path, fmt: str, entries: list[Any], records: list[Recor
     """
     backend = get_backend(fmt)
     single_file = not backend.is_directory
+    compression = header.get("compression")  # Zarr only (writer.save_entries refuses it for HDF5)
     target = storage_for(tmp)[0] if storage is None else storage
     # a directory's metadata documents go through the storage too (one that uploads sends them at once)
     writer = backend.open_writer(tmp, INDEX_HEADER_BYTES if single_file else 0, storage=target)
@@ -219,10 +221,17 @@ def write_container(tmp: Path, fmt: str, entries: list[Any], records: list[Recor
             if checksum:
                 record.checksum = crc32c_of(value)
             storage_dtype, storage_shape = storage_layout(value.dtype, record.shape, native)
-            extent = writer.create_array(record.path, storage_dtype, storage_shape,
-                                         array_attrs(record))
+            if compression is None:
+                extent = writer.create_array(record.path, storage_dtype, storage_shape, array_attrs(record))
+            else:
+                zarr_writer: Any = writer  # compression: the Zarr writer's own keyword (codecs.py)
+                extent = zarr_writer.create_array(record.path, storage_dtype, storage_shape, array_attrs(record),
+                                                  compression=compression)
             done = None if release is None else (lambda n=record.nbytes: release(n))
-            if extent is None:
+            if extent is not None and compression is not None:  # one encoded chunk, its own size
+                data = encode_chunk(value.reshape(-1).view(storage_dtype).reshape(storage_shape), compression)
+                writes.submit(RawExtent(extent.file, 0, len(data)), data, single_file, done)
+            elif extent is None:
                 writer.write_array(record.path, value.reshape(-1).view(storage_dtype).reshape(storage_shape))
                 if done is not None:
                     done()

@@ -1,0 +1,218 @@
+"""SnapshotReader: one step of an incremental checkpoint repository (an Icechunk snapshot) read as a checkpoint.
+
+A snapshot written by checkpoint/manage/incremental.py holds a varstore Zarr
+v3 checkpoint's manifest, arrays and attributes; this reader takes names,
+shapes, dtypes, flags, collections and crc32c from the manifest, reads one
+variable's single chunk from the snapshot (raw, or blosc-decoded: the codec
+chain of backends/zarr3/codecs.py) and checks its crc32c over the decoded
+bytes, as the Zarr reader does. Locations are `<repository>@<tag>`
+(`runs/a7@ckpt-1300`, `s3://b/runs/a7@ckpt-1300`); a repository named
+without a tag opens its newest step. Never writes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from varstore._limits import check_value_size, load_json
+from varstore.backends.zarr3.codecs import decode_chunk, is_compressed
+from varstore.checkpoint.format.checksum import crc32c_raw
+from varstore.checkpoint.format.manifest import MANIFEST_PATH, Record, decode_manifest, format_checksum, logical_dtype
+from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo, checked_out
+from varstore.errors import ChecksumError, CheckpointNotFoundError, CorruptCheckpointError, UnknownVariableError
+from varstore.storage.icechunk_repo import IcechunkRepository, SnapshotView, is_repository
+
+__all__ = ["SnapshotReader", "split_location", "open_snapshot", "steps_of"]
+
+_LOCATION = re.compile(r"^(?P<repo>.+)@(?P<tag>[A-Za-z0-9][A-Za-z0-9._-]*)$")
+_TAG_PREFIX = "ckpt-"
+#: Bytes of the following variables' chunks fetched together with the one read (in storage order).
+READ_AHEAD_BYTES = 64 << 20
+
+
+def split_location(location: os.PathLike[str] | str) -> tuple[str, str | None] | None:
+    """(repository, tag) of `<repository>@<tag>` (a local Icechunk repository and any tag, or an object-store
+    URL and a ckpt-<step> tag), (repository, None) of a local Icechunk repository named alone, or None
+    when `location` is neither (an ordinary checkpoint path, `s3://b/model@v2.safetensors`)."""
+    text = os.fspath(location)
+    match = _LOCATION.match(text)
+    if match is not None and (is_repository(match.group("repo")) or (  # a URL: only the tags varstore makes
+            "://" in match.group("repo") and re.fullmatch(r"ckpt-\d+", match.group("tag")) is not None)):
+        return match.group("repo"), match.group("tag")
+    if is_repository(text):
+        return text, None
+    return None
+
+
+def steps_of(repo: IcechunkRepository) -> list[tuple[int, str]]:
+    """(step, snapshot id) of every ckpt-<step> tag, oldest step first."""
+    found = []
+    for tag, snapshot in repo.tags().items():
+        rest = tag[len(_TAG_PREFIX):] if tag.startswith(_TAG_PREFIX) else ""
+        if rest.isdigit():
+            found.append((int(rest), snapshot))
+    return sorted(found)
+
+
+def open_snapshot(location: os.PathLike[str] | str, storage_options: Mapping[str, object] | None = None,
+                  tag: str | None = None) -> SnapshotReader:
+    """Opens `<repository>@<tag>` (or `tag` of `location`; without either, the newest ckpt-<step>).
+
+    Raises:
+      CheckpointNotFoundError: no repository, no such tag, or a repository without steps.
+      CorruptCheckpointError: the snapshot's manifest is missing or damaged.
+    """
+    split = split_location(location)
+    repo_location, found_tag = split if split is not None else (os.fspath(location), None)
+    tag = tag or found_tag
+    repo = IcechunkRepository(repo_location, storage_options)
+    if tag is None:
+        steps = steps_of(repo)
+        if not steps:
+            raise CheckpointNotFoundError(f"the incremental checkpoint repository '{repo_location}' has no "
+                                          f"{_TAG_PREFIX}<step> snapshot yet")
+        tag = f"{_TAG_PREFIX}{steps[-1][0]}"
+    return SnapshotReader(repo.readonly(tag), f"{repo_location}@{tag}")
+
+
+class SnapshotReader(CheckpointReader):
+    """One snapshot of an incremental checkpoint repository; see CheckpointReader.
+
+    Attributes (besides CheckpointReader's):
+      snapshot: the SnapshotView read (its `store` is the Icechunk session's zarr store).
+    """
+
+    format = "varstore-icechunk"
+
+    def __init__(self, snapshot: SnapshotView, location: str) -> None:
+        super().__init__(Path(location))
+        self.location = location
+        self.snapshot = snapshot
+        root_data = snapshot.get("zarr.json")
+        manifest = snapshot.get(f"{MANIFEST_PATH}/c/0")
+        if root_data is None or manifest is None:
+            raise CorruptCheckpointError(f"'{location}' holds no varstore checkpoint (no manifest); "
+                                         f"it was not written by varstore's CheckpointManager(format=\"icechunk\")")
+        root = load_json(root_data, f"'{location}' zarr.json")
+        attrs = root.get("attributes") if isinstance(root, dict) else None
+        expected = attrs.get("varstore_manifest_crc32c") if isinstance(attrs, dict) else None
+        if expected is not None and crc32c_raw(manifest) != expected:
+            raise ChecksumError(f"the manifest of '{location}' does not match its crc32c; restore another step")
+        self.header, records = decode_manifest(manifest, f"'{location}'")
+        self._records: dict[str, Record] = {record.name: record for record in records}
+        self._order = [record.name for record in records]
+        self.step = self.header.get("step")
+        self.metadata = dict(self.header.get("metadata") or {})
+        self.format_version = self.header.get("format_version")
+        self._documents: dict[str, dict[str, Any]] = {}
+        self._ahead: dict[str, bytes | None] = {}  # chunks fetched ahead of their read (READ_AHEAD_BYTES)
+        self._position = {name: k for k, name in enumerate(self._order)}
+
+    def keys(self) -> list[str]:
+        return list(self._order)
+
+    def _record(self, name: str) -> Record:
+        record = self._records.get(name)
+        if record is None:
+            raise UnknownVariableError(f"no variable '{name}' in '{self.location}'")
+        return record
+
+    def info(self, name: str) -> VariableInfo:
+        record = self._record(name)
+        return VariableInfo(record.name, record.shape, record.dtype, record.nbytes, record.trainable,
+                            tuple(record.collections), format_checksum(record.checksum), record.device)
+
+    def _fetch_documents(self) -> None:
+        """Every array's zarr.json in one concurrent batch (the first read asks for them all)."""
+        paths = [record.path or record.name for record in self._records.values() if record.nbytes]
+        for path, data in zip(paths, self.snapshot.get_many(f"{path}/zarr.json" for path in paths)):
+            if data is not None:
+                document = load_json(data, f"'{self.location}' {path}/zarr.json")
+                if isinstance(document, dict) and document.get("node_type") == "array":
+                    self._documents[path] = document
+
+    def _chunk(self, name: str, key: str) -> bytes | None:
+        """The stored chunk of `name`: from the read-ahead, else fetched with the chunks of the next
+        variables in storage order, READ_AHEAD_BYTES at most, concurrently."""
+        if name in self._ahead:
+            return self._ahead.pop(name)
+        self._ahead.clear()
+        batch, nbytes = [(name, key)], self._records[name].nbytes
+        for following in self._order[self._position[name] + 1:]:
+            record = self._records[following]
+            path = record.path or record.name
+            document = self._documents.get(path)
+            if not record.nbytes or document is None or nbytes + record.nbytes > READ_AHEAD_BYTES:
+                break
+            batch.append((following, f"{path}/c" + "/0" * len(document.get("shape") or ())))
+            nbytes += record.nbytes
+        fetched = self.snapshot.get_many(chunk for _, chunk in batch)
+        self._ahead = {n: data for (n, _), data in zip(batch[1:], fetched[1:])}
+        return fetched[0]
+
+    def _document(self, path: str) -> dict[str, Any]:
+        if not self._documents:
+            self._fetch_documents()
+        document = self._documents.get(path)
+        if document is None:
+            data = self.snapshot.get(f"{path}/zarr.json")
+            if data is None:
+                raise CorruptCheckpointError(f"array '{path}' is missing from '{self.location}'")
+            document = load_json(data, f"'{self.location}' {path}/zarr.json")
+            if not isinstance(document, dict) or document.get("node_type") != "array":
+                raise CorruptCheckpointError(f"'{path}' of '{self.location}' is not a Zarr v3 array")
+            self._documents[path] = document
+        return document
+
+    def stored_bytes(self, name: str) -> bytes:
+        """The decoded bytes of variable `name`'s chunk, crc32c checked (empty for an empty value)."""
+        record = self._record(name)
+        if record.nbytes == 0:
+            return b""
+        path = record.path or record.name
+        document = self._document(path)
+        shape = document.get("shape")
+        if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
+            raise CorruptCheckpointError(f"array '{path}' of '{self.location}' has a bad shape {shape!r}")
+        where = f"variable '{name}' of '{self.location}'"
+        data = self._chunk(name, f"{path}/c" + "/0" * len(shape))
+        if data is None:
+            raise CorruptCheckpointError(f"{where}: its chunk is missing; restore another step")
+        compressed = is_compressed(document.get("codecs"))
+        check_value_size(name, self.location, record.nbytes, self.max_bytes, stored=len(data), filtered=compressed)
+        if compressed:
+            data = decode_chunk(data, record.nbytes, where)
+        if len(data) != record.nbytes:
+            raise CorruptCheckpointError(f"{where}: its chunk holds {len(data)} bytes, expected {record.nbytes}")
+        if record.checksum is not None and crc32c_raw(data) != record.checksum:
+            raise ChecksumError(f"{where}: crc32c mismatch (stored {format_checksum(record.checksum)}, "
+                                f"read {format_checksum(crc32c_raw(data))}); restore another step")
+        return data
+
+    def read(self, name: str, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
+        record = self._record(name)
+        dtype = logical_dtype(record.dtype)
+        data = self.stored_bytes(name)
+        result = checked_out(name, record.shape, dtype, out)
+        if record.nbytes:
+            flat = result.reshape(-1).view(np.uint8)
+            flat[...] = np.frombuffer(data, dtype=np.uint8)
+        return result
+
+    def read_view(self, name: str) -> npt.NDArray[Any]:
+        """Variable `name`'s value as a read-only view of the fetched (or decoded) chunk bytes: `read`
+        without its copy, for callers that copy the value into their own target (restore)."""
+        record = self._record(name)
+        data = self.stored_bytes(name)
+        return np.frombuffer(data, dtype=logical_dtype(record.dtype)).reshape(record.shape)
+
+    def close(self) -> None:
+        self.snapshot.close()
+
