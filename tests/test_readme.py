@@ -18,8 +18,8 @@ def _blocks(language: str) -> list[str]:
 def test_readme_has_the_two_setup_commands_and_ci_runs_the_test_command() -> None:
     bash = _blocks("bash")
     assert bash[0].startswith('pip install -e ".[convert]"') and "docs/examples/minilm.py" in bash[0]
-    assert bash[1] == 'pip install -e ".[dev]" && \\\npython -m pytest -q\n'
-    assert 'pip install -e ".[dev]" && \\\npython -m pytest -q\n' in (ROOT / ".ci" / "run").read_text()
+    assert bash[1] == 'pip install -e ".[dev]" && \\\npython -m pytest -q -n auto\n'
+    assert 'pip install -e ".[dev]" && \\\npython -m pytest -q -n auto\n' in (ROOT / ".ci" / "run").read_text()
 
 
 def test_readme_tour_runs_and_prints_what_it_promises(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ def _mypy_config() -> dict:
 
 def test_ci_runs_mypy_after_the_readme_test_command() -> None:
     script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    tests = script.index('python -m pytest -q\n')
+    tests = script.index('python -m pytest -q -n auto\n')
     mypy = script.index("python -m mypy varstore cli\n")
     assert tests < mypy
     assert 'exit "$mypy_rc"' in script[mypy:]
