@@ -183,3 +183,26 @@ def test_zarr_save_floor_prints_every_case_in_both_conditions(tmp_path):
     assert rows[1][4] == "1.00x" and rows[4][4] == "1.00x"
     assert "384 float32 variables" in proc.stdout
     assert not any(tmp_path.iterdir()), "the script must remove its temporary folder"
+
+
+def test_cpu_benchmark_checks_every_value_and_leaves_its_tmpfs_folder_empty(tmp_path):
+    """docs/benchmarks/cpu.py (issue 39) in --smoke form: every cell of every method runs, every loaded value
+    matches its source, the table names the best peer of each varstore cell, and /dev/shm keeps nothing."""
+    shm = Path("/dev/shm")
+    before = set(shm.iterdir()) if shm.is_dir() else set()
+    out = tmp_path / "cpu.json"
+    proc = subprocess.run([sys.executable, str(BENCH / "cpu.py"), "--smoke", "--scale", "0.002", "--rounds", "1",
+                           "--methods", "varstore-h5,varstore-zarr,h5py,safetensors", "--json", str(out)],
+                          check=False, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cells = {(c["method"], c["phase"], c["workload"]) for c in json.loads(out.read_text())}
+    for work in ("W1", "W2"):
+        for method in ("varstore-h5", "varstore-zarr", "h5py", "safetensors"):
+            assert (method, "save", work) in cells and (method, "load", work) in cells
+        assert ("varstore-h5", "restore", work) in cells and ("h5py", "restore", work) in cells
+    assert ("varstore-zarr", "restore-lazy", "W2") in cells and ("safetensors", "restore-lazy", "W2") in cells
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| W")]
+    assert rows and all(line.rstrip().endswith("| ok |") for line in rows)
+    assert any("x safetensors |" in line for line in rows if "| varstore-h5 |" in line)
+    if shm.is_dir():
+        assert not {p for p in shm.iterdir() if p.name.startswith("varstore-cpu-")} - before

@@ -11,6 +11,7 @@ loaded value is compared with the source after the clock stops.
     python docs/benchmarks/cpu.py                 # 5 rounds, W1 (75 float32 arrays, 318 MiB) and W2
     python docs/benchmarks/cpu.py --rounds 7 --json cpu.json
     python docs/benchmarks/cpu.py --scale 0.05 --rounds 1   # a quick look (W1 16 MiB, W2 600 arrays)
+    python docs/benchmarks/cpu.py --smoke --scale 0.002 --rounds 1   # the plumbing only, in one process
 
 Workloads: W1 = 6 transformer layers (hidden 1024: q/k/v/o kernels, MLP up/down, biases, two layer
 norms) plus an embedding and a final norm, 75 float32 arrays, 318 MiB; W2 = 12,000 arrays of 64
@@ -326,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workloads", default="W1,W2")
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--json", type=Path, default=None, help="also write every measurement here")
+    p.add_argument("--smoke", action="store_true",
+                   help="run every cell in this process (measures nothing: checks the plumbing and the values)")
     p.add_argument("--child", nargs=3, metavar=("METHOD", "PHASE", "WORKLOAD"), help=argparse.SUPPRESS)
     p.add_argument("--path", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -354,7 +357,9 @@ def main(argv: list[str] | None = None) -> int:
                 suffix = METHODS[method][0]
                 path = (root / f"save-{work}-{method}{suffix}" if phase == "save"
                         else root / f"{work}-{method}{suffix}")
-                results.setdefault(cell, []).append(_run_child(cell, args.scale, path))
+                measured = (child(method, phase, work, args.scale, path) if args.smoke
+                            else _run_child(cell, args.scale, path))
+                results.setdefault(cell, []).append(measured)
                 if phase == "save":
                     _remove(path)
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
