@@ -177,6 +177,18 @@ def test_collections_past_the_cap_are_not_read(fixtures_dir, tmp_path, monkeypat
     _assert_readable_and_unknown(_copy(fixtures_dir, tmp_path / "tf", meta), fixtures_dir, "more than 100 bytes")
 
 
+def test_more_members_than_the_cap_are_not_read(fixtures_dir, tmp_path, monkeypatch):
+    meta = _meta_graph({"variables": [_variable_def(f"v{i}:0") for i in range(3)]},
+                       node_lists={"extra": [f"t{i}:0" for i in range(3)]})
+    monkeypatch.setattr(_tf_meta_graph, "MAX_MEMBERS", 5)
+    _assert_readable_and_unknown(_copy(fixtures_dir, tmp_path / "tf", meta), fixtures_dir, "more than 5 members")
+
+
+def test_more_top_level_fields_than_the_cap_are_not_read(fixtures_dir, tmp_path):
+    meta = _field(5, b"") * 70_000  # 140 KB of empty fields: refused after 65,536, not walked to the end
+    _assert_readable_and_unknown(_copy(fixtures_dir, tmp_path / "tf", meta), fixtures_dir, "top-level fields")
+
+
 def test_a_graph_field_claiming_more_than_the_file_is_damage(fixtures_dir, tmp_path):
     meta = _varint(2 << 3 | 2) + _varint(1 << 40) + b"\x00" * 10  # graph_def "of a TiB": never allocated
     _assert_readable_and_unknown(_copy(fixtures_dir, tmp_path / "tf", meta), fixtures_dir, "claims 1099511627776")

@@ -13,7 +13,8 @@ and, for one part of a partitioned variable, `save_slice_info_def` (4) whose
 
 Only field 4 is read: every other top-level field (the GraphDef, often most
 of the file) is skipped by seeking, so a `.meta` of any size costs at most
-MAX_COLLECTION_BYTES of reading; past that the file is not used. Every length
+MAX_COLLECTION_BYTES of reading, and MAX_MEMBERS collection members; past
+either the file is not used. Every length
 is checked against the bytes the file holds. Any damage raises
 CorruptCheckpointError (tf_checkpoint.py then notes it and reports the flags
 unknown). Never imports TensorFlow or protobuf.
@@ -24,16 +25,21 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Iterator
 from typing import BinaryIO
 
 from varstore.errors import CorruptCheckpointError
 from varstore.formats._leveldb_table import varint
 from varstore.formats._tf_bundle_format import parse_message
 
-__all__ = ["MAX_COLLECTION_BYTES", "VARIABLE_COLLECTIONS", "MetaGraphVariables", "read_meta_graph"]
+__all__ = ["MAX_COLLECTION_BYTES", "MAX_MEMBERS", "VARIABLE_COLLECTIONS", "MetaGraphVariables", "read_meta_graph"]
 
 #: Most bytes of collection_def entries read from one `.meta` file (TF writes a few KiB per hundred variables).
 MAX_COLLECTION_BYTES = 64 << 20
+#: Most collection members (VariableDefs and tensor names, all collections together) one `.meta` may list.
+MAX_MEMBERS = 1 << 20
+#: Most top-level fields of a MetaGraphDef (TF writes one per collection, and a handful more).
+_MAX_FIELDS = 1 << 16
 #: The collections TF serializes as VariableDef protos (GraphKeys._VARIABLE_COLLECTIONS and GLOBAL_STEP).
 VARIABLE_COLLECTIONS = frozenset({
     "variables", "trainable_variables", "local_variables", "model_variables", "moving_average_variables",
@@ -73,29 +79,36 @@ def read_meta_graph(path: str, handle: BinaryIO) -> MetaGraphVariables:
     what = f"TF meta graph '{path}'"
     members: dict[str, set[str]] = {}
     described: set[str] = set()
+    count = 0
     for entry in _collection_entries(handle, os.fstat(handle.fileno()).st_size, what):
         fields = parse_message(entry, what)
         name = _text(_last_bytes(fields, 1, what), what)
         value = parse_message(_last_bytes(fields, 2, what), f"{what}: collection '{name}'")
         where = f"{what}: collection '{name}'"
-        if name in VARIABLE_COLLECTIONS and 2 in value:  # bytes_list of VariableDef
-            for item in parse_message(_last_bytes(value, 2, where), where).get(1, []):
+        kind = 2 if name in VARIABLE_COLLECTIONS and 2 in value else 1  # bytes_list of VariableDef, node_list
+        for item in _items(_last_bytes(value, kind, where) if kind in value else b"", where):
+            count += 1
+            if count > MAX_MEMBERS:
+                raise CorruptCheckpointError(f"{what}: its collections list more than {MAX_MEMBERS} members; not read")
+            if kind == 2:
                 key = _variable_key(item, where)
                 members.setdefault(key, set()).add(name)
                 described.add(key)
-        elif 1 in value:  # node_list: tensor names; output 0 of a variable's op is the variable
-            for item in parse_message(_last_bytes(value, 1, where), where).get(1, []):
-                tensor = _text(item, where)
-                if tensor.endswith(":0") and len(tensor) > 2:
-                    members.setdefault(tensor[:-2], set()).add(name)
+                continue
+            tensor = _text(item, where)  # node_list: tensor names; output 0 of a variable's op is the variable
+            if tensor.endswith(":0") and len(tensor) > 2:
+                members.setdefault(tensor[:-2], set()).add(name)
     return MetaGraphVariables({k: tuple(sorted(v)) for k, v in members.items()}, frozenset(described))
 
 
 def _collection_entries(handle: BinaryIO, size: int, what: str) -> list[bytes]:
     """The bytes of every top-level field 4 (collection_def map entry); other fields are seeked past."""
     entries: list[bytes] = []
-    pos = total = 0
+    pos = total = fields = 0
     while pos < size:
+        fields += 1
+        if fields > _MAX_FIELDS:
+            raise CorruptCheckpointError(f"{what}: more than {_MAX_FIELDS} top-level fields; not read")
         handle.seek(pos)
         head = handle.read(20)  # a tag and a length: two varints of at most 10 bytes
         tag, used = varint(head, 0, len(head), what)
@@ -124,6 +137,21 @@ def _collection_entries(handle: BinaryIO, size: int, what: str) -> list[bytes]:
             entries.append(data)
         pos = start + length
     return entries
+
+
+def _items(buf: bytes, what: str) -> Iterator[bytes]:
+    """The values of field 1 (a repeated string or bytes: BytesList, NodeList) of `buf`, one at a time."""
+    pos, end = 0, len(buf)
+    while pos < end:
+        tag, pos = varint(buf, pos, end, what)
+        if tag != 1 << 3 | 2:
+            raise CorruptCheckpointError(f"{what}: a list holds field {tag >> 3} of wire type {tag & 7}, "
+                                         f"expected field 1 (bytes)")
+        length, pos = varint(buf, pos, end, what)
+        if length > end - pos:
+            raise CorruptCheckpointError(f"{what}: a list item claims {length} bytes, only {end - pos} left")
+        yield buf[pos:pos + length]
+        pos += length
 
 
 def _variable_key(item: bytes, what: str) -> str:
