@@ -37,7 +37,7 @@ __all__ = ["MAX_COLLECTION_BYTES", "MAX_MEMBERS", "VARIABLE_COLLECTIONS", "MetaG
 #: Most bytes of collection_def entries read from one `.meta` file (TF writes a few KiB per hundred variables).
 MAX_COLLECTION_BYTES = 64 << 20
 #: Most collection members (VariableDefs and tensor names, all collections together) one `.meta` may list.
-MAX_MEMBERS = 1 << 20
+MAX_MEMBERS = 1 << 18  # TF lists each variable in 2 or 3 collections: ~100,000 variables; the most read in ~3 s
 #: Most top-level fields of a MetaGraphDef (TF writes one per collection, and a handful more).
 _MAX_FIELDS = 1 << 16
 #: The collections TF serializes as VariableDef protos (GraphKeys._VARIABLE_COLLECTIONS and GLOBAL_STEP).
