@@ -62,7 +62,13 @@ def test_ls_tf_checkpoint_matches_the_tensorflow_manifest(run, tf_checkpoint):
                              "nbytes": sum(n for _, _, n in got.values())}
     text = run("ls", tf_checkpoint).stdout.splitlines()
     assert text[0] == f"{tf_checkpoint}  (tf, version tensor-bundle-1, step 42)"
-    assert "encoder/layer_b/weights  [3, 3, 8, 16]  float32    4.5 KiB  -          -" in text
+    assert "encoder/layer_b/weights  [3, 3, 8, 16]  float32    4.5 KiB  yes        trainable_variables,variables" in text
+    # flags and collections from the graph's collections in model.ckpt.meta, as TensorFlow's own reader saw them
+    # (TF lists its int/bool/string variables as trainable: a non-floating variable never is, issue 38)
+    floating = ("float", "bfloat", "complex")
+    assert {v["name"]: (v["trainable"], v["collections"]) for v in doc["variables"]} == {
+        v["name"]: (v["trainable"] and v["dtype"].startswith(floating), v["collections"])
+        for v in manifest["variables"]}
     assert text[-1] == "total: 18 variables, 1,821 elements, 7.1 KiB"
 
 

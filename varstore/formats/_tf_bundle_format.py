@@ -41,6 +41,7 @@ __all__ = [
     "BundleHeader",
     "BundleEntry",
     "read_table",
+    "parse_message",
     "parse_header",
     "parse_entry",
     "tf_dtype",
@@ -126,6 +127,10 @@ def _parse_message(buf: bytes, what: str) -> _Fields:
             raise CorruptCheckpointError(f"{what}: unsupported protobuf wire type {wire} (field {number})")
         fields.setdefault(number, []).append(value)
     return fields
+
+
+#: The protobuf decoder, for the other hand-read TF messages (_tf_meta_graph.py).
+parse_message = _parse_message
 
 
 def _last_int(fields: _Fields, number: int, what: str, default: int = 0) -> int:

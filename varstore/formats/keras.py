@@ -26,6 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from varstore._limits import check_expansion, load_json
 from varstore.backends.hdf5.walker import HDF5Walker
+from varstore.formats._keras_config import CONFIG_MEMBER, not_trainable, read_config
 from varstore.formats._zip_members import ZIP_ERRORS, bounded_chunks, check_method, read_member, stored_data_start
 from varstore.formats.generic import WalkerReader
 from varstore.checkpoint.read.reader_api import SkippedEntry
@@ -206,14 +207,17 @@ class Keras3Reader(WalkerReader):
 
     `metadata` holds the archive's metadata.json (keras_version, date_saved)
     for `.keras` files, and "layer_names": {"layers/dense/vars": "dense_hidden"}
-    from the vars groups' `name` attributes. Keras does not store trainable flags: None.
+    from the vars groups' `name` attributes. Keras stores no per-weight trainable flag: False for
+    optimizer state and, in a `.keras` archive, every weight of a layer its config.json saves with
+    `"trainable": false`; None (unknown) otherwise (_keras_config.py). A config.json that cannot be used
+    is listed in `skipped`.
     """
 
     format = "keras3"
 
     def __init__(self, path: os.PathLike[str] | str, walker: HDF5Walker | None = None,
-                 archive_metadata: dict[str, Any] | None = None) -> None:
-        """Opens a `.weights.h5` file (or uses an already walked one).
+                 archive_metadata: dict[str, Any] | None = None, config: dict[str, Any] | None = None) -> None:
+        """Opens a `.weights.h5` file (or uses an already walked one); `config`: a `.keras` archive's config.json.
 
         Raises:
           NotACheckpointError: the HDF5 layout is not Keras 3's.
@@ -223,10 +227,11 @@ class Keras3Reader(WalkerReader):
         if keras_layout(walker) != "keras3":
             walker.close()
             raise NotACheckpointError(f"'{path}' is not a Keras 3 weights file (no layers/.../vars/<i> layout)")
-        super().__init__(Path(path), walker, {d.path: d.path for d in walker.datasets})
-        self.metadata = dict(archive_metadata or {})
+        names = {d.path: d.path for d in walker.datasets}
         layer_names = {g.path: g.attrs["name"] for g in walker.groups
                        if g.path.endswith("vars") and isinstance(g.attrs.get("name"), str)}
+        super().__init__(Path(path), walker, names, not_trainable(names, layer_names, config))
+        self.metadata = dict(archive_metadata or {})
         if layer_names:
             self.metadata["layer_names"] = layer_names
         if isinstance(self.metadata.get("keras_version"), str):
@@ -308,7 +313,10 @@ def open_keras(path: os.PathLike[str] | str) -> WalkerReader:
 
         try:  # the temporary copy goes on any failure (a weights file in no Keras layout included)
             walker = HDF5Walker(source, label=f"{path}!{KERAS_WEIGHTS_MEMBER}")
-            reader = Keras3Reader(path, walker, metadata)
+            config, unused = read_config(path)
+            reader = Keras3Reader(path, walker, metadata, config)
+            if unused is not None:
+                reader.skipped.append(SkippedEntry(CONFIG_MEMBER, unused))
             reader._finalizer = weakref.finalize(reader, cleanup)
         except BaseException:
             cleanup()

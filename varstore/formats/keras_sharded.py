@@ -21,6 +21,7 @@ from varstore import dtypes as _dtypes
 from varstore._limits import load_json
 from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
 from varstore.formats._confine import inside
+from varstore.formats._keras_config import not_trainable
 from varstore.errors import CorruptCheckpointError, NotACheckpointError, UnknownVariableError, UnsupportedFormatError
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ class KerasShardedReader(CheckpointReader):
         dtype = _dtypes.as_dtype(entry.dtype)
         return VariableInfo(name=name, shape=entry.shape, dtype=_dtypes.dtype_name(dtype),
                             nbytes=int(np.prod(entry.shape, dtype=object)) * dtype.itemsize,
-                            attributes={"shard": shard})
+                            trainable=not_trainable([name], {}, None).get(name), attributes={"shard": shard})
 
     def read(self, name: str, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
         """Reads one variable from its shard (CorruptCheckpointError naming the shard when damaged)."""

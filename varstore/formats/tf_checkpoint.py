@@ -32,7 +32,9 @@ from varstore.formats._coverage import check_coverage
 from varstore.storage.links import check_inside
 from varstore.storage.special_files import open_for_reading
 from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
+from varstore.checkpoint.format.variable_info import can_be_trained
 from varstore.formats import _tf_bundle_format as fmt
+from varstore.formats._tf_meta_graph import MetaGraphVariables, read_meta_graph
 from varstore.errors import (
     ChecksumError,
     CheckpointNotFoundError,
@@ -40,6 +42,7 @@ from varstore.errors import (
     PathOutsideCheckpointError,
     SpecialFileError,
     UnknownVariableError,
+    VarstoreError,
 )
 import struct
 
@@ -139,6 +142,11 @@ class TFCheckpointReader(CheckpointReader):
 
     Attributes (besides CheckpointReader's):
       prefix: the bundle prefix.
+      trainable, collections (of info()): as the TF1 graph beside the bundle (`<prefix>.meta`, written by
+        tf.compat.v1.train.Saver) records them: trainable when in "trainable_variables" (a variable of a
+        non-floating dtype never is: False, its collections still name "trainable_variables"), not when in
+        another variable collection only; unknown (None, and no collections) without a readable .meta.
+        A damaged, unreadable or oversized .meta leaves the checkpoint readable: it is listed in `skipped`.
       step: the value of a scalar integer "global_step" variable, else None.
       metadata: {"num_shards": int, "tf_keys": {name: checkpoint key} when
         strip_attributes renamed any}.
@@ -200,6 +208,22 @@ class TFCheckpointReader(CheckpointReader):
         if tf_keys:
             self.metadata["tf_keys"] = tf_keys
         self.step = self._read_step()
+        self._graph = self._read_graph()
+
+    def _read_graph(self) -> MetaGraphVariables:
+        """The variable collections of `<prefix>.meta` (_tf_meta_graph.py); none when absent or damaged."""
+        path = self.prefix + ".meta"
+        none = MetaGraphVariables({}, frozenset())
+        if not os.path.lexists(path):
+            return none
+        try:
+            check_inside(Path(self.prefix).parent, path, "TF meta graph")
+            with os.fdopen(open_for_reading(path, "TF meta graph"), "rb") as handle:
+                return read_meta_graph(path, handle)
+        except (VarstoreError, OSError) as err:
+            self.skipped.append(SkippedEntry(Path(path).name, f"not used, trainable flags and collections "
+                                             f"unknown: {err}"))
+            return none
 
     # ----------------------------------------------------------- listing
     def _add(self, key_text: str, key: bytes, entry: fmt.BundleEntry, strip: bool,
@@ -267,8 +291,11 @@ class TFCheckpointReader(CheckpointReader):
             attributes["partitions"] = len(entry.slices)
         else:
             attributes["shard"] = entry.shard_id
-        return VariableInfo(name=name, shape=entry.shape, dtype=_dtypes.dtype_name(dtype),
-                            nbytes=nbytes, checksum=checksum, attributes=attributes)
+        key, dtype_name = attributes["tf_key"], _dtypes.dtype_name(dtype)
+        trainable = self._graph.trainable(key)  # TF lists int/bool/string variables as trainable too: never so here
+        return VariableInfo(name=name, shape=entry.shape, dtype=dtype_name, nbytes=nbytes,
+                            trainable=trainable and can_be_trained(dtype_name) if trainable is not None else None,
+                            collections=self._graph.collections.get(key, ()), checksum=checksum, attributes=attributes)
 
     def _logical_dtype(self, name: str, var: _Variable) -> np.dtype:
         if var.dtype_name != "string":
