@@ -267,6 +267,9 @@ def child(method: str, phase: str, work: str, scale: float, path: Path) -> dict[
         probe = path.parent / f"warm-{os.getpid()}{suffix}"
         vs.save(probe, {"w": np.zeros(2, np.float32)}, durable=False)
         vs.load(probe)
+        with vs.open_checkpoint(probe) as ck:
+            ck["w"]
+        vs.restore(probe, _vs_store({"w": np.zeros(2, np.float32)}, False))  # restore's modules too
         shutil.rmtree(probe) if probe.is_dir() else probe.unlink()
     arrays = workload(work, scale)
     if phase == "save":
@@ -289,11 +292,11 @@ def child(method: str, phase: str, work: str, scale: float, path: Path) -> dict[
 # ----------------------------------------------------------------------------- the driver
 
 
-def _cells(workloads: list[str], methods: list[str]) -> list[tuple[str, str, str]]:
+def _cells(workloads: list[str], methods: list[str], phases: tuple[str, ...] = PHASES) -> list[tuple[str, str, str]]:
     cells = []
     for work in workloads:
         for phase in PHASES:
-            if phase == "restore-lazy" and work != "W2":
+            if (phase == "restore-lazy" and work != "W2") or phase not in phases:
                 continue
             members = [m for m in methods if phase == "save" or phase in METHODS[m][3]]
             if any(is_varstore(m) for m in members) and any(not is_varstore(m) for m in members):
@@ -325,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--workloads", default="W1,W2")
     p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--phases", default=",".join(PHASES), help="a subset of " + ",".join(PHASES))
     p.add_argument("--json", type=Path, default=None, help="also write every measurement here")
     p.add_argument("--child", nargs=3, metavar=("METHOD", "PHASE", "WORKLOAD"), help=argparse.SUPPRESS)
     p.add_argument("--path", type=Path, help=argparse.SUPPRESS)
@@ -339,14 +343,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         methods = [m for m in args.methods.split(",") if m]
         works = [w for w in args.workloads.split(",") if w]
+        cells = _cells(works, methods, tuple(x for x in args.phases.split(",") if x))
         # The inputs of every read cell: one file per method and workload, written once (untimed).
         for work in works:
             arrays = workload(work, args.scale)
-            for method in methods:
+            for method in sorted({cell[0] for cell in cells if cell[2] == work and cell[1] != "save"}):
                 suffix, _, save, _ = METHODS[method]
                 save(arrays, root / f"{work}-{method}{suffix}")
             del arrays
-        cells = _cells(works, methods)
         for r in range(args.rounds):
             shift = (r * 7) % len(cells)
             for cell in cells[shift:] + cells[:shift]:
