@@ -206,3 +206,34 @@ def test_cpu_benchmark_checks_every_value_and_leaves_its_tmpfs_folder_empty(tmp_
     assert any("x safetensors |" in line for line in rows if "| varstore-h5 |" in line)
     if shm.is_dir():
         assert not {p for p in shm.iterdir() if p.name.startswith("varstore-cpu-")} - before
+
+
+def _cpu_benchmark():
+    spec = importlib.util.spec_from_file_location("cpu_benchmark", BENCH / "cpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cpu_benchmark_phases_select_cells_with_a_peer():
+    cpu = _cpu_benchmark()
+    cells = cpu._cells(["W1", "W2"], ["varstore-h5", "h5py", "safetensors"], ("restore", "restore-lazy"))
+    assert cells == [("varstore-h5", "restore", "W1"), ("h5py", "restore", "W1"),
+                     ("varstore-h5", "restore", "W2"), ("h5py", "restore", "W2"),
+                     ("varstore-h5", "restore-lazy", "W2"), ("safetensors", "restore-lazy", "W2")]
+    assert all(cell[1] != "save" for cell in cells)
+
+
+def test_cpu_benchmark_tiny_run_checks_every_value(tmp_path):
+    if not _varstore_checkpoint_ready():
+        return
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "cpu.py"), "--scale", "0.001", "--rounds", "1", "--workloads", "W2",
+         "--methods", "varstore-h5,safetensors", "--phases", "save,restore-lazy", "--json", str(tmp_path / "c.json")],
+        check=False, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = json.loads((tmp_path / "c.json").read_text())
+    assert sorted((r["method"], r["phase"]) for r in runs) == [
+        ("safetensors", "restore-lazy"), ("safetensors", "save"), ("varstore-h5", "restore-lazy"), ("varstore-h5", "save")]
+    assert all(run["ok"] and run["cpu_s"] > 0 and run["wall_s"] > 0 for r in runs for run in r["runs"])
+    assert "| W2 | restore-lazy | varstore-h5 |" in proc.stdout

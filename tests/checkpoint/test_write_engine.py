@@ -88,3 +88,23 @@ def test_save_still_writes_a_checkpoint_the_reader_verifies(tmp_path: Path) -> N
     with open_checkpoint(path) as reader:
         reader.verify()
         assert [reader.info(name).attributes["storage"] for name in sorted(values)] == ["packed"] * 4
+
+
+def test_entries_of_a_mapping_of_arrays_take_the_arrays_themselves() -> None:
+    """NumPy values skip the Variable and device probes (issue 39) and give the entries the general path gives."""
+    from varstore.checkpoint.write.plan import _array_entry
+    from varstore.errors import InvalidNameError, UnsupportedDtypeError
+
+    values = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.float64(2.5), "c": [1, 2],
+              "d": np.arange(4, dtype=np.int8)[::2]}
+    entries = entries_from(values)
+    general = [_array_entry(name, value) for name, value in values.items()]
+    assert [(e.name, e.shape, e.dtype, e.trainable, e.collections, e.device) for e in entries] == \
+        [(e.name, e.shape, e.dtype, e.trainable, e.collections, e.device) for e in general]
+    assert [e.shape for e in entries] == [(2, 3), (), (2,), (2,)]
+    assert entries[0].get() is values["a"] and entries[3].get() is values["d"]  # no copy, not even a view
+    np.testing.assert_array_equal(entries[2].get(), [1, 2])
+    with pytest.raises(UnsupportedDtypeError, match="'o'.*object arrays"):
+        entries_from({"o": np.array([object()], dtype=object)})
+    with pytest.raises(InvalidNameError, match="must be strings"):
+        entries_from({1: np.zeros(2)})

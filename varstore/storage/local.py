@@ -2,7 +2,8 @@
 
 Reads are preadv straight into the caller's buffer; writes are pwrite straight
 from it, large ones in 8 MiB pieces each handed to the disk at once
-(sync_file_range write-back) into blocks reserved with posix_fallocate.
+(sync_file_range write-back) into blocks reserved with posix_fallocate
+(not on a tmpfs, where that only zero-fills pages: _fs_types.py).
 Read-ahead announces planned extents to the kernel (POSIX_FADV_WILLNEED)
 from a helper thread. Descriptors of single-file containers are cached.
 Reads never open a FIFO, socket or device (special_files.py refuses them).
@@ -22,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from varstore.errors import CorruptCheckpointError
+from varstore.storage._fs_types import in_memory
 from varstore.storage._local_errors import permission_denied
 from varstore.storage.protocol import Buffer
 from varstore.storage.special_files import check_regular_file, open_for_reading
@@ -276,7 +278,8 @@ class LocalWriter:
         if nbytes < _FALLOCATE_BYTES:
             return
         try:
-            os.posix_fallocate(self._fd, 0, nbytes)
+            if not in_memory(self._fd):  # a tmpfs would zero-fill every page the writes then fill (issue 39)
+                os.posix_fallocate(self._fd, 0, nbytes)
         except OSError:
             return
         self._reserved = True
@@ -287,10 +290,13 @@ class LocalWriter:
         view = bytes_of(data)
         nbytes = len(view)
         if nbytes >= _FALLOCATE_BYTES and not self._reserved and self.key not in self._storage._reserved:
-            try:  # reserve the blocks first: writes into allocated extents run ~2x faster on ext4
-                os.posix_fallocate(fd, offset, nbytes)
-            except OSError:
-                pass
+            if in_memory(fd):  # nothing to reserve on a tmpfs: writes to this file never try again
+                self._reserved = True
+            else:
+                try:  # reserve the blocks first: writes into allocated extents run ~2x faster on ext4
+                    os.posix_fallocate(fd, offset, nbytes)
+                except OSError:
+                    pass
         if not self._storage.writeback:
             pwrite_all(fd, view, offset)
             return

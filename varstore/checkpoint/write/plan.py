@@ -11,6 +11,7 @@ per-array attributes. Does no I/O.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -74,6 +75,10 @@ def _variable_entry(variable: Any, name: str | None = None) -> Any:
                  variable if isinstance(variable, Variable) else None)
 
 
+def _itself(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    return array
+
+
 def _array_entry(name: str, value: Any) -> SaveEntry:
     if devices.is_device_array(value):
         device = devices.device_of_array(value)
@@ -103,6 +108,10 @@ def entries_from(target: Any) -> list[SaveEntry | PlannedEntry]:
         for name, value in target.items():
             if not isinstance(name, str):
                 raise InvalidNameError(f"checkpoint names must be strings, got {name!r}")
+            if type(value) is np.ndarray and value.dtype.kind != "O":  # most values: no attribute probes
+                entries.append(SaveEntry(name, value.shape, value.dtype, functools.partial(_itself, value),
+                                         True, (), "cpu:0"))
+                continue
             entries.append(_variable_entry(value, name) if _is_variable(value) else _array_entry(name, value))
         return entries
     if isinstance(target, (SaveEntry, PlannedEntry)):
