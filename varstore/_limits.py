@@ -69,6 +69,24 @@ def available_memory() -> int | None:
     return int(pages) * int(size) if pages > 0 and size > 0 else None
 
 
+def _environment_count(name: str, unit: str) -> int | None:
+    """The non-negative int in environment variable `name` ("1_000" allowed), or None when it is unset or empty.
+
+    Raises:
+      VarstoreError: the value is not a non-negative int (the message names the variable and the `unit`).
+    """
+    text = os.environ.get(name, "").strip().replace("_", "")
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise VarstoreError(f"{name}={os.environ[name]!r} is not a non-negative number of {unit}")
+    return value
+
+
 def _explicit(value: int | None) -> int | None:
     """`value` when given, else VARSTORE_MAX_BYTES when set, else None.
 
@@ -76,13 +94,7 @@ def _explicit(value: int | None) -> int | None:
       VarstoreError: a negative limit, or an environment value that is not an int.
     """
     if value is None:
-        text = os.environ.get(ENV_MAX_BYTES, "").strip().replace("_", "")
-        if not text:
-            return None
-        try:
-            value = int(text)
-        except ValueError:
-            raise VarstoreError(f"{ENV_MAX_BYTES}={os.environ[ENV_MAX_BYTES]!r} is not a number of bytes") from None
+        return _environment_count(ENV_MAX_BYTES, "bytes")
     if type(value) is not int or value < 0:
         raise VarstoreError(f"max_bytes must be a non-negative int (bytes), got {value!r}")
     return value
@@ -301,17 +313,8 @@ def max_objects() -> int:
     Raises:
       VarstoreError: VARSTORE_MAX_OBJECTS is not a non-negative int.
     """
-    text = os.environ.get(ENV_MAX_OBJECTS, "").strip().replace("_", "")
-    if not text:
-        return MAX_OBJECTS
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise VarstoreError(f"{ENV_MAX_OBJECTS}={os.environ[ENV_MAX_OBJECTS]!r} is not a non-negative number "
-                            f"of items")
-    return value
+    value = _environment_count(ENV_MAX_OBJECTS, "items")
+    return MAX_OBJECTS if value is None else value
 
 
 def check_object_count(what: str, where: str, claimed: int, stored: int, *, before: int = 0) -> None:

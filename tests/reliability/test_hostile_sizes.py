@@ -147,7 +147,7 @@ def test_bad_max_bytes_is_refused_before_opening(tmp_path: Path, monkeypatch) ->
         varstore.open_checkpoint(path, max_bytes=-1)
     monkeypatch.setenv("VARSTORE_MAX_BYTES", "lots")
     with varstore.open_checkpoint(path) as reader:
-        with pytest.raises(VarstoreError, match="VARSTORE_MAX_BYTES='lots' is not a number of bytes"):
+        with pytest.raises(VarstoreError, match="VARSTORE_MAX_BYTES='lots' is not a non-negative number of bytes"):
             reader.read("dense/kernel")
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import varstore as vs
+from tests.convert.test_hostile_archives import _torch_zip
 from tests.reliability._hostile_run import changed_paths, run_hostile, tree_state
 from tests.reliability._legacy_files import _Py2Pickle, legacy_torch_py2, lpips_alex_v01
 from varstore.errors import CorruptCheckpointError
@@ -36,15 +37,6 @@ DEEP = 200_000  # JSON nesting: far beyond Python's recursion limit
 
 def _deep_json() -> bytes:
     return b'{"a": ' + b"[" * DEEP + b"]" * DEEP + b"}"
-
-
-def _torch_zip(path: Path, data_pkl: bytes, storages: dict[str, bytes] | None = None) -> Path:
-    with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr("archive/data.pkl", data_pkl)
-        archive.writestr("archive/byteorder", "little")
-        for key, data in (storages or {}).items():
-            archive.writestr(f"archive/data/{key}", data)
-    return path
 
 
 # -- builders: each makes one hostile file or directory in `folder` and returns the path to open
