@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import datetime
 import os
 import threading
@@ -216,6 +217,21 @@ class SnapshotView:
             return self._loop.run(gather(wanted))
         except Exception as err:  # noqa: BLE001
             raise _failure(err, f"read {len(wanted)} keys of {self.name}", self.location) from err
+
+    def fetch(self, key: str) -> concurrent.futures.Future[bytes | None]:
+        """Starts fetching `key` on the shared loop and returns at once: a future of `get`'s result (many
+        started together are read concurrently; the caller consumes them in its own order while the rest
+        arrive). Its result raises CheckpointError (naming the repository) when the read failed."""
+        assert _Loop._loop is not None
+        return asyncio.run_coroutine_threadsafe(self._fetch(key), _Loop._loop)
+
+    async def _fetch(self, key: str) -> bytes | None:
+        try:
+            return await self._get(key)
+        except Exception as err:  # noqa: BLE001
+            raise _failure(err, f"read '{key}' of {self.name}", self.location) from err
+        finally:
+            _Loop.last_call = time.monotonic()
 
     def close(self) -> None:
         self._loop.close()
