@@ -248,20 +248,23 @@ class Transaction(SnapshotView):
         except Exception as err:  # noqa: BLE001
             raise _failure(err, f"write '{key}'", self.location) from err
 
-    def set_many(self, items: list[tuple[str, bytes | memoryview]]) -> None:
-        """`set` of many keys at once (written concurrently)."""
+    def set_many(self, items: list[tuple[str, bytes | memoryview]],
+                 then: list[tuple[str, bytes | memoryview]] | None = None) -> None:
+        """`set` of many keys at once (written concurrently), then of the keys in `then` (an array's zarr.json
+        in `items` before its chunk in `then`), in one call to the loop."""
         async def put(key: str, data: bytes | memoryview) -> None:
             await self._raw.set(key, data if isinstance(data, bytes) else bytes(data))
 
         async def gather() -> None:
-            await asyncio.gather(*(put(key, data) for key, data in items))
+            for batch in (items, then or []):
+                await asyncio.gather(*(put(key, data) for key, data in batch))
 
-        if not items:
+        if not items and not then:
             return
         try:
             self._loop.run(gather())
         except Exception as err:  # noqa: BLE001
-            raise _failure(err, f"write {len(items)} keys", self.location) from err
+            raise _failure(err, f"write {len(items) + len(then or [])} keys", self.location) from err
 
     def delete_node(self, prefix: str) -> None:
         """Deletes the array or group at `prefix` and everything under it."""
@@ -327,6 +330,10 @@ class IcechunkRepository:
         info = self._call(f"look up snapshot {snapshot_id}", self._repo.lookup_snapshot, snapshot_id)
         parent = info.parent_id
         return info.written_at.timestamp(), dict(info.metadata or {}), None if parent is None else str(parent)
+
+    def tip(self) -> str:
+        """The snapshot id BRANCH points to (the newest commit; a fresh repository's initial snapshot)."""
+        return str(self._call("look up the branch", self._repo.lookup_branch, BRANCH))
 
     def tag(self, name: str, snapshot_id: str) -> None:
         """Points tag `name` at `snapshot_id` (a tag that exists is moved: deleted, then created)."""
