@@ -11,8 +11,10 @@ codecs, crc32c and sha256 equal the parent snapshot's is not written at all:
 the session keeps the parent's reference (Icechunk's own behaviour for a key
 not written), and a zarr.json equal to the parent's is not written either.
 The commit is atomic (Icechunk); the tag ckpt-<step> is set after it.
-Values are fetched and written one at a time (peak memory: one value and its
-encoded chunk). Knows nothing about retention (incremental_manager.py).
+Values are fetched one at a time and their sha256 computed in helper threads
+ahead of the comparison (peak memory: HASH_AHEAD_BYTES of values, which are
+usually the caller's own arrays, plus the PENDING_BYTES write batch). Knows
+nothing about retention (incremental_manager.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ v3 checkpoint's manifest, arrays and attributes; this reader takes names,
 shapes, dtypes, flags, collections and crc32c from the manifest, reads one
 variable's single chunk from the snapshot (raw, or blosc-decoded: the codec
 chain of backends/zarr3/codecs.py) and checks its crc32c over the decoded
-bytes, as the Zarr reader does. Locations are `<repository>@<tag>`
+bytes, as the Zarr reader does; the following variables' chunks are fetched
+concurrently ahead of their reads (READ_AHEAD_BYTES). Locations are `<repository>@<tag>`
 (`runs/a7@ckpt-1300`, `s3://b/runs/a7@ckpt-1300`); a repository named
 without a tag opens its newest step. Never writes.
 """
