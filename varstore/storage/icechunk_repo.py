@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import datetime
 import os
 import threading
@@ -217,6 +218,21 @@ class SnapshotView:
         except Exception as err:  # noqa: BLE001
             raise _failure(err, f"read {len(wanted)} keys of {self.name}", self.location) from err
 
+    def fetch(self, key: str) -> concurrent.futures.Future[bytes | None]:
+        """Starts fetching `key` on the shared loop and returns at once: a future of `get`'s result (many
+        started together are read concurrently; the caller consumes them in its own order while the rest
+        arrive). Its result raises CheckpointError (naming the repository) when the read failed."""
+        assert _Loop._loop is not None
+        return asyncio.run_coroutine_threadsafe(self._fetch(key), _Loop._loop)
+
+    async def _fetch(self, key: str) -> bytes | None:
+        try:
+            return await self._get(key)
+        except Exception as err:  # noqa: BLE001
+            raise _failure(err, f"read '{key}' of {self.name}", self.location) from err
+        finally:
+            _Loop.last_call = time.monotonic()
+
     def close(self) -> None:
         self._loop.close()
 
@@ -232,20 +248,23 @@ class Transaction(SnapshotView):
         except Exception as err:  # noqa: BLE001
             raise _failure(err, f"write '{key}'", self.location) from err
 
-    def set_many(self, items: list[tuple[str, bytes | memoryview]]) -> None:
-        """`set` of many keys at once (written concurrently)."""
+    def set_many(self, items: list[tuple[str, bytes | memoryview]],
+                 then: list[tuple[str, bytes | memoryview]] | None = None) -> None:
+        """`set` of many keys at once (written concurrently), then of the keys in `then` (an array's zarr.json
+        in `items` before its chunk in `then`), in one call to the loop."""
         async def put(key: str, data: bytes | memoryview) -> None:
             await self._raw.set(key, data if isinstance(data, bytes) else bytes(data))
 
         async def gather() -> None:
-            await asyncio.gather(*(put(key, data) for key, data in items))
+            for batch in (items, then or []):
+                await asyncio.gather(*(put(key, data) for key, data in batch))
 
-        if not items:
+        if not items and not then:
             return
         try:
             self._loop.run(gather())
         except Exception as err:  # noqa: BLE001
-            raise _failure(err, f"write {len(items)} keys", self.location) from err
+            raise _failure(err, f"write {len(items) + len(then or [])} keys", self.location) from err
 
     def delete_node(self, prefix: str) -> None:
         """Deletes the array or group at `prefix` and everything under it."""
@@ -311,6 +330,10 @@ class IcechunkRepository:
         info = self._call(f"look up snapshot {snapshot_id}", self._repo.lookup_snapshot, snapshot_id)
         parent = info.parent_id
         return info.written_at.timestamp(), dict(info.metadata or {}), None if parent is None else str(parent)
+
+    def tip(self) -> str:
+        """The snapshot id BRANCH points to (the newest commit; a fresh repository's initial snapshot)."""
+        return str(self._call("look up the branch", self._repo.lookup_branch, BRANCH))
 
     def tag(self, name: str, snapshot_id: str) -> None:
         """Points tag `name` at `snapshot_id` (a tag that exists is moved: deleted, then created)."""

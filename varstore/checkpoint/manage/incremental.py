@@ -11,20 +11,25 @@ codecs, crc32c and sha256 equal the parent snapshot's is not written at all:
 the session keeps the parent's reference (Icechunk's own behaviour for a key
 not written), and a zarr.json equal to the parent's is not written either.
 The commit is atomic (Icechunk); the tag ckpt-<step> is set after it.
-Values are fetched and written one at a time (peak memory: one value and its
-encoded chunk). Knows nothing about retention (incremental_manager.py).
+Values are fetched one at a time and their sha256 computed in helper threads
+ahead of the comparison (peak memory: HASH_AHEAD_BYTES of values, which are
+usually the caller's own arrays, plus the PENDING_BYTES write batch). Knows
+nothing about retention (incremental_manager.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from varstore.backends.zarr3.codecs import compression_codecs, encode_chunk
 from varstore.backends.zarr3.store import array_metadata, document_text
@@ -50,6 +55,9 @@ DIGEST_ATTRIBUTE = "sha256"
 TAG_PREFIX = "ckpt-"
 #: Bytes of chunks queued before they are written together (the save's buffer beyond one value).
 PENDING_BYTES = 32 << 20
+#: Bytes of values hashed (sha256) ahead of the one compared and written, and the threads hashing them.
+HASH_AHEAD_BYTES = 32 << 20
+HASH_THREADS = 2
 _GROUP = document_text({"zarr_format": 3, "node_type": "group", "attributes": {}}).encode("utf-8")
 
 
@@ -170,31 +178,28 @@ def save_snapshot(repo: IcechunkRepository, target: Any, step: int, *, metadata:
         pending = _Pending(txn)
         added = total = 0
         written: list[str] = []
-        for entry, record, path in zip(entries, records, paths):
-            value = host_value(entry, record, where)
-            record.checksum = crc32c_of(value)
-            total += record.nbytes
-            stored_dtype, stored_shape = storage_layout(value.dtype, record.shape, False)
-            stored = value.reshape(-1).view(stored_dtype).reshape(stored_shape)
-            attrs = array_attrs(record)
-            attrs[DIGEST_ATTRIBUTE] = hashlib.sha256(stored.reshape(-1).view(np.uint8).data).hexdigest()
-            document = array_metadata(stored_dtype, stored_shape, attrs, chunks=stored_shape)
-            if compression is not None:
-                document["codecs"] = compression_codecs(compression, stored_dtype)
-            text = document_text(document).encode("utf-8")
-            old = old_documents.get(path)
-            same = _same_chunk(old, document)
-            if old != text:
-                pending.add(f"{path}/zarr.json", text)
-            if not same and record.nbytes:
-                data = (encode_chunk(stored, compression) if compression is not None
-                        else bytes(stored.reshape(-1).view(np.uint8).data))
-                pending.add(chunk_key(path, len(stored_shape)), data)
-                added += len(data)
-                written.append(record.name)
-            if progress is not None:
-                progress(record.name, not same)
-            del value, stored
+        with ThreadPoolExecutor(max_workers=HASH_THREADS, thread_name_prefix="varstore-sha256") as pool:
+            for record, path, stored, digest in _digested(_values(entries, records, paths, where), pool):
+                total += record.nbytes
+                attrs = array_attrs(record)
+                attrs[DIGEST_ATTRIBUTE] = digest
+                document = array_metadata(stored.dtype, stored.shape, attrs, chunks=stored.shape)
+                if compression is not None:
+                    document["codecs"] = compression_codecs(compression, stored.dtype)
+                text = document_text(document).encode("utf-8")
+                old = old_documents.get(path)
+                same = _same_chunk(old, document)
+                if old != text:
+                    pending.add(f"{path}/zarr.json", text)
+                if not same and record.nbytes:
+                    data = (encode_chunk(stored, compression) if compression is not None
+                            else bytes(stored.reshape(-1).view(np.uint8).data))
+                    pending.add(chunk_key(path, stored.ndim), data)
+                    added += len(data)
+                    written.append(record.name)
+                if progress is not None:
+                    progress(record.name, not same)
+                del stored
         pending.flush()
         atomic.fault_point("incremental_after_chunks")
         manifest = encode_manifest(planned, records, 0)
@@ -216,6 +221,39 @@ def save_snapshot(repo: IcechunkRepository, target: Any, step: int, *, metadata:
         txn.close()
 
 
+def _values(entries: list[Any], records: list[Any], paths: list[str],
+            where: Path) -> Iterator[tuple[Any, str, npt.NDArray[Any]]]:
+    """(record, path, stored array) of every variable in order, fetched one at a time, its crc32c recorded."""
+    for entry, record, path in zip(entries, records, paths):
+        value = host_value(entry, record, where)
+        record.checksum = crc32c_of(value)
+        stored_dtype, stored_shape = storage_layout(value.dtype, record.shape, False)
+        yield record, path, value.reshape(-1).view(stored_dtype).reshape(stored_shape)
+        del value
+
+
+def _sha256(stored: npt.NDArray[Any]) -> str:
+    return hashlib.sha256(stored.reshape(-1).view(np.uint8).data).hexdigest()  # hashlib releases the GIL
+
+
+def _digested(values: Iterator[tuple[Any, str, npt.NDArray[Any]]], pool: ThreadPoolExecutor
+              ) -> Iterator[tuple[Any, str, npt.NDArray[Any], str]]:
+    """`values` with each one's sha256 (hex) added, in order: hashed in `pool` while the caller compares and
+    writes the ones before, at most HASH_AHEAD_BYTES of values waiting (plus the one being hashed)."""
+    queue: deque[tuple[Any, str, npt.NDArray[Any], Future[str]]] = deque()
+    queued = 0
+    for record, path, stored in values:
+        queue.append((record, path, stored, pool.submit(_sha256, stored)))
+        queued += stored.nbytes
+        while queue and queued > HASH_AHEAD_BYTES:
+            record, path, stored, digest = queue.popleft()
+            queued -= stored.nbytes
+            yield record, path, stored, digest.result()
+    while queue:
+        record, path, stored, digest = queue.popleft()
+        yield record, path, stored, digest.result()
+
+
 class _Pending:
     """Writes queued and sent together (concurrently) once PENDING_BYTES are queued: one round trip per
     batch instead of one per key, memory bounded by the batch."""
@@ -234,8 +272,8 @@ class _Pending:
     def flush(self) -> None:
         """Writes the queued metadata documents, then the chunks (an array's node before its chunk)."""
         items, self._items, self._bytes = self._items, [], 0
-        self._txn.set_many([item for item in items if item[0].endswith("zarr.json")])
-        self._txn.set_many([item for item in items if not item[0].endswith("zarr.json")])
+        self._txn.set_many([item for item in items if item[0].endswith("zarr.json")],
+                           then=[item for item in items if not item[0].endswith("zarr.json")])
 
 
 def _write_missing_groups(txn: Transaction, paths: list[str]) -> None:

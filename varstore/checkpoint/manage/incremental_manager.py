@@ -101,13 +101,12 @@ class IncrementalCheckpointManager:
 
     def steps(self) -> list[StepInfo]:
         """Every kept step, oldest first, with the bytes each added (`varstore ls DIR` prints these)."""
-        found = []
-        for step, snapshot in steps_of(self.repository):
-            written, meta, _ = self.repository.snapshot_info(snapshot)
-            found.append(StepInfo(step, tag_of(step), self._location(step), snapshot,
-                                  float(meta.get("varstore_time", written)), int(meta.get("varstore_added_bytes", 0)),
-                                  int(meta.get("varstore_total_bytes", 0))))
-        return found
+        return [self._step_info(step, snapshot) for step, snapshot in steps_of(self.repository)]
+
+    def _step_info(self, step: int, snapshot: str) -> StepInfo:
+        written, meta, _ = self.repository.snapshot_info(snapshot)
+        return StepInfo(step, tag_of(step), self._location(step), snapshot, float(meta.get("varstore_time", written)),
+                        int(meta.get("varstore_added_bytes", 0)), int(meta.get("varstore_total_bytes", 0)))
 
     @property
     def checkpoints(self) -> list[str]:
@@ -153,22 +152,28 @@ class IncrementalCheckpointManager:
         return self._location(int(step))
 
     def _repository_created(self) -> float:
-        """When this run's retention clock started: recorded with the newest step, else this manager's start."""
-        steps = steps_of(self.repository)
-        if steps:
-            meta = self.repository.snapshot_info(steps[-1][1])[1]
-            value = meta.get("varstore_created")
+        """When this run's retention clock started: recorded with the newest commit (every save carries it on;
+        one look-up, not one per tag) or else the newest step, else this manager's start."""
+        snapshots = [self.repository.tip()]
+        steps = None
+        while snapshots:
+            value = self.repository.snapshot_info(snapshots.pop())[1].get("varstore_created")
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 return float(value)
+            if steps is None:  # the tip is no save of varstore's: the newest step then
+                steps = steps_of(self.repository)
+                snapshots = [steps[-1][1]] if steps else []
         return self._created
 
     def _retain(self, started: datetime.datetime) -> None:
         """Deletes the tags retention drops, expires untagged snapshots and collects their chunks."""
         if self.max_to_keep is None:
             return
-        steps = self.steps()
+        tagged = steps_of(self.repository)
         keep = max(self.max_to_keep, 1)
-        older, doomed = steps[:-keep] if len(steps) > keep else [], []
+        if len(tagged) <= keep:  # nothing to drop: no snapshot looked up
+            return
+        older, doomed = [self._step_info(step, snapshot) for step, snapshot in tagged[:-keep]], []
         last_preserved = self._repository_created()
         for info in older:
             if self.keep_every_n_hours is not None and info.time - self.keep_every_n_hours * 3600.0 >= last_preserved:

@@ -5,7 +5,8 @@ v3 checkpoint's manifest, arrays and attributes; this reader takes names,
 shapes, dtypes, flags, collections and crc32c from the manifest, reads one
 variable's single chunk from the snapshot (raw, or blosc-decoded: the codec
 chain of backends/zarr3/codecs.py) and checks its crc32c over the decoded
-bytes, as the Zarr reader does. Locations are `<repository>@<tag>`
+bytes, as the Zarr reader does; the following variables' chunks are fetched
+concurrently ahead of their reads (READ_AHEAD_BYTES). Locations are `<repository>@<tag>`
 (`runs/a7@ckpt-1300`, `s3://b/runs/a7@ckpt-1300`); a repository named
 without a tag opens its newest step. Never writes.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,7 @@ __all__ = ["SnapshotReader", "split_location", "open_snapshot", "steps_of"]
 
 _LOCATION = re.compile(r"^(?P<repo>.+)@(?P<tag>[A-Za-z0-9][A-Za-z0-9._-]*)$")
 _TAG_PREFIX = "ckpt-"
-#: Bytes of the following variables' chunks fetched together with the one read (in storage order).
+#: Bytes of the following variables' chunks fetched ahead of the one read (in storage order), at most.
 READ_AHEAD_BYTES = 64 << 20
 
 
@@ -95,8 +97,7 @@ class SnapshotReader(CheckpointReader):
         super().__init__(Path(location))
         self.location = location
         self.snapshot = snapshot
-        root_data = snapshot.get("zarr.json")
-        manifest = snapshot.get(f"{MANIFEST_PATH}/c/0")
+        root_data, manifest = snapshot.get_many(["zarr.json", f"{MANIFEST_PATH}/c/0"])
         if root_data is None or manifest is None:
             raise CorruptCheckpointError(f"'{location}' holds no varstore checkpoint (no manifest); "
                                          f"it was not written by varstore's CheckpointManager(format=\"icechunk\")")
@@ -112,7 +113,9 @@ class SnapshotReader(CheckpointReader):
         self.metadata = dict(self.header.get("metadata") or {})
         self.format_version = self.header.get("format_version")
         self._documents: dict[str, dict[str, Any]] = {}
-        self._ahead: dict[str, bytes | None] = {}  # chunks fetched ahead of their read (READ_AHEAD_BYTES)
+        self._ahead: dict[str, Future[bytes | None]] = {}  # chunks fetched ahead of their read (READ_AHEAD_BYTES)
+        self._waiting = 0  # bytes of the chunks in self._ahead
+        self._next = 0  # position in storage order of the next variable to read ahead
         self._position = {name: k for k, name in enumerate(self._order)}
 
     def keys(self) -> list[str]:
@@ -139,23 +142,32 @@ class SnapshotReader(CheckpointReader):
                     self._documents[path] = document
 
     def _chunk(self, name: str, key: str) -> bytes | None:
-        """The stored chunk of `name`: from the read-ahead, else fetched with the chunks of the next
-        variables in storage order, READ_AHEAD_BYTES at most, concurrently."""
-        if name in self._ahead:
-            return self._ahead.pop(name)
-        self._ahead.clear()
-        batch, nbytes = [(name, key)], self._records[name].nbytes
-        for following in self._order[self._position[name] + 1:]:
-            record = self._records[following]
-            path = record.path or record.name
+        """The stored chunk of `name`. Reading one starts fetching the chunks of the variables after it
+        in storage order, concurrently, while at most READ_AHEAD_BYTES of them wait unread; each read
+        tops the window up before it waits, so a bulk restore consumes chunks while the next ones arrive."""
+        future = self._ahead.pop(name, None)
+        if future is None:  # not read ahead (first read, or out of order): the read-ahead starts from here
+            self._ahead.clear()
+            self._waiting = 0
+            future = self.snapshot.fetch(key)
+            self._next = self._position[name] + 1
+        else:
+            self._waiting -= self._records[name].nbytes
+        while self._next < len(self._order) and (not self._ahead or self._waiting < READ_AHEAD_BYTES):
+            following = self._records[self._order[self._next]]
+            path = following.path or following.name
             document = self._documents.get(path)
-            if not record.nbytes or document is None or nbytes + record.nbytes > READ_AHEAD_BYTES:
+            if document is None or not following.nbytes:
+                if following.nbytes:  # no zarr.json read for it: stop here, its own read fetches it
+                    break
+                self._next += 1
+                continue
+            if self._waiting + following.nbytes > READ_AHEAD_BYTES and self._ahead:
                 break
-            batch.append((following, f"{path}/c" + "/0" * len(document.get("shape") or ())))
-            nbytes += record.nbytes
-        fetched = self.snapshot.get_many(chunk for _, chunk in batch)
-        self._ahead = {n: data for (n, _), data in zip(batch[1:], fetched[1:])}
-        return fetched[0]
+            self._ahead[following.name] = self.snapshot.fetch(f"{path}/c" + "/0" * len(document.get("shape") or ()))
+            self._waiting += following.nbytes
+            self._next += 1
+        return future.result()
 
     def _document(self, path: str) -> dict[str, Any]:
         if not self._documents:

@@ -1,0 +1,69 @@
+"""An incremental save's "unchanged" test: sha256 hashed ahead in helper threads whatever the window, one
+retention clock look-up per save, a tip not written by varstore."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import varstore as vs
+from varstore.checkpoint.manage import incremental
+from varstore.storage.icechunk_repo import IcechunkRepository
+
+icechunk = pytest.importorskip("icechunk", reason="the [icechunk] extra is not installed")
+zarr = pytest.importorskip("zarr")
+
+
+def _model() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(9)
+    model = {f"base/{i}": rng.standard_normal((96, 40 + i)).astype(np.float32) for i in range(5)}
+    model["base/bf16"] = rng.standard_normal((8, 8)).astype(vs.dtypes.bfloat16)
+    model["adapter"] = rng.standard_normal((40, 4)).astype(np.float32)
+    model["step"] = np.array(0, np.int64)
+    model["empty"] = np.zeros((0,), np.float32)
+    return model
+
+
+@pytest.mark.parametrize("ahead, threads", [(1, 1), (96 * 42 * 4, 2), (64 << 20, 3)])
+def test_digests_hashed_ahead_are_each_values_sha256_and_only_changes_are_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ahead: int, threads: int) -> None:
+    monkeypatch.setattr(incremental, "HASH_AHEAD_BYTES", ahead)
+    monkeypatch.setattr(incremental, "HASH_THREADS", threads)
+    model = _model()
+    manager = vs.CheckpointManager(tmp_path / "run", max_to_keep=None, format="icechunk")
+    manager.save(model, step=1)
+    model["adapter"] = model["adapter"] + np.float32(1)
+    model["step"] = np.array(2, np.int64)
+    model["base/3"] = model["base/3"].copy()  # same bytes, new array: not written
+    manager.save(model, step=2)
+    assert set(manager.last_save.written) == {"adapter", "step"}
+    assert manager.last_save.added_bytes == 40 * 4 * 4 + 8
+    repo = icechunk.Repository.open(icechunk.local_filesystem_storage(str(tmp_path / "run")))
+    group = zarr.open_group(repo.readonly_session(tag="ckpt-2").store, mode="r")
+    for name, value in model.items():
+        assert group[name].attrs[incremental.DIGEST_ATTRIBUTE] == hashlib.sha256(value.tobytes()).hexdigest(), name
+    loaded = vs.load(f"{tmp_path / 'run'}@ckpt-2")
+    assert all(loaded[n].tobytes() == v.tobytes() for n, v in model.items())
+
+
+def test_the_retention_clock_survives_a_commit_not_made_by_varstore(tmp_path: Path) -> None:
+    clock = [5000.0]
+    manager = vs.CheckpointManager(tmp_path / "run", max_to_keep=1, keep_every_n_hours=1.0, format="icechunk",
+                                   clock=lambda: clock[0])
+    manager.save({"w": np.zeros(4, np.float32)}, step=1)
+    repo = IcechunkRepository(tmp_path / "run")
+    txn = repo.writable()  # a plain Icechunk user's commit at the tip, without varstore's metadata
+    txn.set("notes/zarr.json", b'{"zarr_format": 3, "node_type": "group", "attributes": {}}')
+    txn.commit("notes", {})
+    clock[0] = 8000.0  # a new manager, started later: its own start is not the run's
+    later = vs.CheckpointManager(tmp_path / "run", max_to_keep=1, keep_every_n_hours=1.0, format="icechunk",
+                                 clock=lambda: clock[0])
+    clock[0] = 8700.0  # over an hour after the run's start (5000), under one after this manager's (8000)
+    later.save({"w": np.ones(4, np.float32)}, step=2)
+    clock[0] += 60.0
+    later.save({"w": np.full(4, 2, np.float32)}, step=3)
+    # the run's clock started at 5000 (step 1's record, found past the foreign tip): step 2 is the hourly keep
+    assert [s.step for s in later.steps()] == [2, 3]
