@@ -25,20 +25,20 @@ ALLOWED = {
     "numcodecs": ("varstore/backends/zarr3/",),
     "cupy": ("varstore/devices.py",),
     "ml_dtypes": ("varstore/dtypes.py",),
-    "safetensors": ("varstore/formats/safetensors.py",),
+    "safetensors": ("varstore/formats/safetensors/single.py",),
     "click": ("cli/",),
     "tqdm": ("cli/",),
     "matplotlib": ("varstore/inspect/report_figures.py",),  # the HTML report's figures
     "mpi4py": ("varstore/distributed/",),
     "obstore": ("varstore/storage/",),
-    "torch": ("varstore/torch.py", "varstore/_torch_", "varstore/formats/dcp_writer.py"),
+    "torch": ("varstore/torch.py", "varstore/_torch_", "varstore/formats/dcp/writer.py"),
     "jax": ("varstore/jax.py", "varstore/_jax_"),
     "jaxlib": ("varstore/jax.py", "varstore/_jax_"),
     "pickle": ("varstore/formats/_restricted_pickle.py",),  # the one restricted Unpickler subclass
     "pickletools": ("varstore/formats/_restricted_pickle.py",),
-    "tensorstore": ("varstore/formats/orbax.py", "varstore/formats/orbax_writer.py"),
+    "tensorstore": ("varstore/formats/orbax/reader.py", "varstore/formats/orbax/writer.py"),
     "orbax": (),  # Orbax's layout is read and written through tensorstore; the tests compare with orbax
-    "gguf": ("varstore/formats/gguf_writer.py", "varstore/formats/_gguf_quants.py"),  # the reader follows the spec itself; the writer and the dequantizer are gguf's
+    "gguf": ("varstore/formats/gguf/writer.py", "varstore/formats/gguf/_quants.py"),  # the reader follows the spec itself; the writer and the dequantizer are gguf's
     "obstore": ("varstore/storage/",),
     "icechunk": ("varstore/storage/icechunk_repo.py",),
     "boto3": (),     # the library signs the two S3 calls obstore lacks itself (storage/_s3_multipart.py)

@@ -26,7 +26,7 @@ from varstore import dtypes as _dtypes
 from varstore._limits import check_value_size
 from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo, checked_out
 from varstore.formats._restricted_pickle import DType, Record, unpickle
-from varstore.formats.pytorch import TorchBlob
+from varstore.formats.pytorch.reader import TorchBlob
 from varstore.formats._confine import inside
 from varstore.storage.links import refuse_links_leading_out
 from varstore.formats._coverage import check_coverage
@@ -224,7 +224,7 @@ class DCPReader(CheckpointReader):
             finally:
                 blob.close()
         else:
-            from varstore.formats.safetensors import SafetensorsReader
+            from varstore.formats.safetensors.single import SafetensorsReader
 
             embedded = SafetensorsReader(path, base=chunk.offset)
             try:

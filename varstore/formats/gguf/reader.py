@@ -31,7 +31,7 @@ import numpy.typing as npt
 from varstore import dtypes as _dtypes
 from varstore._limits import check_object_count
 from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo, checked_out
-from varstore.formats import _gguf_quants
+from varstore.formats.gguf import _quants as _gguf_quants
 from varstore.errors import (ConversionError, CorruptCheckpointError, NotACheckpointError, UnknownVariableError,
                              VarstoreError)
 

@@ -89,7 +89,7 @@ def _alignment(value: Any) -> int:
     Raises:
       ConversionError: any other value, naming it.
     """
-    from varstore.formats.gguf import MAX_ALIGNMENT
+    from varstore.formats.gguf.reader import MAX_ALIGNMENT
 
     if type(value) is not int or value <= 0 or value & (value - 1) or value > MAX_ALIGNMENT:
         raise ConversionError(f"GGUF key general.alignment {value!r} is not a power of two of at most "

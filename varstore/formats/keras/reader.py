@@ -27,7 +27,7 @@ from typing import IO, TYPE_CHECKING, Any
 from varstore._limits import check_expansion, load_json
 from varstore.backends.hdf5.walker import HDF5Walker
 from varstore.formats._zip_members import ZIP_ERRORS, bounded_chunks, check_method, read_member, stored_data_start
-from varstore.formats.generic import WalkerReader
+from varstore.formats.plain.generic import WalkerReader
 from varstore.checkpoint.read.reader_api import SkippedEntry
 from varstore.errors import (CorruptCheckpointError, NotACheckpointError, UnsafeCheckpointError, ValueTooLargeError,
                              VarstoreError)

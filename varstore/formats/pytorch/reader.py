@@ -27,7 +27,7 @@ import numpy.typing as npt
 from varstore import dtypes as _dtypes
 from varstore._limits import ENV_MAX_BYTES, read_limit
 from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo, checked_out
-from varstore.formats._pickle_tree import flatten
+from varstore.formats.pytorch._pickle_tree import flatten
 from varstore.formats._restricted_pickle import StorageRef, TensorRef, scan_pickle, unpickle
 from varstore.formats._zip_members import ZIP_ERRORS, check_method, read_member, stored_data_start
 from varstore.errors import (CorruptCheckpointError, NotACheckpointError, UnknownVariableError,

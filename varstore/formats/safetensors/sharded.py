@@ -27,7 +27,7 @@ from varstore import dtypes as _dtypes
 from varstore._limits import load_json
 from varstore.checkpoint.format.entry import SaveEntry
 from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo
-from varstore.formats.safetensors import SafetensorsReader, write_safetensors
+from varstore.formats.safetensors.single import SafetensorsReader, write_safetensors
 from varstore.formats._confine import inside
 from varstore.storage.links import check_inside
 from varstore.errors import ConversionError, CorruptCheckpointError, NotACheckpointError, UnknownVariableError
@@ -242,12 +242,12 @@ def write_checkpoint(path: Path, entries: Sequence[SaveEntry], request: WriteReq
 
     `request.options["max_shard_size"]` sets the shard size (default 5GB);
     each shard's __metadata__ holds format "pt" and
-    varstore.formats.safetensors.source_metadata(request).
+    varstore.formats.safetensors.single.source_metadata(request).
 
     Raises:
       ConversionError: an unknown option or a bad size (before any tensor is read).
     """
-    from varstore.formats.safetensors import source_metadata
+    from varstore.formats.safetensors.single import source_metadata
 
     unknown = sorted(set(request.options) - {"max_shard_size"})
     if unknown:

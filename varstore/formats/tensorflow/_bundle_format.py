@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 # The table layer's names are re-exported: tf_checkpoint.py and the tests read a bundle through this one module.
-from varstore.formats._leveldb_table import (
+from varstore.formats.tensorflow._leveldb_table import (
     FOOTER_SIZE,
     TABLE_MAGIC,
     crc32c,

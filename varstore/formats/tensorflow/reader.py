@@ -32,7 +32,7 @@ from varstore.formats._coverage import check_coverage
 from varstore.storage.links import check_inside
 from varstore.storage.special_files import open_for_reading
 from varstore.checkpoint.read.reader_api import CheckpointReader, SkippedEntry, VariableInfo, checked_out
-from varstore.formats import _tf_bundle_format as fmt
+from varstore.formats.tensorflow import _bundle_format as fmt
 from varstore.errors import (
     ChecksumError,
     CheckpointNotFoundError,

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from varstore import dtypes as _dtypes
-from varstore.formats._tf_bundle_format import TABLE_MAGIC, crc32c, encode_tensor_name_slice, mask_crc
+from varstore.formats.tensorflow._bundle_format import TABLE_MAGIC, crc32c, encode_tensor_name_slice, mask_crc
 from varstore.errors import CheckpointExistsError, ConversionError, UnsupportedDtypeError
 
 if TYPE_CHECKING:
