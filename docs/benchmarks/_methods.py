@@ -531,7 +531,7 @@ def _import_every_varstore_module() -> None:
 
     import varstore
     import varstore.checkpoint
-    import varstore.scopes
+    import varstore.store.scopes
 
     for module in pkgutil.walk_packages(varstore.__path__, "varstore."):
         if module.name.split(".")[1] in _FRAMEWORK_ADAPTERS:
@@ -564,7 +564,7 @@ class Varstore(Method):
             return reason
         try:
             from varstore import restore, save  # noqa: F401
-            from varstore.scopes import VariableStore  # noqa: F401
+            from varstore.store.scopes import VariableStore  # noqa: F401
         except ImportError as err:
             return f"varstore checkpoint layer not importable yet ({err})"
         return None
@@ -583,7 +583,7 @@ class Varstore(Method):
         return open_checkpoint
 
     def make_model(self, workload: Workload) -> Any:
-        from varstore.scopes import VariableStore
+        from varstore.store.scopes import VariableStore
 
         store = VariableStore()
         # One variable at a time, so the peak stays at the model plus one variable.
@@ -617,7 +617,7 @@ class Varstore(Method):
                     ((name, reader.info(name)) for name in reader.keys())}
 
     def prepare_load(self, workload: Workload, path: Path) -> Any:
-        from varstore.scopes import VariableStore
+        from varstore.store.scopes import VariableStore
 
         store = VariableStore()
         for v in workload.variables:
@@ -638,7 +638,7 @@ class Varstore(Method):
             return reader[name]
 
     def prepare_restore(self, workload: Workload, path: Path) -> Any:
-        from varstore.scopes import VariableStore
+        from varstore.store.scopes import VariableStore
 
         store = VariableStore()
         initializer = _SleepyInitializer()

@@ -41,8 +41,8 @@ except ImportError as err:  # pragma: no cover - exercised only without jax
     raise MissingDependencyError("varstore.jax needs JAX: pip install 'varstore[jax]'") from err
 
 from varstore import _framework_tree as _tree
-from varstore import _jax_sharded as _sharded
-from varstore._jax_communicator import JaxCommunicator
+from varstore.jax import _sharded
+from varstore.jax._communicator import JaxCommunicator
 from varstore import dtypes as _dtypes
 from varstore.checkpoint import VarstoreReader
 from varstore.checkpoint.read.restoration import restore as _restore

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from varstore import device_transfers, devices, placement
+from varstore.store import device_transfers, devices, placement
 from varstore.errors import ReshapeError
 
 if TYPE_CHECKING:

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from varstore import devices, ownership
-from varstore._array_interop import ArrayInterop
+from varstore.store import devices, ownership
+from varstore.store._array_interop import ArrayInterop
 from varstore.errors import DtypeMismatchError, ShapeMismatchError
-from varstore.values import check_fits, convert_value, is_python_value
-from varstore.variable_batches import MATERIALIZE_LOCK
-from varstore._variable_state import VariableState
+from varstore.store.values import check_fits, convert_value, is_python_value
+from varstore.store.variable_batches import MATERIALIZE_LOCK
+from varstore.store._variable_state import VariableState
 
 if TYPE_CHECKING:
     from typing_extensions import Self

@@ -19,9 +19,9 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from varstore.collections import REGULARIZATION_LOSSES
+from varstore.store.collections import REGULARIZATION_LOSSES
 from varstore.errors import VariableArgumentError
-from varstore.variable_options import resolve_options
+from varstore.store.variable_options import resolve_options
 
 __all__ = ["CustomGetter", "RegularizationLoss", "Regularizer", "VariableExtras", "call_getters", "check_callable",
            "extras_for", "with_scope_defaults", "wrap_custom_getter", "add_regularization_loss"]

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from varstore import dtypes
 from varstore.initializers import Initializer, InitializerFunction
-from varstore.variables import Variable
+from varstore.store.variables import Variable
 
 __all__ = ["AUTO_REUSE", "FRAMES", "InitializerSpec", "Reuse", "VariableScope"]
 

@@ -17,13 +17,13 @@ from typing import Any, cast, overload
 
 import numpy.typing as npt
 
-from varstore import ownership, partitioners, partitioning
-from varstore.collections import LOCAL_VARIABLES
-from varstore.placement import DeviceSpec
-from varstore.reuse import PartialShape
-from varstore.scopes import VariableStore
-from varstore._variable_scope import FRAMES, InitializerSpec, Reuse, VariableScope
-from varstore.variables import Variable, set_default_registry
+from varstore.store import ownership, partitioners, partitioning
+from varstore.store.collections import LOCAL_VARIABLES
+from varstore.store.placement import DeviceSpec
+from varstore.store.reuse import PartialShape
+from varstore.store.scopes import VariableStore
+from varstore.store._variable_scope import FRAMES, InitializerSpec, Reuse, VariableScope
+from varstore.store.variables import Variable, set_default_registry
 
 __all__ = [
     "get_default_store",

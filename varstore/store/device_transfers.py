@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from varstore import devices
+from varstore.store import devices
 
 __all__ = ["STAGING_MIN_BYTES", "STAGING_MAX_BYTES", "SNAPSHOT_HEADROOM_BYTES", "Transfers", "batch", "current",
            "release_staging", "queued_work_done",

@@ -17,7 +17,7 @@ import weakref
 from typing import Any, Protocol
 
 from varstore.errors import DeviceError, NotOwnedError
-from varstore.placement import task_index
+from varstore.store.placement import task_index
 
 __all__ = ["RankInfo", "Binding", "UNBOUND", "binding_of", "attach", "bind", "unbind", "bound_rank",
            "check_holds", "check_task_in_range"]

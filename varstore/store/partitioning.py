@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from varstore import devices, dtypes
+from varstore import dtypes
+from varstore.store import devices
 from varstore.errors import (
     DtypeMismatchError,
     InitializerError,
@@ -45,9 +46,9 @@ from varstore.initializers import (
     Zeros,
     compute_fans,
 )
-from varstore.partitioners import Partitioner, call_partitioner, iter_slices, slice_dim_and_num_slices
-from varstore.values import convert_value
-from varstore.variables import Variable
+from varstore.store.partitioners import Partitioner, call_partitioner, iter_slices, slice_dim_and_num_slices
+from varstore.store.values import convert_value
+from varstore.store.variables import Variable
 
 __all__ = [
     "SaveSliceInfo",

@@ -19,7 +19,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from varstore import devices
+from varstore.store import devices
 from varstore.errors import DeviceError
 
 __all__ = [

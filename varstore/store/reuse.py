@@ -16,7 +16,8 @@ from typing import Union
 import numpy as np
 import numpy.typing as npt
 
-from varstore import devices, dtypes
+from varstore import dtypes
+from varstore.store import devices
 from varstore.errors import (
     DtypeMismatchError,
     InitializerError,
@@ -26,10 +27,10 @@ from varstore.errors import (
     VariableNotFoundError,
 )
 from varstore.initializers import GlorotUniform, Initializer, Zeros
-from varstore.value_sources import ValueSource
-from varstore.values import convert_value
-from varstore._variable_scope import InitializerSpec, Reuse
-from varstore.variables import InitialValue, Variable
+from varstore.store.value_sources import ValueSource
+from varstore.store.values import convert_value
+from varstore.store._variable_scope import InitializerSpec, Reuse
+from varstore.store.variables import InitialValue, Variable
 
 __all__ = ["PartialShape", "check_reuse", "existing_variable", "is_value", "new_variable_spec", "shape_tuple"]
 

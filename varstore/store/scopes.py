@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy.typing as npt
 
-from varstore import _getter, _naming, ownership, partitioners, partitioning, reuse as rules
-from varstore.collections import (
+from varstore.store import _getter, _naming, ownership, partitioners, partitioning, reuse as rules
+from varstore.store.collections import (
     GLOBAL_VARIABLES,
     LOCAL_VARIABLES,
     MODEL_VARIABLES,
@@ -27,11 +27,11 @@ from varstore.collections import (
     CollectionRegistry,
 )
 from varstore.errors import ScopeError
-from varstore.placement import DeviceSpec
-from varstore.reuse import PartialShape
-from varstore.value_sources import Resolver, SliceInfo, ValueSource
-from varstore._variable_scope import FRAMES, InitializerSpec, Reuse, VariableScope
-from varstore.variables import Variable, lazy_variable
+from varstore.store.placement import DeviceSpec
+from varstore.store.reuse import PartialShape
+from varstore.store.value_sources import Resolver, SliceInfo, ValueSource
+from varstore.store._variable_scope import FRAMES, InitializerSpec, Reuse, VariableScope
+from varstore.store.variables import Variable, lazy_variable
 
 __all__ = ["Resolver", "VariableStore"]
 

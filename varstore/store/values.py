@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from varstore import devices, dtypes
-from varstore._array_interop import ArrayInterop
+from varstore import dtypes
+from varstore.store import devices
+from varstore.store._array_interop import ArrayInterop
 from varstore.errors import DtypeMismatchError, UnsupportedDtypeError, ValueOutOfRangeError
 
 __all__ = ["check_fits", "convert_value", "is_python_value"]

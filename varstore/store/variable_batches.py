@@ -16,10 +16,10 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from varstore import devices
-from varstore._variable_state import VariableState
-from varstore.value_sources import check_host_value
-from varstore.values import check_fits
+from varstore.store import devices
+from varstore.store._variable_state import VariableState
+from varstore.store.value_sources import check_host_value
+from varstore.store.values import check_fits
 
 __all__ = ["MATERIALIZE_LOCK", "BatchVariable", "host_views", "restore_many"]
 

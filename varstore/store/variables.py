@@ -21,21 +21,21 @@ from typing import Any, Protocol, Union
 import numpy as np
 import numpy.typing as npt
 
-from varstore import device_transfers, devices, dtypes, ownership, placement
-from varstore._array_interop import ArrayInterop
-from varstore._assignment import Assignable
+from varstore import dtypes
+from varstore.store import device_transfers, devices, ownership, placement
+from varstore.store._array_interop import ArrayInterop
+from varstore.store._assignment import Assignable
 from varstore.errors import DtypeMismatchError, InitializationCycleError, InitializerError, ScopeError, ShapeMismatchError
 from varstore.initializers import Initializer, InitializerFunction
-from varstore.placement import DeviceSpec
-from varstore.variable_options import Constraint, VariableAggregation, VariableOptions, VariableSynchronization
-from varstore.variable_options import resolve_options
+from varstore.store.placement import DeviceSpec
+from varstore.store.variable_options import Constraint, VariableAggregation, VariableOptions, VariableSynchronization, resolve_options
 
 # Re-exported for the checkpoint engine (checkpoint/write/writer.py, checkpoint/read/restoration.py import these names from
 # here; they live in value_sources.py, values.py and variable_batches.py). New code imports them from there.
-from varstore._variable_state import VariableState
-from varstore.value_sources import ValueSource, check_restorable
-from varstore.values import convert_value
-from varstore.variable_batches import MATERIALIZE_LOCK, host_views, restore_many
+from varstore.store._variable_state import VariableState
+from varstore.store.value_sources import ValueSource, check_restorable
+from varstore.store.values import convert_value
+from varstore.store.variable_batches import MATERIALIZE_LOCK, host_views, restore_many
 
 __all__ = [
     "Variable",

@@ -47,10 +47,10 @@ except ImportError as err:  # pragma: no cover - exercised only without torch
         "varstore.torch needs PyTorch: pip install 'varstore[torch]' (torch==2.13.0)") from err
 
 from varstore import _framework_tree as _tree
-from varstore import _torch_convert as _convert
-from varstore import _torch_sharded as _sharded
+from varstore.torch import _convert
+from varstore.torch import _sharded
 from varstore import dtypes as _dtypes
-from varstore._torch_communicator import TorchCommunicator, is_process_group
+from varstore.torch._communicator import TorchCommunicator, is_process_group
 from varstore.checkpoint import VarstoreReader
 from varstore.checkpoint.read.restore_result import RestoreResult
 from varstore.checkpoint.read.restoration import restore as _restore
@@ -59,7 +59,7 @@ from varstore.checkpoint.read.name_hints import missing_with_hints
 from varstore.distributed.communicator import register_communicator
 from varstore.distributed.shards import ShardedState
 from varstore.errors import DtypeMismatchError, RestoreError, ShapeMismatchError
-from varstore.values import check_fits
+from varstore.store.values import check_fits
 
 __all__ = ["save", "restore", "load", "sharded_state", "TorchCommunicator", "RestoreResult"]
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from varstore import _framework_tree as _tree
-from varstore import _torch_convert as _convert
+from varstore.torch import _convert
 from varstore.checkpoint.read.restore_result import RestoreResult
 from varstore.checkpoint.read.name_hints import missing_with_hints
 from varstore.checkpoint.read.reader import open_varstore
@@ -54,7 +54,7 @@ def has_dtensors(arrays: Mapping[str, Any]) -> bool:
 def communicator_for(comm: Any) -> Communicator:
     """`comm` as a Communicator; None is torch.distributed's default group (which must be initialized)."""
     if comm is None:
-        from varstore._torch_communicator import TorchCommunicator
+        from varstore.torch._communicator import TorchCommunicator
 
         return TorchCommunicator(None)
     return as_communicator(comm)

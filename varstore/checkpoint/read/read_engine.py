@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from varstore import device_transfers, devices
+from varstore.store import device_transfers, devices
 from varstore.checkpoint.format.checksum import crc32c_of
 from varstore.checkpoint.format.manifest import Record
 from varstore.checkpoint.format.packed import packed_checksum_failure, packed_views
@@ -69,7 +69,7 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
         allocated targets), and the first failure (in read order) is raised
         once all were read.
     """
-    from varstore.variables import Variable, restore_many
+    from varstore.store.variables import Variable, restore_many
 
     session = ReadSession()
     blob = None if lazy else reader.packed_blob(PACKED_CACHE_BYTES)
