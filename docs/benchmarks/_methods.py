@@ -521,7 +521,7 @@ def _resident_zeros(shape: Any, dtype: Any = DTYPE) -> npt.NDArray[Any]:
 
 #: varstore modules that import a framework (torch, jax): skipped by _import_every_varstore_module, as
 #: importing torch and jax cost each varstore worker ~3 s of start-up for nothing it times.
-_FRAMEWORK_ADAPTERS = ("torch", "jax", "_torch_convert")
+_FRAMEWORK_ADAPTERS = ("torch", "jax")  # the packages varstore/torch/, varstore/jax/
 
 
 def _import_every_varstore_module() -> None:
@@ -533,11 +533,18 @@ def _import_every_varstore_module() -> None:
     import varstore.checkpoint
     import varstore.store.scopes
 
-    for module in pkgutil.walk_packages(varstore.__path__, "varstore."):
-        if module.name.split(".")[1] in _FRAMEWORK_ADAPTERS:
-            continue  # never loaded by varstore itself (varstore-torch imports varstore.torch on its own)
+    def walk(path: list[str], prefix: str) -> Any:  # pkgutil.walk_packages would import the adapters to walk them
+        for module in pkgutil.iter_modules(path, prefix):
+            if module.name.split(".")[1] in _FRAMEWORK_ADAPTERS:
+                continue  # never loaded by varstore itself (varstore-torch imports varstore.torch on its own)
+            yield module.name
+            if module.ispkg:
+                yield from walk([str(Path(module.module_finder.path) / module.name.rsplit(".", 1)[1])],  # type: ignore[union-attr]
+                                module.name + ".")
+
+    for name in walk(list(varstore.__path__), "varstore."):
         try:
-            importlib.import_module(module.name)
+            importlib.import_module(name)
         except Exception:  # an optional dependency is missing (cupy): not needed here
             pass
 

@@ -16,9 +16,9 @@ Sharded arrays (a NamedSharding / PositionalSharding over several devices,
 or `comm=` for one process per host under jax.distributed) are saved shard
 by shard, each box once, into ONE global array per leaf, and restored into
 the template's sharding reading only each addressable box's byte ranges
-(varstore/_jax_sharded.py).
+(varstore/jax/_sharded.py).
 
-The only module (with its helpers varstore/_jax_*.py) that imports jax; `import varstore` never imports this
+The only module (with its helpers varstore/jax/_*.py) that imports jax; `import varstore` never imports this
 module. Files, checksums and atomicity are varstore.checkpoint's.
 """
 

@@ -18,12 +18,12 @@ section 12), so `load` gives back the same structure. Tensors that are the
 same memory (tied weights) are stored once and recorded as aliases.
 
 Sharded state (DTensors: FSDP2, tensor parallel) is saved and restored by
-every rank of a torch.distributed job (varstore/_torch_sharded.py): each
+every rank of a torch.distributed job (varstore/torch/_sharded.py): each
 leaf ONE global array, each rank writing and reading only its shards.
 Importing this module lets `comm=` take torch.distributed process groups
-everywhere (varstore/_torch_communicator.py).
+everywhere (varstore/torch/_communicator.py).
 
-The only module (with its helpers varstore/_torch_*.py) that imports
+The only module (with its helpers varstore/torch/_*.py) that imports
 torch; `import varstore` never imports this module. The checkpoint format,
 atomic writes and checksums are varstore.checkpoint's; this module only maps
 tensors to NumPy views and back.
