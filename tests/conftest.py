@@ -58,7 +58,7 @@ def _host_only_unless_marked_gpu(request: pytest.FixtureRequest, monkeypatch: py
     if "gpu" in request.keywords or not _gpu_present():
         yield
         return
-    from varstore import devices
+    from varstore.store import devices
 
     devices._cupy()  # probe now, before the variable below: the probe's answer is kept for the session
     devices._set_gpu_count_override(0)

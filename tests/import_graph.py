@@ -250,15 +250,20 @@ def layer_of(module: str) -> str:
 
     "varstore_cli.*" -> "cli"; "varstore" (the package `__init__`, the public
     API) -> "varstore"; "varstore.checkpoint.write.writer" -> "checkpoint" (a
-    subpackage is one layer); "varstore._torch_state" -> "torch" and
-    "varstore._jax_arrays" -> "jax" (an adapter's private helpers sit with it);
-    "varstore.errors" -> "errors".
+    subpackage is one layer); "varstore.torch._sharded" -> "torch" (a face's
+    package holds its private helpers; so do the older "varstore._torch_state"
+    and "varstore._jax_arrays"); "varstore.errors" -> "errors". The variable
+    store's package is the exception: each of its modules keeps its own layer,
+    so the core's order stays checked ("varstore.store.scopes" -> "scopes";
+    its empty `__init__` -> "store").
     """
     parts = module.split(".")
     if parts[0] == "varstore_cli":
         return "cli"
     if len(parts) == 1:
         return "varstore"
+    if parts[1] == "store" and len(parts) > 2:
+        return parts[2]
     for adapter in ("torch", "jax"):
         if parts[1].startswith(f"_{adapter}_"):
             return adapter

@@ -94,3 +94,10 @@ def test_module_list_parsing() -> None:
     with pytest.raises(AssertionError, match="listed twice"):
         parse_module_list("## Modules\n\n```\nx.py  one\nx.py  two\n```\n")
 
+
+
+def test_the_top_of_the_package_stays_small() -> None:
+    """At most 14 modules at varstore/'s top (issue 42): the core lives in varstore/store/, the adapters' helpers under their faces."""
+    top = sorted(p.name for p in (ROOT / "varstore").glob("*.py"))
+    assert len(top) <= 14, top
+    assert (ROOT / "varstore" / "torch" / "__init__.py").exists() and (ROOT / "varstore" / "jax" / "__init__.py").exists()

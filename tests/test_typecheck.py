@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-STRICT_CORE = {"varstore._array_interop", "varstore._assignment", "varstore._core_api", "varstore._naming", "varstore._version",
-               "varstore.collections", "varstore.devices", "varstore.dtypes", "varstore.errors",
-               "varstore.initializers", "varstore.ownership", "varstore.partitioning", "varstore.placement", "varstore.scopes", "varstore.variables",
-               "varstore.value_sources", "varstore.values", "varstore.variable_batches",
-               "varstore._variable_scope", "varstore._variable_state", "varstore.reuse", "varstore.default_store",
-               "varstore.partitioners"}
+STRICT_CORE = {"varstore.store._array_interop", "varstore.store._assignment", "varstore._core_api", "varstore.store._naming", "varstore._version",
+               "varstore.store.collections", "varstore.store.devices", "varstore.dtypes", "varstore.errors",
+               "varstore.initializers", "varstore.store.ownership", "varstore.store.partitioning", "varstore.store.placement", "varstore.store.scopes", "varstore.store.variables",
+               "varstore.store.value_sources", "varstore.store.values", "varstore.store.variable_batches",
+               "varstore.store._variable_scope", "varstore.store._variable_state", "varstore.store.reuse", "varstore.store.default_store",
+               "varstore.store.partitioners"}
 #: The public face and both seams (issue 29), strict too.
 STRICT_FACES = {"varstore", "varstore._open", "varstore.distributed.api", "varstore.storage", "varstore.storage.protocol",
                 "varstore.storage.staged_read", "varstore.formats.format_entry", "varstore.formats.registry"}

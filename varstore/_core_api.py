@@ -5,17 +5,18 @@ Only re-exports; defines nothing.
 
 from __future__ import annotations
 
-from varstore import initializers, initializers_v1
-from varstore._assignment import assign, assign_add, assign_sub, scatter_update
-from varstore._getter import RegularizationLoss
-from varstore.collections import (
+from varstore import initializers
+from varstore.store import initializers_v1
+from varstore.store._assignment import assign, assign_add, assign_sub, scatter_update
+from varstore.store._getter import RegularizationLoss
+from varstore.store.collections import (
     GLOBAL_VARIABLES,
     LOCAL_VARIABLES,
     MODEL_VARIABLES,
     REGULARIZATION_LOSSES,
     TRAINABLE_VARIABLES,
 )
-from varstore.default_store import (
+from varstore.store.default_store import (
     add_to_collection,
     get_collection,
     get_default_store,
@@ -32,14 +33,14 @@ from varstore.default_store import (
     trainable_variables,
     variable_scope,
 )
-from varstore.devices import (
+from varstore.store.devices import (
     get_log_device_placement,
     get_soft_device_placement,
     set_log_device_placement,
     set_soft_device_placement,
 )
 from varstore.initializers import get_random_seed, set_random_seed
-from varstore.initializers_v1 import (
+from varstore.store.initializers_v1 import (
     constant_initializer,
     glorot_normal_initializer,
     glorot_uniform_initializer,
@@ -51,20 +52,20 @@ from varstore.initializers_v1 import (
     variance_scaling_initializer,
     zeros_initializer,
 )
-from varstore.partitioners import fixed_size_partitioner, min_max_variable_partitioner, variable_axis_size_partitioner
-from varstore.partitioning import PartitionedVariable, SaveSliceInfo
-from varstore.placement import (
+from varstore.store.partitioners import fixed_size_partitioner, min_max_variable_partitioner, variable_axis_size_partitioner
+from varstore.store.partitioning import PartitionedVariable, SaveSliceInfo
+from varstore.store.placement import (
     GreedyLoadBalancingStrategy,
     PlacementRequest,
     byte_size_load_fn,
     device,
     replica_device_setter,
 )
-from varstore.scopes import VariableStore
-from varstore.value_sources import ValueSource, check_restorable
-from varstore._variable_scope import AUTO_REUSE, VariableScope
-from varstore.variable_options import VariableAggregation, VariableSynchronization
-from varstore.variables import Variable
+from varstore.store.scopes import VariableStore
+from varstore.store.value_sources import ValueSource, check_restorable
+from varstore.store._variable_scope import AUTO_REUSE, VariableScope
+from varstore.store.variable_options import VariableAggregation, VariableSynchronization
+from varstore.store.variables import Variable
 
 __all__ = [
     "Variable",

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Union
 
-from varstore._naming import validate_name
+from varstore.store._naming import validate_name
 from varstore.checkpoint.format.entry import SaveEntry
 from varstore.checkpoint.read.reader import VarstoreReader, open_varstore
 from varstore.errors import InvalidMetadataError, InvalidNameError

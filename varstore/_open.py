@@ -100,6 +100,6 @@ def latest_checkpoint(directory: os.PathLike[str] | str,
     found = managed_latest(directory, storage_options)
     if found is not None or is_remote(directory) or not (Path(directory) / "checkpoint").is_file():
         return found
-    from varstore.formats.tf_checkpoint import resolve_prefix
+    from varstore.formats.tensorflow.reader import resolve_prefix
 
     return resolve_prefix(directory)

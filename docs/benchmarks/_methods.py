@@ -521,7 +521,7 @@ def _resident_zeros(shape: Any, dtype: Any = DTYPE) -> npt.NDArray[Any]:
 
 #: varstore modules that import a framework (torch, jax): skipped by _import_every_varstore_module, as
 #: importing torch and jax cost each varstore worker ~3 s of start-up for nothing it times.
-_FRAMEWORK_ADAPTERS = ("torch", "jax", "_torch_convert")
+_FRAMEWORK_ADAPTERS = ("torch", "jax")  # the packages varstore/torch/, varstore/jax/
 
 
 def _import_every_varstore_module() -> None:
@@ -531,13 +531,20 @@ def _import_every_varstore_module() -> None:
 
     import varstore
     import varstore.checkpoint
-    import varstore.scopes
+    import varstore.store.scopes
 
-    for module in pkgutil.walk_packages(varstore.__path__, "varstore."):
-        if module.name.split(".")[1] in _FRAMEWORK_ADAPTERS:
-            continue  # never loaded by varstore itself (varstore-torch imports varstore.torch on its own)
+    def walk(path: list[str], prefix: str) -> Any:  # pkgutil.walk_packages would import the adapters to walk them
+        for module in pkgutil.iter_modules(path, prefix):
+            if module.name.split(".")[1] in _FRAMEWORK_ADAPTERS:
+                continue  # never loaded by varstore itself (varstore-torch imports varstore.torch on its own)
+            yield module.name
+            if module.ispkg:
+                yield from walk([str(Path(module.module_finder.path) / module.name.rsplit(".", 1)[1])],  # type: ignore[union-attr]
+                                module.name + ".")
+
+    for name in walk(list(varstore.__path__), "varstore."):
         try:
-            importlib.import_module(module.name)
+            importlib.import_module(name)
         except Exception:  # an optional dependency is missing (cupy): not needed here
             pass
 
@@ -564,7 +571,7 @@ class Varstore(Method):
             return reason
         try:
             from varstore import restore, save  # noqa: F401
-            from varstore.scopes import VariableStore  # noqa: F401
+            from varstore.store.scopes import VariableStore  # noqa: F401
         except ImportError as err:
             return f"varstore checkpoint layer not importable yet ({err})"
         return None
@@ -583,7 +590,7 @@ class Varstore(Method):
         return open_checkpoint
 
     def make_model(self, workload: Workload) -> Any:
-        from varstore.scopes import VariableStore
+        from varstore.store.scopes import VariableStore
 
         store = VariableStore()
         # One variable at a time, so the peak stays at the model plus one variable.
@@ -617,7 +624,7 @@ class Varstore(Method):
                     ((name, reader.info(name)) for name in reader.keys())}
 
     def prepare_load(self, workload: Workload, path: Path) -> Any:
-        from varstore.scopes import VariableStore
+        from varstore.store.scopes import VariableStore
 
         store = VariableStore()
         for v in workload.variables:
@@ -638,7 +645,7 @@ class Varstore(Method):
             return reader[name]
 
     def prepare_restore(self, workload: Workload, path: Path) -> Any:
-        from varstore.scopes import VariableStore
+        from varstore.store.scopes import VariableStore
 
         store = VariableStore()
         initializer = _SleepyInitializer()

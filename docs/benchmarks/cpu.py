@@ -87,7 +87,7 @@ def _resident_zeros(shape: Any, dtype: Any = np.float32, *args: Any, **kwargs: A
 
 
 def _vs_store(arrays: dict[str, np.ndarray], materialized: bool) -> Any:
-    from varstore.scopes import VariableStore
+    from varstore.store.scopes import VariableStore
 
     store = VariableStore()
     for name, value in arrays.items():

@@ -80,9 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import h5py
 
-    import varstore  # noqa: F401  (imports cupy through varstore.devices on first GPU use)
+    import varstore  # noqa: F401  (imports cupy through varstore.store.devices on first GPU use)
     from varstore import restore, save
-    from varstore.scopes import VariableStore
+    from varstore.store.scopes import VariableStore
 
     workdir = Path(tempfile.mkdtemp(prefix="vs-gpu-", dir=args.workdir))
     cells: dict[str, Any] = {"scale": args.scale, "repeat": args.repeat,
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         cells["d2h_pinned_s"] = _median_s(lambda: on_device.get(out=pinned), args.repeat)
         device_model = {name: cp.asarray(value) for name, value in model.items()}
         cells["d2h_per_variable_s"] = _median_s(lambda: [v.get() for v in device_model.values()], args.repeat)
-        from varstore import device_transfers
+        from varstore.store import device_transfers
 
         cells["d2h_staged_per_variable_s"] = _median_s(
             lambda: [device_transfers.to_host(v) for v in device_model.values()], args.repeat)

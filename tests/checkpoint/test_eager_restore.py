@@ -13,7 +13,7 @@ from varstore import restore, save
 from varstore.checkpoint import open_varstore as open_checkpoint
 from varstore.checkpoint.format.manifest import storage_layout
 from varstore.errors import ChecksumError
-from varstore.scopes import VariableStore
+from varstore.store.scopes import VariableStore
 
 
 def _flip(path: Path, name: str, at: int = 8) -> None:

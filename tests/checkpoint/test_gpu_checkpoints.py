@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from varstore import device_transfers
+from varstore.store import device_transfers
 from varstore import restore, save
 from varstore.checkpoint import open_varstore
 from varstore.errors import ChecksumError
-from varstore.scopes import VariableStore
+from varstore.store.scopes import VariableStore
 
 from tests.checkpoint.test_eager_restore import _flip
 

@@ -14,7 +14,7 @@ from varstore.checkpoint import open_varstore
 from varstore.checkpoint.format.manifest import format_checksum
 from varstore.checkpoint.read.reader_api import VariableInfo
 from varstore.errors import ChecksumError, UnknownVariableError
-from varstore.scopes import VariableStore
+from varstore.store.scopes import VariableStore
 
 
 def _values() -> dict[str, np.ndarray]:

@@ -157,7 +157,7 @@ def test_restore_latest_leaks_no_file_descriptors(tmp_path: Path, fmt: str) -> N
 
 @pytest.mark.parametrize("fmt", ["h5", "zarr"])
 def test_restore_latest_lazy_values_still_read_after_it_returns(tmp_path: Path, fmt: str) -> None:
-    from varstore.scopes import VariableStore
+    from varstore.store.scopes import VariableStore
 
     manager = CheckpointManager(tmp_path, format=fmt)
     manager.save(_DAMAGE_VALUES, step=1)

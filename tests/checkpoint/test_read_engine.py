@@ -14,7 +14,7 @@ from varstore import restore, save
 from varstore.checkpoint import open_varstore as open_checkpoint
 from varstore.checkpoint.read.read_engine import read_into_targets
 from varstore.errors import ChecksumError, ShapeMismatchError
-from varstore.scopes import VariableStore
+from varstore.store.scopes import VariableStore
 
 
 def _small_store(values: np.ndarray, extra_dtypes: bool = True) -> VariableStore:

@@ -102,7 +102,7 @@ def test_load_of_a_large_checkpoint_fills_populated_arrays_exactly(tmp_path, mon
 
 
 def test_restore_into_variables_without_memory_populates_their_new_arrays(tmp_path, monkeypatch) -> None:
-    from varstore.scopes import VariableStore
+    from varstore.store.scopes import VariableStore
 
     rng = np.random.default_rng(4)
     values = {f"dense_{i}/kernel": rng.standard_normal((1024, 1024), dtype=np.float32) for i in range(5)}

@@ -13,7 +13,7 @@ from varstore import CheckpointManager, restore, save
 from varstore.checkpoint import open_varstore as open_checkpoint
 from varstore.checkpoint.read.reader import CheckpointValue
 from varstore.errors import DtypeMismatchError, RestoreError, ShapeMismatchError
-from varstore.scopes import VariableStore
+from varstore.store.scopes import VariableStore
 
 
 class CountingInitializer:

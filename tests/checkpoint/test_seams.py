@@ -39,3 +39,14 @@ def test_no_format_specific_branch_in_the_checkpoint_layer(path: Path) -> None:
 @pytest.mark.parametrize("path", ALL_MODULES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_modules_stay_small(path: Path) -> None:
     assert len(path.read_text(encoding="utf-8").splitlines()) <= 500
+
+
+def test_the_read_engine_asks_the_reader_for_one_plan_and_nothing_else() -> None:
+    """read_engine.py hands the reader to plan_read once and executes the plan (issue 42, item 3)."""
+    tree = ast.parse((ROOT / "varstore" / "checkpoint" / "read" / "read_engine.py").read_text(encoding="utf-8"))
+    reaches = [node.attr for node in ast.walk(tree)
+               if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "reader"]
+    passed = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+              and any(isinstance(arg, ast.Name) and arg.id == "reader" for arg in node.args)]
+    assert reaches == [], f"read_engine.py reaches into the reader: {reaches}"
+    assert [ast.unparse(call.func) for call in passed] == ["plan_read"]

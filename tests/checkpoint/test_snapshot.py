@@ -13,7 +13,7 @@ from varstore import CheckpointManager, SaveHandle, restore, save
 from varstore.checkpoint import open_varstore as open_checkpoint
 from varstore.checkpoint.write import snapshot as snapshot_module
 from varstore.errors import ShapeMismatchError
-from varstore.scopes import VariableStore
+from varstore.store.scopes import VariableStore
 
 
 def _store(count: int, size: int) -> VariableStore:

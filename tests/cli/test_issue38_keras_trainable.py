@@ -8,7 +8,7 @@ import zipfile
 from pathlib import Path
 
 from varstore import open_checkpoint
-from varstore.formats._keras_config import not_trainable
+from varstore.formats.keras._config import not_trainable
 
 
 def _keras_manifest(fixtures_dir: Path, name: str) -> dict[str, bool]:

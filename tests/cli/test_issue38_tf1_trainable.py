@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from varstore import open_checkpoint
-from varstore.formats import _tf_meta_graph
+from varstore.formats.tensorflow import _meta_graph as _tf_meta_graph
 
 BUNDLE = ("model.ckpt.index", "model.ckpt.data-00000-of-00001", "checkpoint")
 

@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tf_bundle_writer import BundleWriter, table
 
-from varstore.formats import _leveldb_table as leveldb_table
-from varstore.formats import _tf_bundle_format as fmt
-from varstore.formats.tf_checkpoint import TFCheckpointReader
+from varstore.formats.tensorflow import _leveldb_table as leveldb_table
+from varstore.formats.tensorflow import _bundle_format as fmt
+from varstore.formats.tensorflow.reader import TFCheckpointReader
 from varstore.errors import VarstoreError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from varstore.formats._restricted_pickle import TensorRef, unpickle
-from varstore.formats.pytorch import TorchReader
+from varstore.formats.pytorch.reader import TorchReader
 from varstore.errors import CorruptCheckpointError, UnsafeFormatError, ValueTooLargeError, VarstoreError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -157,7 +157,7 @@ def test_gguf_metadata_raw_blocks_and_dequantize(fixtures_dir: Path, tmp_path: P
 
 def test_gguf_dequantize_matches_the_gguf_package(fixtures_dir: Path) -> None:
     gguf = pytest.importorskip("gguf")
-    from varstore.formats.gguf import GGML_TYPES, _dequantize
+    from varstore.formats.gguf.reader import GGML_TYPES, _dequantize
 
     for type_id, (name, block, block_bytes, _) in GGML_TYPES.items():
         if name in gguf.GGMLQuantizationType.__members__:

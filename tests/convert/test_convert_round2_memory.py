@@ -74,7 +74,7 @@ def test_gguf_memory(tmp_path: Path) -> None:
 
 
 def test_sharded_safetensors_memory(tmp_path: Path) -> None:
-    from varstore.formats.sharded_safetensors import write_sharded_safetensors
+    from varstore.formats.safetensors.sharded import write_sharded_safetensors
 
     values = _values()
     entries = [SaveEntry(name=k, shape=v.shape, dtype=v.dtype, get=lambda v=v: v) for k, v in values.items()]

@@ -15,7 +15,7 @@ from varstore import dtypes
 from varstore.checkpoint.write import write_engine
 from varstore.checkpoint.format.entry import SaveEntry
 from varstore import ConvertReport, convert, open_checkpoint
-from varstore.formats.safetensors import write_safetensors
+from varstore.formats.safetensors.single import write_safetensors
 from varstore.errors import UnsupportedDtypeError, UnsupportedFormatError
 
 # the module, not the `convert` function that varstore/__init__.py re-exports under the same name

@@ -10,8 +10,8 @@ from tf_bundle_writer import BundleWriter, entry_proto, header_proto, table
 
 from varstore import dtypes
 from varstore import open_checkpoint
-from varstore.formats import _tf_bundle_format as fmt
-from varstore.formats.tf_checkpoint import TFCheckpointReader
+from varstore.formats.tensorflow import _bundle_format as fmt
+from varstore.formats.tensorflow.reader import TFCheckpointReader
 from varstore.errors import (
     ChecksumError,
     CheckpointNotFoundError,

@@ -24,16 +24,16 @@ import numpy as np
 import pytest
 
 from tests.reliability._hostile_run import run_hostile
-from varstore.formats import _tf_bundle_format as tf_format
-from varstore.formats import keras as keras_module
-from varstore.formats._leveldb_table import crc32c, mask_crc
+from varstore.formats.tensorflow import _bundle_format as tf_format
+from varstore.formats.keras import reader as keras_module
+from varstore.formats.tensorflow._leveldb_table import crc32c, mask_crc
 from varstore.formats._restricted_pickle import unpickle
-from varstore.formats.gguf import GGUFReader
-from varstore.formats.keras import open_keras
-from varstore.formats.npz import NpzReader
-from varstore.formats.pytorch import TorchReader
-from varstore.formats.safetensors import SafetensorsReader
-from varstore.formats.sharded_safetensors import ShardedSafetensorsReader
+from varstore.formats.gguf.reader import GGUFReader
+from varstore.formats.keras.reader import open_keras
+from varstore.formats.plain.npz import NpzReader
+from varstore.formats.pytorch.reader import TorchReader
+from varstore.formats.safetensors.single import SafetensorsReader
+from varstore.formats.safetensors.sharded import ShardedSafetensorsReader
 from varstore.errors import CorruptCheckpointError, NotACheckpointError, UnsafeCheckpointError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

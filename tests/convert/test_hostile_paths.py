@@ -34,7 +34,7 @@ def _entries(values: dict[str, np.ndarray]) -> list[SaveEntry]:
 
 def _outside_tf(tmp_path: Path) -> Path:
     """TF bundle of SENTINELs in tmp_path/other; a checkpoint directory tmp_path/ckpt whose state file names it."""
-    from varstore.formats.tf_writer import write_tf_checkpoint
+    from varstore.formats.tensorflow.writer import write_tf_checkpoint
 
     write_tf_checkpoint(tmp_path / "other" / "model.ckpt", _entries({"w": np.full(4, SENTINEL)}))
     (tmp_path / "ckpt").mkdir()
@@ -58,7 +58,7 @@ def test_tf_state_file_naming_a_prefix_outside_is_refused(tmp_path: Path, record
 
 def test_tf1_absolute_state_path_of_a_copied_directory_reads_the_copy(tmp_path: Path) -> None:
     """TF1's Saver records absolute paths; a copied directory is read where it is now, as TF does."""
-    from varstore.formats.tf_writer import write_tf_checkpoint
+    from varstore.formats.tensorflow.writer import write_tf_checkpoint
 
     ckpt = _outside_tf(tmp_path)
     write_tf_checkpoint(ckpt / "model.ckpt", _entries({"w": np.arange(4, dtype=np.float32)}), state_file=False)
@@ -68,7 +68,7 @@ def test_tf1_absolute_state_path_of_a_copied_directory_reads_the_copy(tmp_path: 
 
 
 def test_a_fifo_as_a_tf_data_shard_is_refused_without_blocking(tmp_path: Path) -> None:
-    from varstore.formats.tf_writer import write_tf_checkpoint
+    from varstore.formats.tensorflow.writer import write_tf_checkpoint
 
     write_tf_checkpoint(tmp_path / "m.ckpt", _entries({"w": np.ones(4, np.float32)}))
     data = tmp_path / "m.ckpt.data-00000-of-00001"
@@ -145,7 +145,7 @@ def test_keras_sharded_index_naming_a_shard_outside_is_refused(fixtures_dir: Pat
 
 # ------------------------------------------------------------------ Orbax
 def test_orbax_leaf_key_leading_outside_is_refused(tmp_path: Path) -> None:
-    from varstore.formats.orbax_writer import write_orbax
+    from varstore.formats.orbax.writer import write_orbax
 
     pytest.importorskip("tensorstore")
     write_orbax(tmp_path / "outside", _entries({"x": np.full(3, SENTINEL)}))
@@ -163,7 +163,7 @@ def test_orbax_leaf_key_leading_outside_is_refused(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ DCP
 def _dcp(tmp_path: Path) -> tuple[Path, object]:
     pytest.importorskip("torch")
-    from varstore.formats.dcp_writer import write_dcp
+    from varstore.formats.dcp.writer import write_dcp
 
     folder = tmp_path / "dcp"
     write_dcp(folder, _entries({"w": np.arange(8, dtype=np.float32).reshape(4, 2)}))

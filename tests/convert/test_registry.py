@@ -229,8 +229,8 @@ def test_unknown_names_list_what_is_accepted() -> None:
 
 def test_lazy_entries_import_nothing_until_called() -> None:
     code = ("import sys, varstore; from varstore.formats import registry as r; r.formats(); r.read_format_names(); "
-            "heavy = [m for m in ('h5py', 'zarr', 'safetensors', 'varstore.formats.keras', 'varstore.formats.npz', "
-            "'varstore.formats.safetensors', 'varstore.formats.tf_checkpoint', 'varstore.formats.generic') "
+            "heavy = [m for m in ('h5py', 'zarr', 'safetensors', 'varstore.formats.keras.reader', 'varstore.formats.plain.npz', "
+            "'varstore.formats.safetensors.single', 'varstore.formats.tensorflow.reader', 'varstore.formats.plain.generic') "
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ})

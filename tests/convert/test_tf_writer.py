@@ -12,8 +12,8 @@ from tf_bundle_writer import BundleWriter
 import varstore as vs
 from varstore import dtypes
 from varstore.checkpoint.format.entry import SaveEntry
-from varstore.formats import _tf_bundle_format as fmt
-from varstore.formats.tf_writer import fixed_size_slices, write_tf_checkpoint
+from varstore.formats.tensorflow import _bundle_format as fmt
+from varstore.formats.tensorflow.writer import fixed_size_slices, write_tf_checkpoint
 from varstore.errors import CheckpointExistsError, ConversionError
 
 ALL_DTYPES = ["float32", "float64", "int32", "uint8", "int16", "int8", "complex64", "int64", "bool",

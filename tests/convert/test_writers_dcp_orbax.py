@@ -42,7 +42,7 @@ def test_dcp_writer_is_loaded_by_torch_and_read_by_varstore(tmp_path: Path) -> N
     torch = pytest.importorskip("torch")
     import torch.distributed.checkpoint as dcp
 
-    from varstore.formats.dcp_writer import write_dcp
+    from varstore.formats.dcp.writer import write_dcp
 
     assert write_dcp(tmp_path / "ck", _entries(VALUES)) == sum(v.nbytes for v in VALUES.values())
     assert (tmp_path / "ck" / ".metadata").is_file()
@@ -63,7 +63,7 @@ def test_dcp_writer_is_loaded_by_torch_and_read_by_varstore(tmp_path: Path) -> N
 
 def test_dcp_writer_refuses_strings_and_what_it_did_not_write(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from varstore.formats.dcp_writer import write_dcp
+    from varstore.formats.dcp.writer import write_dcp
 
     with pytest.raises(UnsupportedDtypeError, match="variable 'vocab' has dtype S2, which a torch tensor cannot hold"):
         write_dcp(tmp_path / "ck", _entries({"w": np.ones(2), "vocab": np.array([b"ab"])}))
@@ -90,7 +90,7 @@ ORBAX_VALUES = {k: v for k, v in VALUES.items() if k != "empty"}
 
 def test_orbax_writer_is_restored_by_orbax_and_read_by_varstore(tmp_path: Path) -> None:
     ocp = pytest.importorskip("orbax.checkpoint")
-    from varstore.formats.orbax_writer import write_orbax
+    from varstore.formats.orbax.writer import write_orbax
 
     write_orbax(tmp_path / "ck", _entries(ORBAX_VALUES))
     restored = ocp.StandardCheckpointer().restore((tmp_path / "ck").absolute())
@@ -111,7 +111,7 @@ def test_orbax_layout_is_what_orbax_itself_writes(tmp_path: Path) -> None:
     ocp = pytest.importorskip("orbax.checkpoint")
     import json
 
-    from varstore.formats.orbax_writer import write_orbax
+    from varstore.formats.orbax.writer import write_orbax
 
     tree = {"enc": {"dense": {"kernel": ORBAX_VALUES["encoder/dense/kernel"], "bias": ORBAX_VALUES["bf16"]}},
             "step": ORBAX_VALUES["step"], "f8": ORBAX_VALUES["f8"]}
@@ -134,7 +134,7 @@ def test_orbax_layout_is_what_orbax_itself_writes(tmp_path: Path) -> None:
 
 def test_orbax_writer_refuses_a_name_that_is_also_a_scope(tmp_path: Path) -> None:
     pytest.importorskip("orbax.checkpoint")
-    from varstore.formats.orbax_writer import nested_tree, write_orbax
+    from varstore.formats.orbax.writer import nested_tree, write_orbax
 
     with pytest.raises(ConversionError, match=r"variable 'empty' is empty \(shape \(0, 3\)\); Orbax cannot save"):
         write_orbax(tmp_path / "ck", _entries({"w": np.ones(2), "empty": VALUES["empty"]}))
@@ -191,7 +191,7 @@ def test_orbax_writer_chunks_large_arrays_and_orbax_restores_them(tmp_path: Path
     ocp = pytest.importorskip("orbax.checkpoint")
     import json
 
-    from varstore.formats.orbax_writer import write_orbax
+    from varstore.formats.orbax.writer import write_orbax
 
     big = np.arange(6 * 1024 * 1024, dtype=np.float32).reshape(3072, 2048)  # 24 MiB: over one 16 MiB chunk
     write_orbax(tmp_path / "ck", _entries({"emb/table": big, "b": np.ones(3, np.float32)}))

@@ -10,8 +10,8 @@ import pytest
 
 import varstore as vs
 from varstore.checkpoint.format.entry import SaveEntry
-from varstore.formats.gguf_writer import write_gguf
-from varstore.formats.pytorch_writer import write_pytorch
+from varstore.formats.gguf.writer import write_gguf
+from varstore.formats.pytorch.writer import write_pytorch
 from varstore.errors import ConversionError, UnsupportedDtypeError
 
 VALUES = {

@@ -18,7 +18,7 @@ from pathlib import Path
 import crc32c as _crc32c
 import numpy as np
 
-from varstore.formats._tf_bundle_format import encode_tensor_name_slice
+from varstore.formats.tensorflow._bundle_format import encode_tensor_name_slice
 
 DTYPE_ENUMS = {
     "float32": 1, "float64": 2, "int32": 3, "uint8": 4, "int16": 5, "int8": 6, "complex64": 8,

@@ -6,8 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from varstore import default_store, devices, initializers
-from varstore.scopes import VariableStore
+from varstore import initializers
+from varstore.store import default_store
+from varstore.store import devices
+from varstore.store.scopes import VariableStore
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from varstore.errors import ReshapeError
-from varstore.variables import Variable
+from varstore.store.variables import Variable
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from varstore.collections import GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES
-from varstore.variables import Variable
+from varstore.store.collections import GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES
+from varstore.store.variables import Variable
 
 
 def _names(items):

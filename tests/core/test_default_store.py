@@ -1,9 +1,9 @@
-"""The default store and the module-level TF1 functions (varstore/default_store.py)."""
+"""The default store and the module-level TF1 functions (varstore/store/default_store.py)."""
 
 from __future__ import annotations
 
 import varstore as vs
-from varstore import default_store
+from varstore.store import default_store
 
 
 def test_module_level_variable_scope_and_scope_object():

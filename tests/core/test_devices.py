@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 import varstore as vs
-from varstore import devices, placement
+from varstore.store import devices
+from varstore.store import placement
 from varstore.errors import DeviceError
-from varstore.variables import Variable
+from varstore.store.variables import Variable
 
 
 @pytest.fixture
@@ -40,7 +41,7 @@ def test_only_the_device_module_imports_cupy():
     root = pathlib.Path(vs.__file__).parent
     importers = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py")
                        if re.search(r"^\s*(import cupy|from cupy)", p.read_text(encoding="utf-8"), re.M))
-    assert importers == ["devices.py"]
+    assert importers == ["store/devices.py"]
 
 
 def test_default_placement_without_a_gpu_is_cpu(store, no_gpu):
@@ -174,7 +175,7 @@ def test_replica_device_setter_custom_strategy_and_errors(store):
 
 
 def test_without_a_loaded_cupy_nothing_is_a_device_array_and_nothing_is_staged():
-    from varstore import device_transfers
+    from varstore.store import device_transfers
 
     if devices.cupy_if_loaded() is not None:
         pytest.skip("CuPy is loaded with a device in this process")

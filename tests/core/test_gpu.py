@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import varstore as vs
-from varstore import devices
-from varstore.variables import Variable
+from varstore.store import devices
+from varstore.store.variables import Variable
 
 pytestmark = pytest.mark.gpu
 

@@ -11,7 +11,7 @@ import pytest
 import varstore as vs
 from varstore import initializers as init
 from varstore.errors import InitializerError, ShapeMismatchError
-from varstore.variables import Variable
+from varstore.store.variables import Variable
 
 
 @pytest.mark.parametrize("shape, fans", [

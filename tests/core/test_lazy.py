@@ -9,7 +9,7 @@ import pytest
 
 import varstore as vs
 from varstore.errors import InitializationCycleError
-from varstore.variables import Variable
+from varstore.store.variables import Variable
 
 
 class CountingInitializer:

@@ -48,19 +48,19 @@ def test_core_names_are_loaded_together_on_first_use() -> None:
 
     assert list(varstore._CORE_NAMES) == list(_core_api.__all__)
     loaded = _modules_after("import varstore")
-    for core in ("varstore._core_api", "varstore.variables", "varstore.scopes", "varstore.default_store",
-                 "varstore.initializers", "varstore.devices"):
+    for core in ("varstore._core_api", "varstore.store.variables", "varstore.store.scopes", "varstore.store.default_store",
+                 "varstore.initializers", "varstore.store.devices"):
         assert core not in loaded, core
     # no submodule shares a public function's name: the function is what varstore.variable_scope is
-    out = subprocess.run([sys.executable, "-c", "import varstore._variable_scope, varstore.formats, varstore\n"
+    out = subprocess.run([sys.executable, "-c", "import varstore.store._variable_scope, varstore.formats, varstore\n"
                           "print(varstore.variable_scope.__module__, varstore.VariableScope.__name__,\n"
                           "      varstore.initializers.__name__, callable(varstore.get_variable))"],
                          capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["varstore.default_store", "VariableScope", "varstore.initializers", "True"]
+    assert out.split() == ["varstore.store.default_store", "VariableScope", "varstore.initializers", "True"]
 
 
-_HEAVY_FOR_A_READ = ("varstore.formats", "varstore.formats.registry", "varstore._core_api", "varstore.variables",
-                     "varstore.scopes", "varstore.checkpoint.publish.remote", "varstore.checkpoint.write.write_engine",
+_HEAVY_FOR_A_READ = ("varstore.formats", "varstore.formats.registry", "varstore._core_api", "varstore.store.variables",
+                     "varstore.store.scopes", "varstore.checkpoint.publish.remote", "varstore.checkpoint.write.write_engine",
                      "varstore.checkpoint.write.writer", "varstore.storage.object_storage", "h5py", "zarr", "tempfile",
                      # URL splitting/settings, tree removal (bz2, lzma), threads and pools: not for a local read
                      "varstore.storage._urls", "shutil", "bz2", "lzma", "threading", "concurrent.futures", "logging",

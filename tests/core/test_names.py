@@ -8,9 +8,9 @@ import weakref
 import numpy as np
 import pytest
 
-from varstore.collections import GLOBAL_VARIABLES, TRAINABLE_VARIABLES
+from varstore.store.collections import GLOBAL_VARIABLES, TRAINABLE_VARIABLES
 from varstore.errors import InvalidNameError, VariableExistsError
-from varstore.variables import Variable
+from varstore.store.variables import Variable
 
 
 def test_unnamed_variables_get_unique_default_names(store):
@@ -115,7 +115,7 @@ def test_the_store_and_the_manifest_accept_the_same_names(name, store):
 
 
 def test_the_manifest_uses_the_core_name_rule():
-    from varstore import _naming
+    from varstore.store import _naming
     from varstore.checkpoint.format import manifest
 
     assert manifest.validate_name is _naming.validate_name

@@ -1,4 +1,4 @@
-"""Partitioners (varstore/partitioners.py): values worked out from TF's formulas, the validation and slicing rules."""
+"""Partitioners (varstore/store/partitioners.py): values worked out from TF's formulas, the validation and slicing rules."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import varstore as vs
-from varstore.partitioners import call_partitioner, iter_slices, slice_dim_and_num_slices
+from varstore.store.partitioners import call_partitioner, iter_slices, slice_dim_and_num_slices
 
 
 def test_fixed_size_partitioner_caps_at_the_axis_length():

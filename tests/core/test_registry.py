@@ -7,11 +7,12 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pytest
 
-from varstore import default_store, variables
+from varstore.store import default_store
+from varstore.store import variables
 from varstore.errors import ScopeError
-from varstore.default_store import get_default_store, variable_scope
-from varstore.scopes import VariableStore
-from varstore.variables import Variable, VariableRegistry, default_registry, lazy_variable, set_default_registry
+from varstore.store.default_store import get_default_store, variable_scope
+from varstore.store.scopes import VariableStore
+from varstore.store.variables import Variable, VariableRegistry, default_registry, lazy_variable, set_default_registry
 
 
 class RecordingRegistry:

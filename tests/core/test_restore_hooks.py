@@ -10,8 +10,8 @@ import pytest
 
 import varstore as vs
 from varstore.errors import DtypeMismatchError, ShapeMismatchError
-from varstore.value_sources import ValueSource, check_restorable
-from varstore.variables import Variable
+from varstore.store.value_sources import ValueSource, check_restorable
+from varstore.store.variables import Variable
 
 
 class ArraySource:

@@ -1,4 +1,4 @@
-"""get_variable's reuse rules (varstore/reuse.py): sharing, refusing, and the spec of a new variable, as tf.compat.v1."""
+"""get_variable's reuse rules (varstore/store/reuse.py): sharing, refusing, and the spec of a new variable, as tf.compat.v1."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import varstore as vs
-from varstore import reuse
+from varstore.store import reuse
 from varstore.errors import (
     DtypeMismatchError,
     InitializerError,

@@ -9,7 +9,7 @@ import pytest
 
 import varstore as vs
 from varstore.errors import ScopeError, VariableExistsError
-from varstore.variables import Variable
+from varstore.store.variables import Variable
 
 
 def conv2d_same(images: np.ndarray, kernel: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import varstore as vs
-from varstore import initializers_v1 as v1
+from varstore.store import initializers_v1 as v1
 from varstore.errors import InitializerError
 
 SHAPE = (1000, 1000)

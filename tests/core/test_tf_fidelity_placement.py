@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 import varstore as vs
-from varstore import devices, placement
+from varstore.store import devices
+from varstore.store import placement
 from varstore.errors import DeviceError
-from varstore.variables import Variable
+from varstore.store.variables import Variable
 
 
 @pytest.fixture

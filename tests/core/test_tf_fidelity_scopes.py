@@ -11,7 +11,7 @@ import pytest
 
 import varstore as vs
 from varstore.errors import DtypeMismatchError, ValueOutOfRangeError
-from varstore.variables import Variable
+from varstore.store.variables import Variable
 
 
 def test_reopened_variable_scope_opens_a_new_name_scope(store):

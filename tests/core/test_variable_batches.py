@@ -1,4 +1,4 @@
-"""host_views and restore_many (varstore/variable_batches.py): the batch hooks for many small variables."""
+"""host_views and restore_many (varstore/store/variable_batches.py): the batch hooks for many small variables."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from varstore.errors import DtypeMismatchError, ShapeMismatchError
-from varstore.scopes import VariableStore
-from varstore.variable_batches import host_views, restore_many
+from varstore.store.scopes import VariableStore
+from varstore.store.variable_batches import host_views, restore_many
 
 
 def _store(count: int = 5) -> tuple[VariableStore, list]:
@@ -96,7 +96,10 @@ def test_initializer_result_is_adopted_only_when_nobody_else_holds_it() -> None:
 
 def test_the_engine_still_imports_the_batch_hooks_from_varstore_variables() -> None:
     """checkpoint/write/writer.py and checkpoint/read/restoration.py import these names from their old home (a re-export)."""
-    from varstore import value_sources, values, variable_batches, variables
+    from varstore.store import value_sources
+    from varstore.store import values
+    from varstore.store import variable_batches
+    from varstore.store import variables
 
     assert variables.host_views is variable_batches.host_views
     assert variables.restore_many is variable_batches.restore_many

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from varstore.errors import DtypeMismatchError, ShapeMismatchError, UnsupportedDtypeError
-from varstore.variables import Variable
+from varstore.store.variables import Variable
 
 
 def _pointer(v: Variable) -> int:
@@ -194,7 +194,7 @@ from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.extra import numpy as hnp  # noqa: E402
 
-from varstore.scopes import VariableStore  # noqa: E402
+from varstore.store.scopes import VariableStore  # noqa: E402
 
 _DTYPES = st.sampled_from(["float32", "float64", "float16", "int8", "int32", "uint16", "complex64", "bool"])
 

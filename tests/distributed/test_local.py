@@ -9,7 +9,7 @@ import pytest
 
 import varstore as vs
 from varstore import distributed
-from varstore.placement import split_task
+from varstore.store.placement import split_task
 
 
 @dataclasses.dataclass

@@ -38,7 +38,7 @@ _SIZE = st.one_of(st.integers(0, 64), _HUGE)
 
 # ------------------------------------------------------------------ TF
 def _tf_table(data: bytes) -> None:
-    from varstore.formats import _tf_bundle_format as fmt
+    from varstore.formats.tensorflow import _bundle_format as fmt
 
     for key, value in fmt.read_table(data, "fuzz"):
         if key == b"":
@@ -48,7 +48,7 @@ def _tf_table(data: bytes) -> None:
 
 
 def _tf_entry(data: bytes) -> None:
-    from varstore.formats import _tf_bundle_format as fmt
+    from varstore.formats.tensorflow import _bundle_format as fmt
 
     fmt.parse_entry(b"fuzz/var", data, "fuzz")
 
@@ -94,8 +94,8 @@ def _tf_bundle(entry: bytes) -> None:
         from tf_bundle_writer import table  # the test helper that writes LevelDB tables
     finally:
         sys.path.pop(0)
-    from varstore.formats import _tf_bundle_format as fmt
-    from varstore.formats.tf_checkpoint import TFCheckpointReader
+    from varstore.formats.tensorflow import _bundle_format as fmt
+    from varstore.formats.tensorflow.reader import TFCheckpointReader
 
     pairs = fmt.read_table((FIXTURES / "tf1_scopes/model.ckpt.index").read_bytes(), "fixture")
     pairs = [(k, entry if i == 1 else v) for i, (k, v) in enumerate(pairs)]
@@ -133,7 +133,7 @@ def safetensors_files(draw: Any) -> bytes:
 
 
 def _safetensors(data: bytes) -> None:
-    from varstore.formats.safetensors import SafetensorsReader
+    from varstore.formats.safetensors.single import SafetensorsReader
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "f.safetensors"
@@ -160,7 +160,7 @@ def npz_files(draw: Any) -> bytes:
 
 
 def _npz(data: bytes) -> None:
-    from varstore.formats.npz import NpzReader
+    from varstore.formats.plain.npz import NpzReader
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "f.npz"

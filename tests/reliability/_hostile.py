@@ -82,7 +82,7 @@ def huge_tf(folder: Path) -> Path:
         from tf_bundle_writer import table
     finally:
         sys.path.pop(0)
-    from varstore.formats import _tf_bundle_format as fmt
+    from varstore.formats.tensorflow import _bundle_format as fmt
 
     from ._fuzz import _field
 

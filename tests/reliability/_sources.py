@@ -155,7 +155,7 @@ def data_regions(source: Source) -> dict[str, list[tuple[int, int, str]]]:
                 rel = str(Path(extent.file).relative_to(root))
                 regions.setdefault(rel, []).append((start, start + record.nbytes, name))
     elif source.label == "TF .data":
-        from varstore.formats import _tf_bundle_format as fmt
+        from varstore.formats.tensorflow import _bundle_format as fmt
 
         index = (source.src / "model.ckpt.index").read_bytes()
         for key, value in fmt.read_table(index, "index"):

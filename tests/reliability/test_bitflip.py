@@ -41,7 +41,7 @@ def test_npz_data_flip_is_caught_by_the_zip_crc(tmp_path: Path) -> None:
     """Regression: npz members were read without reaching the end, so zipfile never checked CRC-32."""
     import numpy as np
 
-    from varstore.formats.npz import NpzReader
+    from varstore.formats.plain.npz import NpzReader
     from varstore.errors import CorruptCheckpointError
 
     path = tmp_path / "a.npz"
@@ -58,7 +58,7 @@ def test_deflated_npz_damage_is_a_typed_error(tmp_path: Path) -> None:
     """Regression: a damaged deflate stream escaped as a raw zlib.error."""
     import numpy as np
 
-    from varstore.formats.npz import NpzReader
+    from varstore.formats.plain.npz import NpzReader
     from varstore.errors import CorruptCheckpointError
 
     path = tmp_path / "a.npz"

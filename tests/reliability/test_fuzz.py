@@ -50,7 +50,7 @@ def test_negative_dimension_gives_typed_error() -> None:
 
 def test_tf_shape_past_numpy_limits_is_a_typed_error() -> None:
     """Regression (long fuzz run): an empty shape with huge extents escaped as numpy's ValueError."""
-    from varstore.formats import _tf_bundle_format as fmt
+    from varstore.formats.tensorflow import _bundle_format as fmt
     from varstore.errors import CorruptCheckpointError
 
     from ._fuzz import _field
@@ -65,7 +65,7 @@ def test_npz_shape_past_numpy_limits_is_a_typed_error(tmp_path: Path) -> None:
     import struct
     import zipfile
 
-    from varstore.formats.npz import NpzReader
+    from varstore.formats.plain.npz import NpzReader
     from varstore.errors import CorruptCheckpointError
 
     header = ("{'descr': '<f4', 'fortran_order': False, 'shape': (0, %d, 0), }" % (2**64 + 5)).ljust(118) + "\n"

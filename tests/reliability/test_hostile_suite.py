@@ -44,7 +44,7 @@ def _bzip2_npz(folder: Path) -> Path:
 
 def _tf_state_outside(folder: Path) -> Path:
     from varstore.checkpoint.format.entry import SaveEntry
-    from varstore.formats.tf_writer import write_tf_checkpoint
+    from varstore.formats.tensorflow.writer import write_tf_checkpoint
 
     entry = SaveEntry("w", (4,), np.dtype(np.float32), lambda: np.full(4, -7.5, np.float32))
     write_tf_checkpoint(folder / "other" / "model.ckpt", [entry])

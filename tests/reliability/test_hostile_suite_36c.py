@@ -47,7 +47,7 @@ def _twins(tmp_path: Path, write: Callable[[Path, np.ndarray], None], name: str)
 
 
 def _tf_data(tmp_path: Path) -> Path:
-    from varstore.formats.tf_writer import write_tf_checkpoint
+    from varstore.formats.tensorflow.writer import write_tf_checkpoint
 
     checkpoint, outside = _twins(tmp_path, lambda p, v: write_tf_checkpoint(p, _entries(v)) and None, "model.ckpt")
     shutil.copy(f"{outside}.index", f"{checkpoint}.index")  # the index's crc32c is the SENTINEL shard's
@@ -57,7 +57,7 @@ def _tf_data(tmp_path: Path) -> Path:
 
 def _orbax_chunk(tmp_path: Path) -> Path:
     pytest.importorskip("tensorstore")
-    from varstore.formats.orbax_writer import write_orbax
+    from varstore.formats.orbax.writer import write_orbax
 
     checkpoint, outside = _twins(tmp_path, lambda p, v: write_orbax(p, _entries(v)) and None, "orbax")
     chunk = next(p for p in (checkpoint / "w").iterdir() if not p.name.startswith("."))
@@ -67,7 +67,7 @@ def _orbax_chunk(tmp_path: Path) -> Path:
 
 def _dcp_data(tmp_path: Path) -> Path:
     pytest.importorskip("torch")
-    from varstore.formats.dcp_writer import write_dcp
+    from varstore.formats.dcp.writer import write_dcp
 
     checkpoint, outside = _twins(tmp_path, lambda p, v: write_dcp(p, _entries(v)) and None, "dcp")
     data = next(checkpoint.glob("*.distcp"))
@@ -77,7 +77,7 @@ def _dcp_data(tmp_path: Path) -> Path:
 
 def _dcp_metadata(tmp_path: Path) -> Path:
     pytest.importorskip("torch")
-    from varstore.formats.dcp_writer import write_dcp
+    from varstore.formats.dcp.writer import write_dcp
 
     checkpoint, outside = _twins(tmp_path, lambda p, v: write_dcp(p, _entries(v)) and None, "dcp")
     _link(checkpoint / ".metadata", outside / ".metadata")
@@ -158,7 +158,7 @@ def test_plain_zarr_chunk_symlinked_out_is_skipped_with_the_reason(tmp_path: Pat
 
 def test_a_symlink_staying_inside_the_checkpoint_is_read(tmp_path: Path) -> None:
     """Allowed: a TF data shard kept in a subfolder of the checkpoint directory and linked (relative) to."""
-    from varstore.formats.tf_writer import write_tf_checkpoint
+    from varstore.formats.tensorflow.writer import write_tf_checkpoint
 
     write_tf_checkpoint(tmp_path / "ckpt" / "model.ckpt", _entries(VALUES))
     data = tmp_path / "ckpt" / "model.ckpt.data-00000-of-00001"
@@ -173,7 +173,7 @@ def test_a_symlink_staying_inside_the_checkpoint_is_read(tmp_path: Path) -> None
 def test_the_checkpoint_path_itself_may_be_a_symlink(tmp_path: Path) -> None:
     """Only links inside are checked: the user chose the path they gave."""
     pytest.importorskip("tensorstore")
-    from varstore.formats.orbax_writer import write_orbax
+    from varstore.formats.orbax.writer import write_orbax
 
     write_orbax(tmp_path / "real" / "orbax", _entries(VALUES))
     (tmp_path / "alias").symlink_to(tmp_path / "real" / "orbax")
@@ -213,7 +213,7 @@ def test_a_symlinked_pointer_is_never_read_through(tmp_path: Path) -> None:
 
 def test_a_saved_model_index_symlinked_out_is_refused(tmp_path: Path) -> None:
     """A SavedModel directory given by the user: its variables/variables.index is a file of the checkpoint."""
-    from varstore.formats.tf_writer import write_tf_checkpoint
+    from varstore.formats.tensorflow.writer import write_tf_checkpoint
 
     for where, value in (("model", VALUES), ("outside", np.full(VALUES.shape, SENTINEL, np.float32))):
         (tmp_path / where).mkdir()

@@ -30,9 +30,9 @@ from varstore import open_checkpoint
 from varstore._limits import ENV_MAX_OBJECTS, MAX_OBJECTS
 from varstore.checkpoint.read import name_hints
 from varstore.errors import ConversionError, CorruptCheckpointError, ValueTooLargeError
-from varstore.formats.gguf import MAX_ALIGNMENT, GGUFReader
-from varstore.formats.gguf_writer import write_gguf
-from varstore.formats.tf_checkpoint import TFCheckpointReader
+from varstore.formats.gguf.reader import MAX_ALIGNMENT, GGUFReader
+from varstore.formats.gguf.writer import write_gguf
+from varstore.formats.tensorflow.reader import TFCheckpointReader
 
 #: Peak RSS a refused file may cost a child (MiB): imports take about 60-150; every claim is in GiB.
 PEAK_MB = 400

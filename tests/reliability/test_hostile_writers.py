@@ -96,7 +96,7 @@ def _entries(values: dict[str, np.ndarray]) -> list[SaveEntry]:
 
 @pytest.mark.parametrize("which", ["data-00000-of-00001", "index"])
 def test_the_tf_writer_never_replaces_a_users_file(tmp_path: Path, which: str) -> None:
-    from varstore.formats.tf_writer import write_tf_checkpoint
+    from varstore.formats.tensorflow.writer import write_tf_checkpoint
 
     users = tmp_path / f"model.ckpt.{which}"
     users.write_bytes(b"the user's own bytes")
@@ -113,7 +113,7 @@ def test_the_tf_writer_never_replaces_a_users_file(tmp_path: Path, which: str) -
 
 
 def test_the_tf_writer_replaces_a_tf_checkpoint_with_overwrite(tmp_path: Path) -> None:
-    from varstore.formats.tf_writer import write_tf_checkpoint
+    from varstore.formats.tensorflow.writer import write_tf_checkpoint
 
     write_tf_checkpoint(tmp_path / "model.ckpt", _entries({"w": np.zeros(4, np.float32)}))
     write_tf_checkpoint(tmp_path / "model.ckpt", _entries(SMALL), overwrite=True)
@@ -141,7 +141,7 @@ def test_no_writer_stores_a_name_that_climbs_out_or_is_not_utf8(tmp_path: Path, 
 
 
 def test_write_npz_itself_refuses_a_member_name_leading_out(tmp_path: Path) -> None:
-    from varstore.formats.npz import write_npz
+    from varstore.formats.plain.npz import write_npz
 
     (tmp_path / "a").mkdir()
     with pytest.raises(InvalidNameError, match=r"'\.\./\.\./evil' has a '\.\.' part"):

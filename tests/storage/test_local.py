@@ -163,7 +163,7 @@ def test_storage_imports_nothing_above_it() -> None:
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             for name in names:
                 assert not name.startswith(("varstore.checkpoint", "varstore.backends", "varstore.formats",
-                                            "varstore.variables", "varstore.scopes")), f"{path.name} imports {name}"
+                                            "varstore.store.variables", "varstore.store.scopes")), f"{path.name} imports {name}"
 
 
 # -- no block reservation on a tmpfs (issue 39): posix_fallocate there zero-fills pages the writes fill again

@@ -33,7 +33,7 @@ from varstore.distributed.communicator import Communicator, as_communicator
 from varstore.distributed.restore import restore_collective
 from varstore.distributed.save import save_collective
 from varstore.errors import CheckpointNotFoundError, NotACheckpointError, PartitionError, UnsupportedFormatError
-from varstore.partitioning import PartitionedVariable
+from varstore.store.partitioning import PartitionedVariable
 
 __all__ = ["save", "restore", "open_for_restore", "CheckpointManager"]
 

@@ -19,7 +19,7 @@ import numpy as np
 from varstore import dtypes
 from varstore.distributed.communicator import Communicator, as_communicator
 from varstore.errors import DistributedMismatchError, ReplicaDivergenceError
-from varstore.placement import task_index
+from varstore.store.placement import task_index
 
 __all__ = ["describe_structure", "check_structure", "replica_checksums", "check_replicas"]
 

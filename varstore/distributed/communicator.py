@@ -272,7 +272,7 @@ def register_communicator(claims: Callable[[Any], bool], make: Callable[[Any], C
     """Lets `as_communicator` accept a framework's group objects: `make(comm)` for every `comm` that `claims(comm)`.
 
     varstore.torch registers torch.distributed process groups on import
-    (varstore/_torch_communicator.py). Registering the same pair twice is a no-op.
+    (varstore/torch/_communicator.py). Registering the same pair twice is a no-op.
     """
     if (claims, make) not in _ADAPTERS:
         _ADAPTERS.append((claims, make))

@@ -30,7 +30,7 @@ from varstore.distributed.checks import check_structure
 from varstore.distributed.communicator import as_communicator
 from varstore.distributed.plan import VariableLayout, layouts_of, plan_restore
 from varstore.distributed.shards import ShardPart
-from varstore.value_sources import check_restorable
+from varstore.store.value_sources import check_restorable
 
 __all__ = ["restore_collective"]
 
@@ -76,7 +76,7 @@ def _planned(reader: VarstoreReader, store: Any, rank: int, assignment_map: Mapp
 def _apply(reader: VarstoreReader, pairs: list[tuple[Any, Any]], lazy: bool, verify: bool) -> None:
     """Reads every pair's region; the regions of one array in one pass (regions.read_regions: each stored byte
     read and checked once), into new memory for unallocated variables and in place for shards."""
-    from varstore.variables import restore_many
+    from varstore.store.variables import restore_many
 
     if lazy:
         for variable, source in pairs:

@@ -27,8 +27,8 @@ from varstore import dtypes
 from varstore.distributed.agree import agree_all
 from varstore.distributed.communicator import Communicator
 from varstore.errors import DistributedMismatchError, InvalidNameError, NotOwnedError, ShapeMismatchError
-from varstore.partitioning import SaveSliceInfo
-from varstore.value_sources import ValueSource, check_restorable
+from varstore.store.partitioning import SaveSliceInfo
+from varstore.store.value_sources import ValueSource, check_restorable
 
 __all__ = ["LocalShard", "ShardPart", "ShardedState", "describe_shards", "sharded_state"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from varstore._naming import validate_name
+from varstore.store._naming import validate_name
 from varstore.errors import InvalidNameError, PathOutsideCheckpointError
 
 __all__ = ["inside", "written_names"]

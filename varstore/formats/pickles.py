@@ -1,7 +1,7 @@
 """The pickle refusal: pickle-based files no reader claims are refused, never unpickled.
 
 A zip with a misplaced data.pkl or pickle members, or a raw pickle that is no
-torch.save file (varstore.formats.pytorch claims those), raises
+torch.save file (varstore.formats.pytorch.reader claims those), raises
 UnsafeFormatError naming the file, with what to do instead (TORCH_ADVICE).
 Reads only what the probe holds; never imports pickle.
 """
@@ -28,7 +28,7 @@ TORCH_ADVICE = (
 
 
 def sniff(probe: Probe) -> Path | None:
-    """Refuses pickle-based files no reader claims; runs (from varstore.formats.pytorch.sniff) after every
+    """Refuses pickle-based files no reader claims; runs (from varstore.formats.pytorch.reader.sniff) after every
     other format's magic bytes were tried and the file is no torch.save file.
 
     Raises:

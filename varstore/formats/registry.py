@@ -6,9 +6,9 @@ Everything that needs to know which formats exist reads this module:
 is one `FormatEntry` in `_BUILTIN` below, pointing (lazily) at the module
 that reads it.
 
-Adding a format (one module plus one entry):
+Adding a format (one folder plus one entry):
 
-1. Write `varstore/formats/<format>.py` with two module-level functions:
+1. Write `varstore/formats/<family>/reader.py` with two module-level functions:
    `sniff(probe: Probe) -> Path | None` (look only at what the Probe holds:
    `head`, `tail`, `size`, `is_dir`, `zip_names`, `is_hdf5`/`hdf5()`, `read_at`;
    return the path to open, or None; raise UnsafeFormatError for a file it
@@ -22,8 +22,8 @@ Adding a format (one module plus one entry):
    top-level imports light (stdlib, numpy, varstore.errors,
    varstore.checkpoint.read.reader_api): sniffing imports it; heavy or optional
    dependencies go inside functions.
-2. Here, add a loader `def _<format>() -> ModuleType: from varstore.formats
-   import <format>; return <format>` and one `FormatEntry(name=...,
+2. Here, add a loader `def _<format>() -> ModuleType: from varstore.formats.<family>
+   import reader as <format>; return <format>` and one `FormatEntry(name=...,
    description=..., suffixes=(...), sniff=lazy(_<format>, "sniff"),
    open=lazy(_<format>, "open_reader"), order=...)` in `_BUILTIN`. `lazy`
    imports the module on first call, so `import varstore` never imports a
@@ -97,8 +97,8 @@ class _Lazy:
 def lazy(load: Callable[[], ModuleType], attribute: str) -> Any:
     """A function that calls `load()` on first use and forwards to its `attribute`.
 
-    `load` is a function holding one literal import (`from varstore.formats
-    import keras; return keras`), so nothing is imported when the table is
+    `load` is a function holding one literal import (`from varstore.formats.keras
+    import reader as keras; return keras`), so nothing is imported when the table is
     built and tests/test_layering.py still sees the import. Typed Any so it
     fits the sniff, open and write slots alike.
     """
@@ -117,82 +117,82 @@ def _varstore_format() -> ModuleType:
 
 
 def _keras() -> ModuleType:
-    from varstore.formats import keras
+    from varstore.formats.keras import reader as keras
     return keras
 
 
 def _generic() -> ModuleType:
-    from varstore.formats import generic
+    from varstore.formats.plain import generic
     return generic
 
 
 def _tf_checkpoint() -> ModuleType:
-    from varstore.formats import tf_checkpoint
+    from varstore.formats.tensorflow import reader as tf_checkpoint
     return tf_checkpoint
 
 
 def _safetensors() -> ModuleType:
-    from varstore.formats import safetensors
+    from varstore.formats.safetensors import single as safetensors
     return safetensors
 
 
 def _npz() -> ModuleType:
-    from varstore.formats import npz
+    from varstore.formats.plain import npz
     return npz
 
 
 def _pytorch() -> ModuleType:
-    from varstore.formats import pytorch
+    from varstore.formats.pytorch import reader as pytorch
     return pytorch
 
 
 def _sharded_safetensors() -> ModuleType:
-    from varstore.formats import sharded_safetensors
+    from varstore.formats.safetensors import sharded as sharded_safetensors
     return sharded_safetensors
 
 
 def _dcp() -> ModuleType:
-    from varstore.formats import dcp
+    from varstore.formats.dcp import reader as dcp
     return dcp
 
 
 def _orbax() -> ModuleType:
-    from varstore.formats import orbax
+    from varstore.formats.orbax import reader as orbax
     return orbax
 
 
 def _keras_sharded() -> ModuleType:
-    from varstore.formats import keras_sharded
+    from varstore.formats.keras import sharded as keras_sharded
     return keras_sharded
 
 
 def _gguf() -> ModuleType:
-    from varstore.formats import gguf
+    from varstore.formats.gguf import reader as gguf
     return gguf
 
 
 def _gguf_writer() -> ModuleType:
-    from varstore.formats import gguf_writer
+    from varstore.formats.gguf import writer as gguf_writer
     return gguf_writer
 
 
 def _orbax_writer() -> ModuleType:
-    from varstore.formats import orbax_writer
+    from varstore.formats.orbax import writer as orbax_writer
     return orbax_writer
 
 
 def _dcp_writer() -> ModuleType:
-    from varstore.formats import dcp_writer
+    from varstore.formats.dcp import writer as dcp_writer
     return dcp_writer
 
 
 def _tf_writer() -> ModuleType:
-    from varstore.formats import tf_writer
+    from varstore.formats.tensorflow import writer as tf_writer
     return tf_writer
 
 
 def _pytorch_writer() -> ModuleType:
-    from varstore.formats import pytorch_writer
+    from varstore.formats.pytorch import writer as pytorch_writer
     return pytorch_writer
 
 

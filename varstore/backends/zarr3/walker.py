@@ -8,7 +8,7 @@ skipped and never followed. Codecs are allow-listed before zarr opens the
 hierarchy, Zarr v2 arrays are read by v2_array (bounded decoders, the chunk
 files present only) and Zarr v3 chunks are checked by chunk_check before
 zarr decodes them; a grid far larger than its chunk files is refused. The
-importer varstore.formats.generic uses it so it never imports zarr itself;
+importer varstore.formats.plain.generic uses it so it never imports zarr itself;
 it knows nothing about variables or checkpoints.
 """
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from varstore._limits import load_json
-from varstore._naming import validate_name as _validate_name
+from varstore.store._naming import validate_name as _validate_name
 from varstore import dtypes as _dtypes
 from varstore.checkpoint._batch import paused_gc
 from varstore.checkpoint.format.byte_ranges import check_disjoint

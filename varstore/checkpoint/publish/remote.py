@@ -1,4 +1,4 @@
-"""Checkpoints on an object store: the commit without rename, the sweep, and what a reader may open.
+"""Checkpoints on an object store: the commit without rename and the sweep (what a reader may open: read/remote_read.py).
 
 Object stores have no rename and no fsync, so a save to a URL cannot write a
 temporary and rename it (atomic.py's protocol). This module is the other
@@ -17,10 +17,8 @@ protocol (docs/guide/object-storage.md, "Commit without rename"):
   carry the manifest's crc32c) written create-only: the commit. Then the
   marker goes.
 - A Zarr prefix without its root `zarr.json` is never listed, opened or
-  restored (`committed` says whether one is there). A Zarr checkpoint is read
-  with the metadata its reader opens copied into a local temporary directory
-  and its chunk objects fetched from the bucket (StagedZarrStorage: on demand,
-  or concurrently ahead of a restore).
+  restored; reading one (the commit check, its metadata held in memory, its
+  chunk objects fetched on demand) is checkpoint/read/remote_read.py's.
 - The next save under the same parent sweeps what killed writers left:
   incomplete multipart uploads and prefixes with a pending marker and no
   commit, once older than the grace period (SWEEP_GRACE_SECONDS).
@@ -34,36 +32,30 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
-import os
 import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from varstore.backends import get_backend
-from varstore.checkpoint.format.manifest import INDEX_HEADER_BYTES, MANIFEST_PATH, Record, decode_index_header
+from varstore.checkpoint.format.manifest import INDEX_HEADER_BYTES, Record, decode_index_header
+from varstore.checkpoint.read.remote_read import COMMIT_OBJECT, PENDING_MARKER  # what a reader takes for committed
 from varstore.checkpoint.write.write_engine import write_container
-from varstore.errors import (CheckpointError, CheckpointExistsError, CheckpointNotFoundError, NotACheckpointError,
-                             VarstoreError)
+from varstore.errors import CheckpointError, CheckpointExistsError
 from varstore.storage import ObjectStore, storage_for
-from varstore.storage.staged_read import StagedZarrStorage
 from varstore.storage.local import LocalStorage
 
 if TYPE_CHECKING:
     from varstore.storage.object_info import ObjectInfo
 
-__all__ = ["publish_remote", "check_replaceable_remote", "describe_remote", "committed", "is_checkpoint", "container_of", "stage_for_reading", "sweep",
-           "PENDING_MARKER", "COMMIT_OBJECT", "SWEEP_GRACE_SECONDS"]
+__all__ = ["publish_remote", "check_replaceable_remote", "describe_remote", "sweep", "PENDING_MARKER", "COMMIT_OBJECT",
+           "SWEEP_GRACE_SECONDS"]
 
 _log = logging.getLogger("varstore.checkpoint")
 
-#: A Zarr checkpoint's "save started, not finished" marker, relative to its prefix.
-PENDING_MARKER = "_varstore/pending"
-#: A Zarr checkpoint's commit object, relative to its prefix (written last, create-only).
-COMMIT_OBJECT = "zarr.json"
 #: Seconds an abandoned upload or uncommitted prefix is left alone before a save sweeps it
 #: (so a concurrent writer's save in progress is never touched).
 SWEEP_GRACE_SECONDS = 3600.0
@@ -71,49 +63,6 @@ SWEEP_GRACE_SECONDS = 3600.0
 
 def _parent(name: str) -> str:
     return name.rsplit("/", 1)[0] if "/" in name else ""
-
-
-def container_of(storage: ObjectStore, name: str, format: str | None = None) -> str:
-    """The container ("h5" or "zarr") at `name`: by `format`, the suffix, else what is stored there.
-
-    Raises:
-      CheckpointNotFoundError: nothing committed at `name`, naming the URL.
-    """
-    if format is not None:
-        return get_backend(format).name
-    suffix = Path(name).suffix.lower()
-    if suffix == ".zarr":
-        return "zarr"
-    if suffix in (".h5", ".hdf5"):
-        return "h5"
-    if storage.exists(f"{name}/{COMMIT_OBJECT}"):
-        return "zarr"
-    if storage.exists(name):
-        return "h5"
-    raise CheckpointNotFoundError(f"no checkpoint at {storage.url_of(name)}: no object and no committed "
-                                  f"Zarr prefix there; check the URL")
-
-
-def committed(storage: ObjectStore, name: str, fmt: str) -> bool:
-    """True when a finished checkpoint is at `name`: the HDF5 object, or the Zarr prefix's commit object."""
-    return storage.exists(f"{name}/{COMMIT_OBJECT}" if get_backend(fmt).is_directory else name)
-
-
-def is_checkpoint(url: os.PathLike[str] | str, storage_options: Mapping[str, object] | None = None) -> bool:
-    """True when a committed varstore checkpoint is at `url` (index header, or the commit object's attributes)."""
-    try:
-        storage, key = storage_for(url, storage_options)
-        if not isinstance(storage, ObjectStore):
-            return False
-        name = storage.name_of(key)
-        fmt = container_of(storage, name)
-        if get_backend(fmt).is_directory:
-            attrs = json.loads(storage.read_all(f"{name}/{COMMIT_OBJECT}")).get("attributes") or {}
-            return attrs.get("varstore_format") is not None
-        head = bytes(storage.read_range(name, 0, min(INDEX_HEADER_BYTES, storage.size(name))))
-        return decode_index_header(head) is not None
-    except (VarstoreError, OSError, ValueError):
-        return False
 
 
 def sweep(storage: ObjectStore, parent: str, *, grace_seconds: float | None = None,
@@ -279,89 +228,5 @@ def publish_remote(final: str, storage: ObjectStore, fmt: str, entries: list[Any
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return final
-
-
-def stage_for_reading(storage: ObjectStore, name: str, fmt: str
-                      ) -> tuple[Path, StagedZarrStorage, dict[str, bytes]] | None:
-    """Prepares a committed checkpoint at `name` for reading.
-
-    HDF5 is read in place with ranged GETs (returns None; its object is
-    kept open on `storage`: one GET of its first bytes brings its size and
-    ETag for the whole read). For a Zarr checkpoint the prefix is listed
-    once and only its metadata (every array's zarr.json, the manifest's
-    chunks) is fetched, into memory: returned as {path under the checkpoint:
-    bytes} for the backend reader, with a path standing for the checkpoint
-    (nothing is ever written there) and the StagedZarrStorage that reads
-    variable bytes from their objects on demand (and the held files from memory).
-
-    Raises:
-      CheckpointNotFoundError: nothing committed there (an unfinished save is not a checkpoint).
-      NotACheckpointError: the commit object went while it was read.
-    """
-    if not get_backend(fmt).is_directory:
-        try:
-            storage.keep_open(name)  # one GET: size, ETag and index header, for the reader until it closes
-        except FileNotFoundError:
-            raise CheckpointNotFoundError(f"no checkpoint at {storage.url_of(name)}; check the URL") from None
-        return None
-    listed = storage.list_info(name)  # one listing: the commit check, the sizes and the metadata to fetch
-    if f"{name}/{COMMIT_OBJECT}" not in {info.name for info in listed}:
-        raise CheckpointNotFoundError(
-            f"no checkpoint at {storage.url_of(name)}"
-            + (f": objects are there but no commit object {COMMIT_OBJECT} (an unfinished or partly "
-               f"copied save); save it again or finish the copy" if listed else "; check the URL"))
-    listing = {info.name: info.size for info in listed if not info.name.endswith("/" + PENDING_MARKER)}
-    try:
-        held = _fetch_metadata(storage, name, _metadata_to_copy(name, listing), listing)
-    except FileNotFoundError as err:
-        raise NotACheckpointError(f"{storage.url_of(name)} lost an object while it was read: {err}") from None
-    # stands for the checkpoint in the backend's and storage's keys; never created (no temporary directory)
-    local = Path(tempfile.gettempdir()) / f"varstore-remote-{secrets.token_hex(6)}" / (Path(name).name or "checkpoint")
-    return local, StagedZarrStorage(local, storage, name, listing, held), held
-
-
-def _fetch_metadata(storage: ObjectStore, name: str, metadata: list[str],
-                    listing: Mapping[str, int]) -> dict[str, bytes]:
-    """The `metadata` objects' bytes, keyed by their path under `name`: the commit object (root
-    zarr.json) and the manifest's chunks first (concurrent GETs); then every node's zarr.json that the
-    root carries (its varstore_zarr_nodes attribute, written by saves to a bucket) is taken from it when
-    its size equals the object's in the listing (a node rewritten since, by another tool, is fetched
-    instead); the rest is fetched. W1: 3 GETs instead of 19, and no local file."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def fetch(keys: list[str]) -> dict[str, bytes]:
-        if len(keys) < 2:
-            return {key[len(name) + 1:]: storage.read_all(key) for key in keys}
-        with ThreadPoolExecutor(min(8, len(keys)), thread_name_prefix="varstore-metadata") as pool:
-            return dict(zip((key[len(name) + 1:] for key in keys), pool.map(storage.read_all, keys)))
-
-    commit = f"{name}/{COMMIT_OBJECT}"
-    first = [key for key in metadata if key == commit or not key.endswith("/" + COMMIT_OBJECT)]
-    held = fetch(first)
-    from_root = get_backend("zarr").documents_from_root(held[COMMIT_OBJECT])  # type: ignore[attr-defined]
-    rest = []
-    for key in metadata:
-        if key in first:
-            continue
-        data = from_root.get(key[len(name) + 1:])
-        if data is None or len(data) != listing.get(key):
-            rest.append(key)
-        else:
-            held[key[len(name) + 1:]] = data
-    held.update(fetch(rest))
-    return held
-
-
-def _metadata_to_copy(name: str, listing: Mapping[str, int]) -> list[str]:
-    """The objects a reader needs locally: the root zarr.json (the commit), every array's zarr.json and
-    the manifest's chunks. A zarr.json with another node's zarr.json under it is a group (Zarr v3 arrays
-    have no children) that the reader never opens: not copied (W1: 16 of 36 metadata GETs)."""
-    suffix = "/" + COMMIT_OBJECT
-    nodes = [key[:-len(suffix)] for key in listing if key.endswith(suffix)]
-    parents = {node.rsplit("/", depth)[0] for node in nodes for depth in range(1, node.count("/") + 1)}
-    manifest_chunks = f"{name}/{MANIFEST_PATH}/"  # its chunk file, in either chunk key encoding
-    return [key for key in listing
-            if (key.endswith(suffix) and (key[:-len(suffix)] not in parents or key[:-len(suffix)] == name))
-            or key.startswith(manifest_chunks)]
 
 

@@ -159,7 +159,7 @@ def is_varstore_checkpoint(path: os.PathLike[str] | str,
     On an object store (a URL), only a committed checkpoint counts (see remote.py).
     """
     if is_remote(path):
-        from varstore.checkpoint.publish.remote import is_checkpoint  # the object-store client: only for URLs
+        from varstore.checkpoint.read.remote_read import is_checkpoint  # the object-store client: only for URLs
 
         return is_checkpoint(path, storage_options)
     path = Path(path)

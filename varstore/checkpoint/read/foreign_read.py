@@ -22,8 +22,8 @@ from varstore import dtypes
 from varstore.dtypes import dtype_name
 from varstore.checkpoint.read.reader_api import CheckpointReader
 from varstore.errors import CorruptCheckpointError, ShapeMismatchError
-from varstore.value_sources import SliceInfo, ValueSource
-from varstore.values import check_fits
+from varstore.store.value_sources import SliceInfo, ValueSource
+from varstore.store.values import check_fits
 
 __all__ = ["ReaderSource", "ReaderResolver", "fill_from_reader"]
 
@@ -146,7 +146,7 @@ def fill_from_reader(reader: CheckpointReader, items: Sequence[tuple[str, str, A
       Whatever `validate` raises, and the reader's errors (CorruptCheckpointError,
       ChecksumError, ...), before any target changed.
     """
-    from varstore.variables import restore_many
+    from varstore.store.variables import restore_many
 
     regions = regions or {}
     sources = [ReaderSource(reader, stored, regions.get(name)) for stored, name, _ in items]

@@ -10,9 +10,11 @@ into new arrays (faulted in ahead of the reads by residency.populated),
 checked, and adopted last. Values
 for GPU variables are read into pinned staging and copied to the device
 asynchronously (device_transfers); a deferred check holds its staging until
-it has read it; copies and checks are waited for before the engine returns. The engine
-lends the reader a ReadSession for the duration and takes it back, threads
-stopped, whatever happens. Decides nothing about names or which targets
+it has read it; copies and checks are waited for before the engine returns. What is
+read, where it goes and which checks run is planned once (read_plan.py) before
+any target changes; the engine executes the plan and reaches the reader only
+through it: it lends the reader a ReadSession for the duration and takes it
+back, threads stopped, whatever happens. Decides nothing about names or which targets
 (restore.py does); never writes files.
 """
 
@@ -25,17 +27,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from varstore import device_transfers, devices
+from varstore.store import device_transfers, devices
 from varstore.checkpoint.format.checksum import crc32c_of
 from varstore.checkpoint.format.manifest import Record
-from varstore.checkpoint.format.packed import packed_checksum_failure, packed_views
+from varstore.checkpoint.read.read_plan import PACKED_CACHE_BYTES, ReadPlan, check_packed, plan_read
 from varstore.checkpoint.read.reader import CheckpointValue, ReadSession, VarstoreReader
 from varstore.checkpoint.read.residency import populated
 
-__all__ = ["read_into_targets", "Validate", "check_packed"]
-
-#: The packed blob is read whole for bulk restores when at most this many bytes.
-PACKED_CACHE_BYTES = 256 << 20
+__all__ = ["read_into_targets", "Validate", "check_packed", "PACKED_CACHE_BYTES"]  # the last two: read_plan.py's
 #: Bulk restores announce values to the storage this many bytes ahead (read-ahead).
 READ_AHEAD_BYTES = 64 << 20
 #: In bulk restores, values of at least this many bytes are checksummed in a helper thread.
@@ -69,47 +68,20 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
         allocated targets), and the first failure (in read order) is raised
         once all were read.
     """
-    from varstore.variables import Variable, restore_many
+    from varstore.store.variables import Variable, restore_many
 
+    plan = plan_read(reader, items, verify=verify, lazy=lazy)  # the one call into the reader
     session = ReadSession()
-    blob = None if lazy else reader.packed_blob(PACKED_CACHE_BYTES)
-    session.packed = blob
-    batch_variables: list[Any] = []
-    batch_indices: list[int] = []
-    fresh_batch_variables: list[Any] = []  # packed CPU Variables not initialized yet: copied from the blob, last
-    fresh_batch_indices: list[int] = []
-    rest: list[tuple[str, str, Any]] = []
-    if blob is None:
-        rest = list(items)
-    else:
-        index_of, paths = reader.manifest.index, reader.manifest.columns["path"]
-        for item in items:
-            obj = item[2]
-            index = index_of.get(item[0]) if isinstance(obj, Variable) else None
-            if index is None or paths[index] is not None:
-                rest.append(item)
-            elif obj.is_initialized:
-                batch_variables.append(obj)
-                batch_indices.append(index)
-            elif not devices.is_gpu(obj.device):
-                fresh_batch_variables.append(obj)
-                fresh_batch_indices.append(index)
-            else:
-                rest.append(item)
+    session.packed = plan.packed
+    batch, fresh_batch = plan.batch, plan.fresh_batch
     with device_transfers.batch(0 if lazy else _device_bytes(items)):  # GPU targets: see device_transfers
-        checks = _Checks(reader, session)
-        lent = reader.in_session(session)
+        checks = _Checks(plan, session)
+        lent = plan.lend(session)
         lent.__enter__()
         try:
-            sources = [(obj, name, reader.source(ckpt, verify=verify)) for ckpt, name, obj in rest]
-            batch_values = _packed_values(reader, blob, batch_indices)
-            fresh_batch_values = _packed_values(reader, blob, fresh_batch_indices)
-            names = reader.manifest.names
-            for variables, values, indices in ((batch_variables, batch_values, batch_indices),
-                                               (fresh_batch_variables, fresh_batch_values, fresh_batch_indices)):
-                for variable, value, index in zip(variables, values, indices):
-                    if value.shape != variable.shape or value.dtype != variable.dtype:
-                        validate(variable.name, variable, reader.source(names[index], verify=verify))
+            sources = plan.reads
+            for variable, source in plan.mismatched_packed():
+                validate(variable.name, variable, source)
             for obj, name, source in sources:
                 validate(name, obj, source)
             fresh: list[tuple[Any, CheckpointValue]] = []  # Variables without memory: read into new arrays
@@ -118,9 +90,8 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
                          if isinstance(obj, Variable) and not obj.is_allocated]
                 fresh_ids = {id(obj) for obj, _ in fresh}
                 sources = [item for item in sources if id(item[0]) not in fresh_ids]
-            if not lazy and verify and blob is not None:
-                check_packed(reader, blob, batch_indices + fresh_batch_indices
-                             + _packed_indices(reader, [ckpt for ckpt, _, _ in rest]))
+            if plan.packed_checks is not None:
+                plan.check_packed()
                 session.packed_checked = True
             fresh_values: list[Any] = []
             if fresh:  # read and check into new memory before any variable changes: all-or-nothing for them
@@ -140,8 +111,8 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
                 checks.finish()
             if not lazy:
                 checks.start(verify, [source.name for _, _, source in sources])
-            restore_many(batch_variables, batch_values)
-            del batch_values
+            restore_many(batch.variables, batch.values)
+            batch.values = []
             for obj, name, source in sources:
                 if hasattr(obj, "restore_from"):
                     obj.restore_from(source, lazy=lazy)
@@ -150,9 +121,10 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
             checks.finish()
             # last: a failure of the in-place targets above leaves the variables without memory as they were.
             # The packed ones get copies of their views (restore_many copies what it cannot adopt).
-            restore_many([obj for obj, _ in fresh] + fresh_batch_variables, fresh_values + fresh_batch_values,
+            restore_many([obj for obj, _ in fresh] + fresh_batch.variables, fresh_values + fresh_batch.values,
                          adopt=True)
-            del fresh_values, fresh_batch_values
+            del fresh_values
+            fresh_batch.values = []
         finally:
             checks.close()
             lent.__exit__(None, None, None)
@@ -173,8 +145,8 @@ def _device_bytes(items: Sequence[tuple[str, str, Any]]) -> int:
 class _Checks:
     """The engine's helper threads for one phase of reads: deferred crc32c checks and the storage's read-ahead."""
 
-    def __init__(self, reader: VarstoreReader, session: ReadSession) -> None:
-        self._reader = reader
+    def __init__(self, plan: ReadPlan, session: ReadSession) -> None:
+        self._plan = plan
         self._session = session
         self._pool: ThreadPoolExecutor | None = None
         self._pending: list[tuple[Record, Future[int]]] = []
@@ -186,7 +158,7 @@ class _Checks:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="varstore-crc")
             session.defer = self._defer
-        session.read_ahead = self._reader.start_read_ahead(names, READ_AHEAD_BYTES)
+        session.read_ahead = self._plan.start_read_ahead(names, READ_AHEAD_BYTES)
 
     def _defer(self, record: Record, out: npt.NDArray[Any]) -> bool:
         if record.nbytes < THREADED_CHECK_BYTES or self._pool is None:
@@ -207,7 +179,7 @@ class _Checks:
         for record, future in pending:
             found = future.result()
             if found != record.checksum:
-                self._reader.checksum_error(record, found)
+                self._plan.checksum_error(record, found)
 
     def _stop(self) -> None:
         session = self._session
@@ -222,34 +194,3 @@ class _Checks:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-
-
-def _packed_values(reader: VarstoreReader, blob: bytearray | None, indices: list[int]) -> list[npt.NDArray[Any]]:
-    """Views of the packed blob for these manifest indices (none without a blob); see packed.packed_views."""
-    if not indices or blob is None:
-        return []
-    return packed_views(blob, reader.manifest.columns, reader.manifest.names, indices, str(reader.path))
-
-
-def _packed_indices(reader: VarstoreReader, names: list[str]) -> list[int]:
-    index_of, paths = reader.manifest.index, reader.manifest.columns["path"]
-    found = []
-    for name in names:
-        index = index_of.get(name)
-        if index is not None and paths[index] is None:
-            found.append(index)
-    return found
-
-
-def check_packed(reader: VarstoreReader, blob: bytearray, indices: list[int]) -> None:
-    """Checks the crc32c of packed variables (manifest indices) on the blob, before any is used.
-
-    Raises:
-      ChecksumError: naming the first damaged variable and the file.
-      CorruptCheckpointError: a variable lies outside the blob.
-    """
-    failure = packed_checksum_failure(blob, reader.manifest.columns, indices)
-    if failure is None:
-        return
-    index, found = failure
-    reader.checksum_error(reader.record(reader.manifest.names[index]), found)

@@ -484,7 +484,7 @@ def _open_remote(url: os.PathLike[str] | str, format: str | None,
                  storage_options: Mapping[str, object] | None) -> VarstoreReader:
     """open_varstore for an object-store URL: commit object checked, HDF5 in place, Zarr metadata in memory."""
     # the object-store client and the remote layer: imported only for URLs (a local open stays light)
-    from varstore.checkpoint.publish.remote import container_of, stage_for_reading
+    from varstore.checkpoint.read.remote_read import container_of, stage_for_reading
     from varstore.storage import object_store_for
 
     storage, key = object_store_for(url, storage_options)

@@ -209,7 +209,7 @@ def cast_into(out: npt.NDArray[Any], value: npt.NDArray[Any], origin: str) -> No
     Raises:
       ValueOutOfRangeError: naming `origin` ("'step' in 'ckpt.h5'"), both dtypes and the first offending value.
     """
-    from varstore.values import check_fits  # the rare cast path only: a plain read never needs the core
+    from varstore.store.values import check_fits  # the rare cast path only: a plain read never needs the core
 
     check_fits(value, out.dtype, f"restore {origin} into {out.dtype.name}")
     np.copyto(out, value, casting="unsafe")

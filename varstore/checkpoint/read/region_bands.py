@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore.checkpoint.format.checksum import crc32c_of
-from varstore.values import check_fits
+from varstore.store.values import check_fits
 
 __all__ = ["byte_runs", "RegionTarget", "Unit", "BandReader", "overlap", "DEFAULT_BUFFER_BYTES"]
 

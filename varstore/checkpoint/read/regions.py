@@ -36,7 +36,7 @@ from varstore.checkpoint.read.region_bands import (
 )
 from varstore.dtypes import dtype_name
 from varstore.errors import ChecksumError
-from varstore.values import check_fits
+from varstore.store.values import check_fits
 
 __all__ = ["byte_runs", "read_region", "read_regions", "RegionSource", "RegionTarget", "recorded_writes"]
 

@@ -46,8 +46,8 @@ from varstore.checkpoint.read.reader_api import CheckpointReader
 from varstore.checkpoint.read.regions import RegionSource
 from varstore.checkpoint.read.restore_result import Consumption, RestoreResult, strict_restore_error
 from varstore.errors import DtypeMismatchError, RestoreError, RestoreTargetError, ShapeMismatchError
-from varstore.ownership import bound_rank
-from varstore.value_sources import Resolver, SliceInfo, ValueSource
+from varstore.store.ownership import bound_rank
+from varstore.store.value_sources import Resolver, SliceInfo, ValueSource
 
 __all__ = ["restore", "restore_and_release", "RestoreResult", "PendingResolver", "map_names", "covered_targets",
            "targets_of", "strict_restore_error", "reader_still_needed"]
@@ -311,7 +311,7 @@ def _restore_from(reader: CheckpointReader, targets: dict[str, Any], store: Any,
 
     if strict and missing and isinstance(reader, VarstoreReader):  # other formats: parts are matched first
         raise strict_restore_error(location, missing, unexpected, stored())
-    from varstore.variables import check_restorable
+    from varstore.store.variables import check_restorable
 
     def validate(name: str, obj: Any, source: CheckpointValue | ReaderSource) -> None:
         if hasattr(obj, "restore_from"):

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from varstore import device_transfers, devices
+from varstore.store import device_transfers, devices
 from varstore import dtypes as _dtypes
 from varstore._version import __version__
 from varstore.checkpoint.format.entry import SaveEntry
@@ -42,7 +42,7 @@ from varstore.errors import (
     ShapeMismatchError,
     UnsupportedDtypeError,
 )
-from varstore.variables import Variable
+from varstore.store.variables import Variable
 
 __all__ = ["PlannedEntry", "entries_from", "plan_records", "checked_value", "host_value", "header",
            "planned_layout", "array_attrs", "root_attrs"]

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from varstore import device_transfers, devices
+from varstore.store import device_transfers, devices
 from varstore.backends import format_for_path
 from varstore.checkpoint.publish.commit import publish
 from varstore.checkpoint.format.entry import SnapshotEntry

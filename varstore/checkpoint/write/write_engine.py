@@ -37,7 +37,7 @@ from varstore.checkpoint.format.packed import pack_window
 from varstore.checkpoint.format.entry import SnapshotEntry
 from varstore.checkpoint.write.plan import PlannedEntry, array_attrs, checked_value, host_value, root_attrs
 from varstore.storage import Storage, StorageWriter, storage_for
-from varstore.variables import host_views
+from varstore.store.variables import host_views
 
 __all__ = ["write_container", "STAGING_BYTES"]
 
