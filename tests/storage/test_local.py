@@ -228,3 +228,26 @@ def test_writes_on_a_tmpfs_reserve_no_blocks_and_read_back(shm_dir: Path, tmp_pa
     disk.write_at(8, data)
     disk.finish()
     assert calls == [(8, data.nbytes)]
+
+
+def test_a_reservation_past_the_free_space_is_not_attempted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source declaring 4 TiB must not fill the disk for every other process before its value is refused:
+    reserve() asks for blocks only when the file system has room for them (posix_fallocate past the free
+    space allocates until the disk is full before it fails). Smaller reservations still happen."""
+    from varstore.storage import local
+
+    calls: list[tuple[int, int]] = []
+    monkeypatch.setattr(local.os, "posix_fallocate", lambda fd, off, n: calls.append((off, n)))
+    monkeypatch.setattr(local, "in_memory", lambda fd: False)  # as on a disk, also where tmp_path is a tmpfs
+    storage = LocalStorage(tmp_path)
+    info = os.statvfs(tmp_path)
+    free = info.f_bavail * info.f_frsize
+    huge = storage.writer("huge")
+    huge.reserve(free + (1 << 40))
+    huge.write_at(0, b"x")
+    huge.finish()
+    assert calls == [] and os.stat(tmp_path / "huge").st_blocks <= 8
+    small = storage.writer("small")
+    small.reserve(2 << 20)
+    small.finish()
+    assert calls == [(0, 2 << 20)]

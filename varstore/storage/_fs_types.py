@@ -1,8 +1,9 @@
 """Which file system holds a file: the mount's type from /proc/self/mountinfo by device number, cached.
 
-One question only, asked before reserving blocks (posix_fallocate): is the file in memory (tmpfs, ramfs),
+Two questions, asked before reserving blocks (posix_fallocate): is the file in memory (tmpfs, ramfs),
 where reserving zero-fills every page that the write then fills again (W1, 318 MiB on /dev/shm: ~70 ms
-of CPU for nothing)? Reads nothing but mountinfo; an unknown device (btrfs subvolumes report anonymous
+of CPU for nothing)? And does its file system have room for the reservation at all (a source declaring
+4 TiB must not fill the disk for every other process before its value is refused)? Reads nothing but mountinfo; an unknown device (btrfs subvolumes report anonymous
 numbers, no /proc) counts as a disk, so reserving stays the default.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["in_memory", "mount_types"]
+__all__ = ["in_memory", "mount_types", "has_room"]
 
 #: File system types whose pages are memory: reserving blocks there only zero-fills them.
 _MEMORY_TYPES = frozenset({"tmpfs", "ramfs"})
@@ -48,3 +49,13 @@ def in_memory(fd: int) -> bool:
         _types.update(mount_types())
         fs_type = _types.setdefault(dev, "")
     return fs_type in _MEMORY_TYPES
+
+
+def has_room(fd: int, nbytes: int) -> bool:
+    """True when the file system holding `fd` has at least `nbytes` free for this user (statvfs f_bavail);
+    True when that cannot be told (the write then reports ENOSPC itself)."""
+    try:
+        info = os.fstatvfs(fd)
+    except OSError:
+        return True
+    return nbytes <= info.f_bavail * info.f_frsize

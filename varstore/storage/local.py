@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from varstore.errors import CorruptCheckpointError
-from varstore.storage._fs_types import in_memory
+from varstore.storage._fs_types import has_room, in_memory
 from varstore.storage._local_errors import permission_denied
 from varstore.storage.protocol import Buffer
 from varstore.storage.special_files import check_regular_file, open_for_reading
@@ -278,7 +278,8 @@ class LocalWriter:
         if nbytes < _FALLOCATE_BYTES:
             return
         try:
-            if not in_memory(self._fd):  # a tmpfs would zero-fill every page the writes then fill (issue 39)
+            # not on a tmpfs (it would zero-fill every page the writes then fill, issue 39), never past the free space
+            if not in_memory(self._fd) and has_room(self._fd, nbytes):
                 os.posix_fallocate(self._fd, 0, nbytes)
         except OSError:
             return
@@ -292,7 +293,7 @@ class LocalWriter:
         if nbytes >= _FALLOCATE_BYTES and not self._reserved and self.key not in self._storage._reserved:
             if in_memory(fd):  # nothing to reserve on a tmpfs: writes to this file never try again
                 self._reserved = True
-            else:
+            elif has_room(fd, nbytes):
                 try:  # reserve the blocks first: writes into allocated extents run ~2x faster on ext4
                     os.posix_fallocate(fd, offset, nbytes)
                 except OSError:
