@@ -3,7 +3,9 @@ Azure (Azurite) test servers."""
 
 from __future__ import annotations
 
+import getpass
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -263,12 +265,28 @@ def bucket(request: pytest.FixtureRequest) -> Bucket:
     return Bucket(request.param, request.getfixturevalue(f"{name}_prefix"), dict(server.storage_options))
 
 
+#: torch's compile cache folder, which importing some torch modules creates empty in /tmp (getpass.getuser()).
+_TORCH_CACHE = Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"
+_TORCH_CACHE_WAS_THERE = _TORCH_CACHE.exists()
+
+
+def _remove_torch_cache_folder() -> None:
+    """Removes torch's cache folder when this run made it and left it empty (a user's own cache stays)."""
+    if not _TORCH_CACHE_WAS_THERE:
+        try:
+            _TORCH_CACHE.rmdir()
+        except OSError:
+            pass
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """A green run leaves nothing in /tmp: its base temporary directory goes (session-scoped
     `tmp_path_factory.mktemp` folders too, which the retention policy keeps), and the per-user parent
     when nothing else is in it. A failed run keeps its folders to look at; an explicit --basetemp is left alone."""
     import shutil
 
+    if not hasattr(session.config, "workerinput"):  # the xdist controller (or a plain run): after every worker
+        _remove_torch_cache_folder()
     factory = getattr(session.config, "_tmp_path_factory", None)
     if exitstatus != 0 or factory is None or session.config.option.basetemp:
         return

@@ -19,12 +19,12 @@ import datetime
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from varstore.checkpoint.manage.incremental import SavedSnapshot, save_snapshot, tag_of
-from varstore.checkpoint.read.restoration import RestoreResult, reader_still_needed, restore, targets_of
+from varstore.checkpoint.read.restoration import RestoreResult, restore_and_release
 from varstore.checkpoint.read.snapshot_reader import SnapshotReader, steps_of
 from varstore.errors import CheckpointError, CheckpointNotFoundError, CorruptCheckpointError, NotACheckpointError
 from varstore.storage.icechunk_repo import IcechunkRepository
@@ -221,16 +221,9 @@ class IncrementalCheckpointManager:
             if skipped:
                 warnings.warn(f"restore_latest skipped {'; '.join(skipped)}; restoring '{reader.location}'",
                               RuntimeWarning, stacklevel=2)
-            try:
-                result = restore(reader, target, assignment_map=assignment_map, strict=strict, lazy=lazy,
-                                 verify=verify)
-            except BaseException:
-                reader.close()
-                raise
-            if not isinstance(target, Iterator) and not reader_still_needed(
-                    result, targets_of(target)[0] if lazy else {}, lazy):
-                reader.close()
-            return result
+            # closed on failure, and after success unless lazy or deferred variables still read from it
+            return restore_and_release(reader, target, assignment_map=assignment_map, strict=strict, lazy=lazy,
+                                       verify=verify)
         return None
 
     def __repr__(self) -> str:

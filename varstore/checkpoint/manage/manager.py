@@ -34,7 +34,7 @@ from varstore.checkpoint.read.detection import is_varstore_checkpoint
 from varstore.checkpoint.manage.remote_manager import remote_directory
 from varstore.checkpoint.write.plan import entries_from
 from varstore.checkpoint.read.reader import open_varstore
-from varstore.checkpoint.read.restoration import RestoreResult, reader_still_needed, restore, targets_of
+from varstore.checkpoint.read.restoration import RestoreResult, restore_and_release
 from varstore.checkpoint.write.snapshot import SaveHandle, save_async
 from varstore.checkpoint.write.writer import save
 from varstore.errors import (CheckpointError, CheckpointLockedError, CorruptCheckpointError, NotACheckpointError,
@@ -463,18 +463,9 @@ class CheckpointManager:
                 warnings.warn(f"restore_latest skipped {len(skipped)} damaged checkpoint(s) in '{self.directory}': "
                               f"{'; '.join(skipped)}; restoring '{path}', the newest that opens cleanly",
                               RuntimeWarning, stacklevel=2)
-            try:
-                result = restore(reader, target, assignment_map=assignment_map, strict=strict, lazy=lazy,
-                                 verify=verify)
-            except BaseException:
-                reader.close()
-                raise
-            # Lazy and deferred variables keep reading from it; else close it now. An eager restore's
-            # targets are not looked at (reader_still_needed), so they are not gathered for it.
-            if not isinstance(target, Iterator) and not reader_still_needed(
-                    result, targets_of(target)[0] if lazy else {}, lazy):
-                reader.close()
-            return result
+            # closed on failure, and after success unless lazy or deferred variables still read from it
+            return restore_and_release(reader, target, assignment_map=assignment_map, strict=strict, lazy=lazy,
+                                       verify=verify)
         if skipped:
             warnings.warn(f"restore_latest found no checkpoint in '{self.directory}' that opens cleanly; skipped "
                           f"{'; '.join(skipped)}", RuntimeWarning, stacklevel=2)
