@@ -46,6 +46,12 @@ def _torch() -> Any:
     return torch
 
 
+def holds(dtype: np.dtype) -> str | None:
+    """None when a torch tensor (what DCP stores) holds `dtype`, else why not (convert skips such a variable)."""
+    name = _dtypes.dtype_name(dtype)
+    return None if name in _TORCH_DTYPES else f"dtype {name}, which a torch tensor (DCP) cannot hold"
+
+
 def _torch_dtype(torch: Any, entry: SaveEntry) -> tuple[Any, str | None]:
     name = _dtypes.dtype_name(entry.dtype)
     if name not in _TORCH_DTYPES:

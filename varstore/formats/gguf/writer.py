@@ -44,6 +44,12 @@ def _gguf() -> Any:
     return gguf
 
 
+def holds(dtype: np.dtype) -> str | None:
+    """None when GGUF has a tensor type for `dtype`, else why not (convert skips such a variable with it)."""
+    name = _dtypes.dtype_name(dtype)
+    return None if name in _NATIVE else f"dtype {name}, which GGUF cannot hold (it has F32, F16, BF16, F64, I8-I64)"
+
+
 def _plan(entries: Sequence[SaveEntry], gguf_type: str | None) -> list[tuple[SaveEntry, str]]:
     """(entry, ggml type name) for every entry; refuses a dtype GGUF lacks, naming the variable."""
     plan = []

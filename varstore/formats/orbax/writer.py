@@ -28,6 +28,8 @@ from varstore.errors import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from varstore.checkpoint.format.entry import SaveEntry
     from varstore.formats.format_entry import WriteRequest
 
@@ -44,6 +46,16 @@ _IN_FLIGHT_BYTES = 32 << 20
 _THREADS = 8
 #: NumPy dtypes Orbax writes by name in .zarray (tensorstore's names), not by their type string.
 _BY_NAME = {"bfloat16", "float8_e4m3fn", "float8_e5m2"}
+
+
+def holds(dtype: np.dtype) -> str | None:
+    """None when an Orbax array (tensorstore's Zarr) holds `dtype`, else why not (convert skips such a variable):
+    no strings or objects, and no extended precision (float128 / long double)."""
+    if dtype.kind in "SUO":
+        return f"dtype {_dtypes.dtype_name(dtype)}; Orbax stores numeric arrays only"
+    if dtype.kind in "fc" and dtype.itemsize > (16 if dtype.kind == "c" else 8):
+        return f"dtype {_dtypes.dtype_name(dtype)}, which tensorstore's Zarr driver cannot hold"
+    return None
 
 
 def _tensorstore() -> Any:

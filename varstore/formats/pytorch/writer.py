@@ -130,6 +130,14 @@ def _data_pkl(entries: Sequence[SaveEntry]) -> bytes:
     return emitter.finish()
 
 
+def holds(dtype: np.dtype) -> str | None:
+    """None when a PyTorch tensor holds `dtype`, else why not (convert skips such a variable with it)."""
+    from varstore.dtypes import dtype_name
+
+    name = dtype_name(dtype)
+    return None if name in _DTYPES else f"dtype {name}, which a PyTorch tensor cannot hold"
+
+
 def _dtype_name(entry: SaveEntry) -> str:
     from varstore.dtypes import dtype_name
 

@@ -162,6 +162,14 @@ def _string_bytes(value: np.ndarray) -> tuple[bytes, int]:
     return lengths + length_crc + payload, crc32c(payload, crc)
 
 
+def holds(dtype: np.dtype) -> str | None:
+    """None when a TensorFlow checkpoint holds `dtype` (strings included), else why not (convert skips it)."""
+    name = _dtypes.dtype_name(dtype)
+    if dtype.kind in "SU" or name in TF_DTYPE_ENUMS:
+        return None
+    return f"dtype {name}, which a TensorFlow checkpoint cannot hold"
+
+
 def _dtype_enum(entry: SaveEntry) -> int:
     if entry.dtype.kind in "SU":
         return _DT_STRING
