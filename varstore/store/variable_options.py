@@ -16,7 +16,7 @@ import enum
 
 import numpy as np
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from varstore.errors import VariableArgumentError
 
@@ -69,21 +69,29 @@ def resolve_options(constraint: Any, synchronization: Any, aggregation: Any, tra
       VariableArgumentError: an unknown synchronization or aggregation (TF raises ValueError), a constraint
         that is not callable.
     """
-    try:
-        sync = VariableSynchronization.AUTO if synchronization is None else VariableSynchronization(
-            synchronization.value if isinstance(synchronization, enum.Enum) else synchronization)
-    except ValueError as err:
-        raise VariableArgumentError(f"invalid variable synchronization mode {synchronization!r} for variable "
-                                    f"'{name}': use a varstore.VariableSynchronization member") from err
-    try:
-        agg = VariableAggregation.NONE if aggregation is None else VariableAggregation(
-            aggregation.value if isinstance(aggregation, enum.Enum) else aggregation)
-    except ValueError as err:
-        raise VariableArgumentError(f"invalid variable aggregation mode {aggregation!r} for variable "
-                                    f"'{name}': use a varstore.VariableAggregation member") from err
+    sync = _mode(VariableSynchronization, synchronization, VariableSynchronization.AUTO, "synchronization", name)
+    agg = _mode(VariableAggregation, aggregation, VariableAggregation.NONE, "aggregation", name)
     if trainable is None:
         trainable = sync is not VariableSynchronization.ON_READ
     return (check_constraint(constraint, name), sync, agg), bool(trainable)
+
+
+_Mode = TypeVar("_Mode", bound=enum.Enum)
+
+
+def _mode(kind: type[_Mode], value: Any, default: _Mode, what: str, name: str) -> _Mode:
+    """`value` as a member of `kind` (a member of any enum with the same value, or that value), `default` for None.
+
+    Raises:
+      VariableArgumentError: no member of `kind` has that value (TF raises ValueError).
+    """
+    if value is None:
+        return default
+    try:
+        return kind(value.value if isinstance(value, enum.Enum) else value)
+    except ValueError as err:
+        raise VariableArgumentError(f"invalid variable {what} mode {value!r} for variable '{name}': use a "
+                                    f"varstore.{kind.__name__} member") from err
 
 
 def check_constraint(constraint: Any, name: str) -> Constraint | None:
