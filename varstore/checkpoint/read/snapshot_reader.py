@@ -27,8 +27,10 @@ from varstore._limits import check_value_size, load_json
 from varstore.backends.zarr3.codecs import decode_chunk, is_compressed
 from varstore.checkpoint.format.checksum import crc32c_raw
 from varstore.checkpoint.format.manifest import MANIFEST_PATH, Record, decode_manifest, format_checksum, logical_dtype
+from varstore.checkpoint.read.icechunk_layout import MAX_METADATA_BYTES, ChunkPlace, LayoutError, SnapshotLayout
 from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo, checked_out
 from varstore.errors import ChecksumError, CheckpointNotFoundError, CorruptCheckpointError, UnknownVariableError
+from varstore.storage._url_names import is_url
 from varstore.storage.icechunk_repo import IcechunkRepository, SnapshotView, is_repository
 
 __all__ = ["SnapshotReader", "split_location", "open_snapshot", "steps_of"]
@@ -37,6 +39,29 @@ _LOCATION = re.compile(r"^(?P<repo>.+)@(?P<tag>[A-Za-z0-9][A-Za-z0-9._-]*)$")
 _TAG_PREFIX = "ckpt-"
 #: Bytes of the following variables' chunks fetched ahead of the one read (in storage order), at most.
 READ_AHEAD_BYTES = 64 << 20
+#: Bytes a blosc chunk may store beyond its decoded size (its 16-byte header; blosc never expands more).
+_BLOSC_SLACK = 64
+#: A chunk's stored bytes: Icechunk's `bytes`, or the buffer a direct read filled.
+ChunkBytes = bytes | npt.NDArray[np.uint8]
+
+
+def _local_layout(snapshot: SnapshotView) -> SnapshotLayout | None:
+    """The layout of a snapshot of a local repository, read from its files (chunks are then read straight
+    from their objects); None for object storage or a snapshot file this reader does not parse."""
+    if is_url(snapshot.location):
+        return None
+    try:
+        return SnapshotLayout(Path(os.path.abspath(snapshot.location)), snapshot.snapshot_id)
+    except LayoutError:
+        return None
+
+
+def _places(layout: SnapshotLayout, paths: list[str]) -> dict[str, ChunkPlace]:
+    """Where the chunks of `paths` lie ({} when a manifest cannot be read: every chunk goes through Icechunk)."""
+    try:
+        return layout.places(paths)
+    except LayoutError:
+        return {}
 
 
 def split_location(location: os.PathLike[str] | str) -> tuple[str, str | None] | None:
@@ -97,7 +122,16 @@ class SnapshotReader(CheckpointReader):
         super().__init__(Path(location))
         self.location = location
         self.snapshot = snapshot
-        root_data, manifest = snapshot.get_many(["zarr.json", f"{MANIFEST_PATH}/c/0"])
+        self._layout = _local_layout(snapshot)
+        self._places: dict[str, ChunkPlace] | None = None  # filled at the first value read (local repositories)
+        root_data, manifest = self._layout.documents.get("") if self._layout else None, None
+        if self._layout is not None:
+            self._places = _places(self._layout, [MANIFEST_PATH])
+            place = self._places.get(MANIFEST_PATH)
+            found = self._layout.read(place, MAX_METADATA_BYTES) if place is not None else None
+            manifest = None if found is None else bytes(found)
+        if root_data is None or manifest is None:
+            root_data, manifest = snapshot.get_many(["zarr.json", f"{MANIFEST_PATH}/c/0"])
         if root_data is None or manifest is None:
             raise CorruptCheckpointError(f"'{location}' holds no varstore checkpoint (no manifest); "
                                          f"it was not written by varstore's CheckpointManager(format=\"icechunk\")")
@@ -113,6 +147,7 @@ class SnapshotReader(CheckpointReader):
         self.metadata = dict(self.header.get("metadata") or {})
         self.format_version = self.header.get("format_version")
         self._documents: dict[str, dict[str, Any]] = {}
+        self._prepared = False  # _prepare ran (at the first value read)
         self._ahead: dict[str, Future[bytes | None]] = {}  # chunks fetched ahead of their read (READ_AHEAD_BYTES)
         self._waiting = 0  # bytes of the chunks in self._ahead
         self._next = 0  # position in storage order of the next variable to read ahead
@@ -132,9 +167,14 @@ class SnapshotReader(CheckpointReader):
         return VariableInfo(record.name, record.shape, record.dtype, record.nbytes, record.trainable,
                             tuple(record.collections), format_checksum(record.checksum), record.device)
 
-    def _fetch_documents(self) -> None:
-        """Every array's zarr.json in one concurrent batch (the first read asks for them all)."""
+    def _prepare(self) -> None:
+        """At the first value read: where every chunk lies (a local repository's manifests), or else every
+        array's zarr.json in one concurrent batch through Icechunk (what the read-ahead needs)."""
+        self._prepared = True
         paths = [record.path or record.name for record in self._records.values() if record.nbytes]
+        if self._layout is not None:  # zarr.json documents are parsed when needed, from the snapshot file
+            self._places = _places(self._layout, paths)
+            return
         for path, data in zip(paths, self.snapshot.get_many(f"{path}/zarr.json" for path in paths)):
             if data is not None:
                 document = load_json(data, f"'{self.location}' {path}/zarr.json")
@@ -157,6 +197,9 @@ class SnapshotReader(CheckpointReader):
             following = self._records[self._order[self._next]]
             path = following.path or following.name
             document = self._documents.get(path)
+            if self._places and path in self._places:  # read straight from its object
+                self._next += 1
+                continue
             if document is None or not following.nbytes:
                 if following.nbytes:  # no zarr.json read for it: stop here, its own read fetches it
                     break
@@ -170,11 +213,11 @@ class SnapshotReader(CheckpointReader):
         return future.result()
 
     def _document(self, path: str) -> dict[str, Any]:
-        if not self._documents:
-            self._fetch_documents()
         document = self._documents.get(path)
         if document is None:
-            data = self.snapshot.get(f"{path}/zarr.json")
+            data = self._layout.documents.get(path) if self._layout is not None else None
+            if data is None:
+                data = self.snapshot.get(f"{path}/zarr.json")
             if data is None:
                 raise CorruptCheckpointError(f"array '{path}' is missing from '{self.location}'")
             document = load_json(data, f"'{self.location}' {path}/zarr.json")
@@ -183,24 +226,49 @@ class SnapshotReader(CheckpointReader):
             self._documents[path] = document
         return document
 
-    def stored_bytes(self, name: str) -> bytes:
-        """The decoded bytes of variable `name`'s chunk, crc32c checked (empty for an empty value)."""
+    def stored_bytes(self, name: str) -> ChunkBytes:
+        """The decoded bytes of variable `name`'s chunk, crc32c checked (empty for an empty value).
+
+        In a local repository the chunk's object is read directly (its place from the snapshot's manifest
+        files, icechunk_layout); a raw chunk is taken when its bytes have the recorded size and crc32c, a
+        compressed one after the checks below. Any other outcome (object missing, shorter, other bytes:
+        garbage-collected, damaged, or a layout not read here) reads the chunk through Icechunk instead.
+        """
         record = self._record(name)
         if record.nbytes == 0:
             return b""
+        if not self._prepared:
+            self._prepare()
         path = record.path or record.name
+        place = self._places.get(path) if self._places else None
+        raw = place is not None and place.length == record.nbytes and record.checksum is not None
+        if raw and self._layout is not None and place is not None:  # the bytes are the value iff crc32c matches
+            check_value_size(name, self.location, record.nbytes, self.max_bytes, stored=place.length)
+            found = self._layout.read(place, record.nbytes)
+            if found is not None and crc32c_raw(found) == record.checksum:
+                return found
         document = self._document(path)
         shape = document.get("shape")
         if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
             raise CorruptCheckpointError(f"array '{path}' of '{self.location}' has a bad shape {shape!r}")
+        compressed = is_compressed(document.get("codecs"))
+        if place is not None and not raw and self._layout is not None:  # a compressed chunk's object
+            found = self._layout.read(place, record.nbytes + (_BLOSC_SLACK if compressed else 0))
+            if found is not None:
+                try:
+                    return self._checked(name, record, found, compressed)
+                except (ChecksumError, CorruptCheckpointError):
+                    pass  # damaged or replaced: Icechunk's own read decides
+        return self._checked(name, record, self._chunk(name, f"{path}/c" + "/0" * len(shape)), compressed)
+
+    def _checked(self, name: str, record: Record, data: ChunkBytes | None, compressed: bool) -> ChunkBytes:
+        """`data`, the stored chunk of `name`, decoded and checked against its size and crc32c."""
         where = f"variable '{name}' of '{self.location}'"
-        data = self._chunk(name, f"{path}/c" + "/0" * len(shape))
         if data is None:
             raise CorruptCheckpointError(f"{where}: its chunk is missing; restore another step")
-        compressed = is_compressed(document.get("codecs"))
         check_value_size(name, self.location, record.nbytes, self.max_bytes, stored=len(data), filtered=compressed)
         if compressed:
-            data = decode_chunk(data, record.nbytes, where)
+            data = decode_chunk(bytes(data), record.nbytes, where)
         if len(data) != record.nbytes:
             raise CorruptCheckpointError(f"{where}: its chunk holds {len(data)} bytes, expected {record.nbytes}")
         if record.checksum is not None and crc32c_raw(data) != record.checksum:
