@@ -56,6 +56,13 @@ def _local_layout(snapshot: SnapshotView) -> SnapshotLayout | None:
         return None
 
 
+def _manifest_crc32c(root_data: bytes, location: str) -> Any:
+    """The manifest's crc32c the root group's zarr.json records (varstore_manifest_crc32c), or None."""
+    root = load_json(root_data, f"'{location}' zarr.json")
+    attrs = root.get("attributes") if isinstance(root, dict) else None
+    return attrs.get("varstore_manifest_crc32c") if isinstance(attrs, dict) else None
+
+
 def _places(layout: SnapshotLayout, paths: list[str]) -> dict[str, ChunkPlace]:
     """Where the chunks of `paths` lie ({} when a manifest cannot be read: every chunk goes through Icechunk)."""
     try:
@@ -124,20 +131,13 @@ class SnapshotReader(CheckpointReader):
         self.snapshot = snapshot
         self._layout = _local_layout(snapshot)
         self._places: dict[str, ChunkPlace] | None = None  # filled at the first value read (local repositories)
-        root_data, manifest = self._layout.documents.get("") if self._layout else None, None
-        if self._layout is not None:
-            self._places = _places(self._layout, [MANIFEST_PATH])
-            place = self._places.get(MANIFEST_PATH)
-            found = self._layout.read(place, MAX_METADATA_BYTES) if place is not None else None
-            manifest = None if found is None else bytes(found)
+        root_data, manifest = self._direct_manifest()
         if root_data is None or manifest is None:
             root_data, manifest = snapshot.get_many(["zarr.json", f"{MANIFEST_PATH}/c/0"])
         if root_data is None or manifest is None:
             raise CorruptCheckpointError(f"'{location}' holds no varstore checkpoint (no manifest); "
                                          f"it was not written by varstore's CheckpointManager(format=\"icechunk\")")
-        root = load_json(root_data, f"'{location}' zarr.json")
-        attrs = root.get("attributes") if isinstance(root, dict) else None
-        expected = attrs.get("varstore_manifest_crc32c") if isinstance(attrs, dict) else None
+        expected = _manifest_crc32c(root_data, location)
         if expected is not None and crc32c_raw(manifest) != expected:
             raise ChecksumError(f"the manifest of '{location}' does not match its crc32c; restore another step")
         self.header, records = decode_manifest(manifest, f"'{location}'")
@@ -152,6 +152,19 @@ class SnapshotReader(CheckpointReader):
         self._waiting = 0  # bytes of the chunks in self._ahead
         self._next = 0  # position in storage order of the next variable to read ahead
         self._position = {name: k for k, name in enumerate(self._order)}
+
+    def _direct_manifest(self) -> tuple[bytes | None, bytes | None]:
+        """(root zarr.json, manifest) read from a local repository's files, or (None, None) unless the manifest
+        is found there and matches the crc32c the root records (then Icechunk reads both)."""
+        if self._layout is None:
+            return None, None
+        root_data = self._layout.documents.get("")
+        place = _places(self._layout, [MANIFEST_PATH]).get(MANIFEST_PATH)
+        found = self._layout.read(place, MAX_METADATA_BYTES) if place is not None and root_data is not None else None
+        if found is None or root_data is None:
+            return None, None
+        expected = _manifest_crc32c(root_data, self.location)
+        return (root_data, bytes(found)) if expected is not None and crc32c_raw(found) == expected else (None, None)
 
     def keys(self) -> list[str]:
         return list(self._order)
