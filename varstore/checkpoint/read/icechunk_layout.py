@@ -85,15 +85,24 @@ class _Flat:
 
     def field(self, table: int, index: int) -> int | None:
         """The position of field `index` of the table at `table`, or None when absent."""
-        vtable = table - self._at(_I32, table)
-        size = self._at(_U16, vtable)
-        if 4 + 2 * index + 2 > size:
-            return None
-        offset = self._at(_U16, vtable + 4 + 2 * index)
+        try:  # the hot path: struct.error covers a position past the end, the checks a negative one
+            vtable = table - _I32.unpack_from(self.data, table)[0] if table >= 0 else -1
+            if vtable < 0:
+                raise struct.error(vtable)
+            if 6 + 2 * index > _U16.unpack_from(self.data, vtable)[0]:
+                return None
+            offset: int = _U16.unpack_from(self.data, vtable + 4 + 2 * index)[0]
+        except struct.error:
+            raise LayoutError(f"a table at {table} outside the {len(self.data)}-byte buffer") from None
         return None if offset == 0 else table + offset
 
     def ref(self, at: int) -> int:
-        return at + self._at(_U32, at)
+        try:
+            if at < 0:
+                raise struct.error(at)
+            return at + int(_U32.unpack_from(self.data, at)[0])
+        except struct.error:
+            raise LayoutError(f"an offset {at} outside the {len(self.data)}-byte buffer") from None
 
     def table(self, table: int, index: int) -> int | None:
         at = self.field(table, index)
