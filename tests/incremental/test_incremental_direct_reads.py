@@ -238,3 +238,31 @@ def test_a_direct_read_restores_the_same_values_as_icechunk_for_every_kept_step(
     monkeypatch.setattr(snapshot_reader, "_local_layout", lambda snapshot: None)
     through = {step: _restored(f"{run}@ckpt-{step}", model) for step, model in ((1, first), (2, second))}
     assert all(_exact(direct[step], through[step]) for step in (1, 2))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="symlinks and FIFOs as POSIX makes them")
+def test_a_symlinked_object_is_read_through_icechunk_and_a_fifo_is_never_opened_blocking(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run, _, second = _two_steps(tmp_path)
+    with open_snapshot(f"{run}@ckpt-2") as reader:
+        reader.read("layer_0/kernel")
+        assert reader._places is not None
+        name = reader._places["layer_0/kernel"].name
+    assert name is not None
+    moved = tmp_path / "elsewhere"
+    (run / "chunks" / name).rename(moved)
+    (run / "chunks" / name).symlink_to(moved)
+    fetched: list[str] = []
+    fetch = SnapshotView.fetch
+
+    def counted(self: SnapshotView, key: str) -> Any:
+        fetched.append(key)
+        return fetch(self, key)
+
+    monkeypatch.setattr(SnapshotView, "fetch", counted)
+    assert _exact(_restored(f"{run}@ckpt-2", second), second)
+    assert fetched == ["layer_0/kernel/c/0/0"]  # the link itself is not followed by the direct read
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(LayoutError, match="not a regular file"):
+        icechunk_layout._flatbuffer(str(fifo), 1)

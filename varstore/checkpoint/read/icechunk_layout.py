@@ -15,14 +15,19 @@ repository whatever the file says.
 
 The files are hostile until checked: every offset is bounded by the buffer,
 every count by what the buffer can hold, decoded metadata by
-MAX_METADATA_BYTES; anything unexpected raises LayoutError, and callers then
-read through Icechunk itself (which is also what checks chunk bytes: the
-caller's crc32c). Knows nothing about checkpoints; never writes.
+MAX_METADATA_BYTES, a chunk's length by the object's size and the caller's
+limit before anything is allocated; only regular files are opened (never a
+symlink, a FIFO or a device). Anything unexpected raises LayoutError, an
+internal error its callers catch to read through Icechunk instead; the
+chunk bytes found are checked by the caller (size, crc32c). Knows nothing
+about checkpoints; never writes.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import stat
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -144,10 +149,24 @@ class _Flat:
         return default if at is None else self._at(fmt, at)
 
 
+def _open_regular(path: str) -> io.FileIO:
+    """`path` opened unbuffered for reading when it is a regular file and not a symlink (never blocking on a
+    FIFO, never reading a device: those raise OSError, and callers then read through Icechunk)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+                 | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"'{path}' is not a regular file")
+        return open(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _flatbuffer(path: str, kind: int) -> _Flat:
     """The flatbuffer of an Icechunk metadata file of type `kind`, header checked and zstd decoded (bounded)."""
     try:
-        with open(path, "rb", buffering=0) as file:
+        with _open_regular(path) as file:
             size = os.fstat(file.fileno()).st_size
             data = file.read(size) if size <= MAX_METADATA_BYTES else b""
     except OSError as err:
@@ -278,7 +297,7 @@ class SnapshotLayout:
         if place.name is None or place.length > limit or place.offset < 0:
             return None
         try:
-            with open(os.path.join(self.root, "chunks", place.name), "rb", buffering=0) as file:
+            with _open_regular(os.path.join(self.root, "chunks", place.name)) as file:
                 if os.fstat(file.fileno()).st_size < place.offset + place.length:
                     return None
                 buffer = self._take(place.length)

@@ -5,8 +5,11 @@ v3 checkpoint's manifest, arrays and attributes; this reader takes names,
 shapes, dtypes, flags, collections and crc32c from the manifest, reads one
 variable's single chunk from the snapshot (raw, or blosc-decoded: the codec
 chain of backends/zarr3/codecs.py) and checks its crc32c over the decoded
-bytes, as the Zarr reader does; the following variables' chunks are fetched
-concurrently ahead of their reads (READ_AHEAD_BYTES). Locations are `<repository>@<tag>`
+bytes, as the Zarr reader does. In a local repository the chunks' objects are
+read directly where the snapshot's own files say they lie (icechunk_layout),
+each taken only when its size and crc32c match; otherwise (object storage,
+a mismatch, a missing object) Icechunk's store reads it, the following
+variables' chunks fetched concurrently ahead (READ_AHEAD_BYTES). Locations are `<repository>@<tag>`
 (`runs/a7@ckpt-1300`, `s3://b/runs/a7@ckpt-1300`); a repository named
 without a tag opens its newest step. Never writes.
 """
@@ -301,7 +304,8 @@ class SnapshotReader(CheckpointReader):
 
     def read_view(self, name: str) -> npt.NDArray[Any]:
         """Variable `name`'s value as a read-only view of the fetched (or decoded) chunk bytes: `read`
-        without its copy, for callers that copy the value into their own target (restore)."""
+        without its copy, for callers that copy the value into their own target (restore). A small value
+        read directly shares a block of icechunk_layout.BLOCK_BYTES with others: keep copies, not views."""
         record = self._record(name)
         data = self.stored_bytes(name)
         return np.frombuffer(data, dtype=logical_dtype(record.dtype)).reshape(record.shape)
