@@ -11,7 +11,7 @@
    bytes of one step raw, with compression="zstd" (blosc zstd + byte shuffle), with zipnn (PyPI
    `zipnn`, on the same tensors' bytes) and with Orbax's default (StandardCheckpointer: OCDBT + zstd).
 
-Run:  python docs/benchmarks/incremental.py [--steps 20] [--json OUT]
+Run:  python docs/benchmarks/incremental.py [--steps 20] [--json OUT] [--restore-only]
 Prints markdown tables (pasted into docs/benchmarks/README.md). Times are best-of / median on a
 shared machine; say so with the numbers.
 """
@@ -234,11 +234,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--restore-only", action="store_true",
+                        help="the fine-tuning trace only (its saves feed the restore rows); skips the dense trace")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="varstore-incremental-") as tmp:
         work = Path(tmp)
         tuning = fine_tuning(work / "tuning", args.steps)
-        dense_rows = [dense(work / "dense", dtype) for dtype in ("float32", "bfloat16")]
+        dense_rows = [] if args.restore_only else [dense(work / "dense", dtype) for dtype in ("float32", "bfloat16")]
     MiB = 1 << 20
     t = tuning
     print(f"Fine-tuning trace: {t['source']}, {t['variables']} variables, {t['state_bytes'] / MiB:.1f} MiB "
@@ -259,6 +261,10 @@ def main() -> None:
           f"{t['restore_zarr_s_best'] * 1e3:.0f} ms = {t['restore_vs_zarr']:.2f}x | <= 1.25x |")
     print(f"| the same, process CPU time | {t['restore_step_cpu_s_best'] * 1e3:.0f} ms vs "
           f"{t['restore_zarr_cpu_s_best'] * 1e3:.0f} ms = {t['restore_vs_zarr_cpu']:.2f}x | |\n")
+    if not dense_rows and args.json is not None:
+        args.json.write_text(json.dumps({"fine_tuning": tuning}, indent=1))
+    if not dense_rows:
+        return
     print("Dense step (every weight and both Adam moments change): stored bytes of one step\n")
     print("| dtype | raw | compression=\"zstd\" | zipnn | Orbax default (OCDBT+zstd) |\n| --- | ---: | ---: | ---: | ---: |")
     for row in dense_rows:

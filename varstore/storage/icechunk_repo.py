@@ -169,12 +169,34 @@ class SnapshotView:
     """One committed snapshot, read-only: keys -> bytes, and the session's store for zarr."""
 
     def __init__(self, session: Any, location: str, name: str) -> None:
-        self._session = session
-        self._raw = session.store._store  # the byte-level store (IcechunkStore wraps it in zarr Buffers)
+        self._opened: Any = session
+        self._opener: Any = None  # deferred(): opens the session at its first use
+        self._guard = threading.Lock()
         self._loop = _Loop()
         self.location = location
         self.name = name
-        self.snapshot_id: str = session.snapshot_id
+        self.snapshot_id: str = session.snapshot_id if session is not None else ""
+
+    @classmethod
+    def deferred(cls, opener: Any, snapshot_id: str, location: str, name: str) -> SnapshotView:
+        """A view of snapshot `snapshot_id` whose Icechunk session `opener()` opens at its first use (a
+        reader that finds every chunk's object itself never opens one: ~20 ms of Icechunk's CPU saved)."""
+        view = cls(None, location, name)
+        view._opener, view.snapshot_id = opener, snapshot_id
+        return view
+
+    @property
+    def _session(self) -> Any:
+        if self._opened is None:
+            with self._guard:
+                if self._opened is None:
+                    self._opened = self._opener()
+        return self._opened
+
+    @property
+    def _raw(self) -> Any:
+        """The byte-level store (IcechunkStore wraps it in zarr Buffers)."""
+        return self._session.store._store
 
     @property
     def store(self) -> Any:
@@ -352,9 +374,13 @@ class IcechunkRepository:
         """
         if tag is not None and tag not in self._call("list tags", self._repo.list_tags):
             raise CheckpointNotFoundError(f"the Icechunk repository '{self.location}' has no tag '{tag}'")
-        session = (self._call(f"open tag '{tag}'", self._repo.readonly_session, tag=tag) if tag is not None
-                   else self._call("open the branch", self._repo.readonly_session, BRANCH))
-        return SnapshotView(session, self.location, tag or BRANCH)
+        if tag is not None:  # the session of the tag's snapshot opens at its first use
+            snapshot_id = str(self._call(f"look up tag '{tag}'", self._repo.lookup_tag, tag))
+            return SnapshotView.deferred(
+                lambda: self._call(f"open tag '{tag}'", self._repo.readonly_session, snapshot_id=snapshot_id),
+                snapshot_id, self.location, tag)
+        session = self._call("open the branch", self._repo.readonly_session, BRANCH)
+        return SnapshotView(session, self.location, BRANCH)
 
     def writable(self) -> Transaction:
         """A writable session on BRANCH's tip."""
