@@ -196,3 +196,19 @@ def test_a_conflict_leaves_the_cache_of_the_last_committed_snapshot(tmp_path: Pa
     second.save({"w": np.full(16, 2, np.float32)}, step=3)  # equal to the tip (first's step 2): not written
     assert second.last_save.parent_cached is False and second.last_save.written == ()
     assert vs.load(second.latest)["w"].tolist() == [2.0] * 16
+
+
+def test_a_parent_manifest_that_fails_its_crc32c_is_not_trusted(tmp_path: Path) -> None:
+    model = _model()
+    vs.CheckpointManager(tmp_path / "run", max_to_keep=None, format="icechunk").save(model, step=1)
+    repo = IcechunkRepository(tmp_path / "run")
+    txn = repo.writable()  # the manifest altered behind the root's crc32c (a damaged or foreign commit)
+    manifest = txn.get(snapshot_parent.manifest_key())
+    assert manifest is not None and b'"step":1,' in manifest
+    txn.set(snapshot_parent.manifest_key(), manifest.replace(b'"step":1,', b'"step":9,', 1))
+    txn.commit("damage", {})
+    manager = vs.CheckpointManager(tmp_path / "run", max_to_keep=None, format="icechunk")
+    manager.save(model, step=2)
+    assert sorted(manager.last_save.written) == sorted(n for n, v in model.items() if v.nbytes)
+    loaded = vs.load(manager.latest)
+    assert all(loaded[n].tobytes() == v.tobytes() for n, v in model.items())

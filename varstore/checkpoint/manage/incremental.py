@@ -161,12 +161,13 @@ def save_snapshot(repo: IcechunkRepository, target: Any, step: int, *, metadata:
         written: list[str] = []
         digests: list[str] = []
         with ThreadPoolExecutor(max_workers=HASH_THREADS, thread_name_prefix="varstore-digest") as pool:
-            for record, path, stored, blake3 in _digested(_values(entries, records, paths, where), pool):
+            for record, path, stored, blake3 in _digested(_values(entries, records, paths, where), pool, parent):
                 total += record.nbytes
                 digests.append(blake3)
                 document = array_document(record, stored, compression)
-                same = parent.unchanged(path, document, record.checksum, blake3, stored)
-                pending.add(f"{path}/zarr.json", document_text(document).encode("utf-8"))
+                text = document_text(document).encode("utf-8")
+                same = parent.unchanged(path, document, text, record.checksum, blake3, stored)
+                pending.add(f"{path}/zarr.json", text)
                 if not same and record.nbytes:
                     data = (encode_chunk(stored, compression) if compression is not None
                             else bytes(stored.reshape(-1).view(np.uint8).data))
@@ -208,12 +209,15 @@ def _values(entries: list[Any], records: list[Any], paths: list[str],
         del value
 
 
-def _digests(stored: npt.NDArray[Any]) -> tuple[int, str]:
-    """(crc32c, BLAKE3 hex) of `stored`'s bytes (both release the GIL)."""
-    return crc32c_of(stored), digest(stored)
+def _digests(stored: npt.NDArray[Any], parent: tuple[int | None, str | None]) -> tuple[int, str]:
+    """(crc32c, BLAKE3 hex) of `stored`'s bytes (both release the GIL); when the BLAKE3 equals the parent's
+    (crc32c, BLAKE3) `parent`, the bytes are the parent's and so is their crc32c, which is not computed again."""
+    blake3 = digest(stored)
+    crc, old = parent
+    return (crc if crc is not None and old == blake3 else crc32c_of(stored)), blake3
 
 
-def _digested(values: Iterator[tuple[Any, str, npt.NDArray[Any]]], pool: ThreadPoolExecutor
+def _digested(values: Iterator[tuple[Any, str, npt.NDArray[Any]]], pool: ThreadPoolExecutor, parent: Parent
               ) -> Iterator[tuple[Any, str, npt.NDArray[Any], str]]:
     """`values` with each one's BLAKE3 (hex) added and its crc32c recorded (record.checksum), in order:
     hashed in `pool` while the caller compares and writes the ones before, at most HASH_AHEAD_BYTES of
@@ -229,7 +233,7 @@ def _digested(values: Iterator[tuple[Any, str, npt.NDArray[Any]]], pool: ThreadP
         return record, path, stored, blake3
 
     for record, path, stored in values:
-        queue.append((record, path, stored, pool.submit(_digests, stored)))
+        queue.append((record, path, stored, pool.submit(_digests, stored, parent.digests.get(path, (None, None)))))
         queued += stored.nbytes
         while queue and queued > HASH_AHEAD_BYTES:
             yield ready()

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from varstore.checkpoint.format.checksum import crc32c_raw
 from varstore.checkpoint.format.manifest import MANIFEST_PATH, decode_manifest
 from varstore.errors import MissingDependencyError
 from varstore.storage.icechunk_repo import Transaction
@@ -113,18 +114,22 @@ class Parent:
         """Records that this session's snapshot holds `data` at `key`."""
         self.documents[key] = data
 
-    def unchanged(self, path: str, document: dict[str, Any], checksum: int | None, blake3: str,
+    def unchanged(self, path: str, document: dict[str, Any], text: bytes, checksum: int | None, blake3: str,
                   stored: npt.NDArray[Any]) -> bool:
-        """True when the parent's array at `path` holds the very chunk `document` (zarr.json as a dict),
-        `checksum` (crc32c) and `blake3` describe: same layout and codecs, same crc32c, same BLAKE3 (a legacy
-        parent: same sha256 of `stored`)."""
-        old = _parse(self.documents.get(f"{path}/zarr.json"))
+        """True when the parent's array at `path` holds the very chunk `document` (zarr.json as a dict, `text`
+        its bytes), `checksum` (crc32c) and `blake3` describe: same layout and codecs, same crc32c, same
+        BLAKE3 (a legacy parent: same sha256 of `stored`)."""
         crc, old_blake3 = self.digests.get(path, (None, None))
-        if old is None or checksum is None or crc != checksum or any(old.get(k) != document[k] for k in _COMPARED):
+        if checksum is None or crc != checksum:
             return False
+        before = self.documents.get(f"{path}/zarr.json")
+        if before != text:  # the same text needs no parsing (the usual case)
+            old = _parse(before)
+            if old is None or any(old.get(key) != document[key] for key in _COMPARED):
+                return False
         if old_blake3 is not None:
             return old_blake3 == blake3
-        attrs = old.get("attributes")
+        attrs = (_parse(before) or {}).get("attributes")
         legacy = attrs.get(LEGACY_DIGEST) if isinstance(attrs, dict) else None
         return isinstance(legacy, str) and legacy == hashlib.sha256(stored.reshape(-1).view(np.uint8).data).hexdigest()
 
@@ -155,9 +160,12 @@ def _parse(document: bytes | None) -> dict[str, Any] | None:
 
 def _manifest_digests(txn: Transaction) -> tuple[list[str], dict[str, tuple[int | None, str | None]]]:
     """(array paths, {path: (crc32c, BLAKE3 or None)}) of the parent's manifest; ([], {}) for a fresh
-    repository or a damaged manifest (then every chunk is written again)."""
-    data = txn.get(manifest_key())
-    if data is None:
+    repository or a manifest that does not match the crc32c of the root's attributes, or is damaged (then
+    every chunk is written again)."""
+    root, data = txn.get_many(["zarr.json", manifest_key()])
+    attrs = (_parse(root) or {}).get("attributes")
+    expected = attrs.get("varstore_manifest_crc32c") if isinstance(attrs, dict) else None
+    if data is None or (expected is not None and crc32c_raw(data) != expected):
         return [], {}
     try:
         header, records = decode_manifest(data, f"{txn.location} (parent snapshot)")
