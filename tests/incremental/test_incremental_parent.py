@@ -212,3 +212,15 @@ def test_a_parent_manifest_that_fails_its_crc32c_is_not_trusted(tmp_path: Path) 
     assert sorted(manager.last_save.written) == sorted(n for n, v in model.items() if v.nbytes)
     loaded = vs.load(manager.latest)
     assert all(loaded[n].tobytes() == v.tobytes() for n, v in model.items())
+
+
+def test_retention_keeps_the_cache_of_the_tip(tmp_path: Path) -> None:
+    manager = vs.CheckpointManager(tmp_path / "run", max_to_keep=2, format="icechunk")
+    base = np.arange(1000, dtype=np.float32)
+    for step in range(1, 6):
+        manager.save({"w": np.full(1000, step, np.float32), "base": base}, step=step)
+        assert manager.last_save.written == (("w", "base") if step == 1 else ("w",))
+        assert manager.last_save.parent_cached is (step > 1)  # expiry and GC leave the tip as it was
+    assert manager.last_gc_bytes > 0
+    assert [vs.load(location)["w"][0] for location in manager.checkpoints] == [4.0, 5.0]
+    assert vs.load(manager.latest)["base"].tobytes() == base.tobytes()
