@@ -41,6 +41,7 @@ ALLOWED = {
     "gguf": ("varstore/formats/gguf/writer.py", "varstore/formats/gguf/_quants.py"),  # the reader follows the spec itself; the writer and the dequantizer are gguf's
     "obstore": ("varstore/storage/",),
     "icechunk": ("varstore/storage/icechunk_repo.py",),
+    "blake3": ("varstore/checkpoint/manage/snapshot_parent.py",),
     "boto3": (),     # the library signs the two S3 calls obstore lacks itself (storage/_s3_multipart.py)
     "botocore": (),
     "moto": (),      # the test server, never the library

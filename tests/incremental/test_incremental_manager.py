@@ -145,7 +145,7 @@ def test_plain_icechunk_and_zarr_read_every_variable_at_its_name(tmp_path: Path)
         if value.dtype == vs.dtypes.bfloat16:  # stored as its uint16 bits, as in a varstore Zarr checkpoint
             stored = stored.view(vs.dtypes.bfloat16)
         assert stored.tobytes() == value.tobytes(), name
-        assert group[name].attrs["checksum"].startswith("crc32c:")
+        assert "checksum" not in group[name].attrs  # in the manifest: the zarr.json stays while the chunk changes
 
 
 def test_compression_zstd_is_standard_zarr_and_deduplicates(tmp_path: Path) -> None:

@@ -358,9 +358,15 @@ class IcechunkRepository:
         return str(self._call("look up the branch", self._repo.lookup_branch, BRANCH))
 
     def tag(self, name: str, snapshot_id: str) -> None:
-        """Points tag `name` at `snapshot_id` (a tag that exists is moved: deleted, then created)."""
-        if name in self._call("list tags", self._repo.list_tags):
-            self._call(f"delete tag '{name}'", self._repo.delete_tag, name)
+        """Points tag `name` at `snapshot_id` (a tag that exists is moved: deleted, then created; the tags are
+        listed only then, not on every save)."""
+        try:
+            self._repo.create_tag(name, snapshot_id)
+            return
+        except Exception as err:  # noqa: BLE001 - icechunk's own error; a tag of that name may exist
+            if name not in self._call("list tags", self._repo.list_tags):
+                raise _failure(err, f"create tag '{name}'", self.location) from err
+        self._call(f"delete tag '{name}'", self._repo.delete_tag, name)
         self._call(f"create tag '{name}'", self._repo.create_tag, name, snapshot_id)
 
     def delete_tag(self, name: str) -> None:

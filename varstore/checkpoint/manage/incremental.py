@@ -3,24 +3,27 @@
 A snapshot holds what a varstore Zarr v3 checkpoint holds (plan.py's
 Records and attributes, the same manifest at `_varstore/manifest`, the same
 root attributes): every variable its own single-chunk array at its name,
-with `trainable`, `collections`, `dtype`, `device` and `checksum`
-(crc32c of the decoded value bytes) attributes, plus `sha256` of those
-bytes. Icechunk needs the "default" chunk key encoding, so a chunk's key is
-`<name>/c/0/0` (not `<name>/0.0`). A variable whose shape, stored dtype,
-codecs, crc32c and sha256 equal the parent snapshot's is not written at all:
-the session keeps the parent's reference (Icechunk's own behaviour for a key
-not written), and a zarr.json equal to the parent's is not written either.
-The commit is atomic (Icechunk); the tag ckpt-<step> is set after it.
-Values are fetched one at a time and their sha256 computed in helper threads
-ahead of the comparison (peak memory: HASH_AHEAD_BYTES of values, which are
-usually the caller's own arrays, plus the PENDING_BYTES write batch). Knows
-nothing about retention (incremental_manager.py).
+with `trainable`, `collections`, `dtype` and `device` attributes. The
+per-chunk crc32c is in the manifest (its `checksum` column), with the BLAKE3
+of the same bytes (the manifest header's `blake3` list), not in the array's
+attributes: an array whose chunk changes keeps its zarr.json. Icechunk needs
+the "default" chunk key encoding, so a chunk's key is `<name>/c/0/0` (not
+`<name>/0.0`). A variable whose shape, stored dtype, codecs, crc32c and
+BLAKE3 equal the parent snapshot's (snapshot_parent.py: sha256 for a parent
+written before BLAKE3) is not written at all: the session keeps the parent's
+reference (Icechunk's own behaviour for a key not written), and a zarr.json
+equal to the parent's is not written either. What the parent holds comes
+from the caller's ParentCache when the branch tip is the snapshot this
+process committed last, else it is read. The commit is atomic (Icechunk);
+the tag ckpt-<step> is set after it. Values are fetched one at a time and
+their crc32c and BLAKE3 computed in helper threads ahead of the comparison
+(peak memory: HASH_AHEAD_BYTES of values, which are usually the caller's
+own arrays, plus the PENDING_BYTES write batch). Knows nothing about
+retention (incremental_manager.py).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -34,7 +37,8 @@ import numpy.typing as npt
 from varstore.backends.zarr3.codecs import compression_codecs, encode_chunk
 from varstore.backends.zarr3.store import array_metadata, document_text
 from varstore.checkpoint.format.checksum import crc32c_of, crc32c_raw
-from varstore.checkpoint.format.manifest import MANIFEST_PATH, decode_manifest, encode_manifest, storage_layout
+from varstore.checkpoint.format.manifest import MANIFEST_PATH, encode_manifest, storage_layout
+from varstore.checkpoint.manage.snapshot_parent import DIGEST, Parent, ParentCache, digest, node_type
 from varstore.checkpoint.publish import atomic
 from varstore.checkpoint.write.plan import (
     array_attrs,
@@ -47,15 +51,13 @@ from varstore.checkpoint.write.plan import (
 )
 from varstore.storage.icechunk_repo import IcechunkRepository, Transaction
 
-__all__ = ["SavedSnapshot", "save_snapshot", "chunk_key", "tag_of", "step_of", "DIGEST_ATTRIBUTE", "TAG_PREFIX"]
+__all__ = ["SavedSnapshot", "ParentCache", "save_snapshot", "chunk_key", "tag_of", "step_of", "DIGEST", "TAG_PREFIX"]
 
-#: Array attribute holding the sha256 (hex) of the decoded value bytes: the strong half of "unchanged".
-DIGEST_ATTRIBUTE = "sha256"
 #: Snapshots are tagged TAG_PREFIX + step.
 TAG_PREFIX = "ckpt-"
 #: Bytes of chunks queued before they are written together (the save's buffer beyond one value).
 PENDING_BYTES = 32 << 20
-#: Bytes of values hashed (sha256) ahead of the one compared and written, and the threads hashing them.
+#: Bytes of values hashed (crc32c, BLAKE3) ahead of the one compared and written, and the threads hashing them.
 HASH_AHEAD_BYTES = 32 << 20
 HASH_THREADS = 2
 _GROUP = document_text({"zarr_format": 3, "node_type": "group", "attributes": {}}).encode("utf-8")
@@ -87,6 +89,7 @@ class SavedSnapshot:
       added_bytes: bytes of chunks this snapshot wrote (stored, i.e. compressed, size).
       total_bytes: decoded bytes of every variable the snapshot holds.
       written: names of the variables whose chunks were written; every other one kept the parent's.
+      parent_cached: True when nothing of the parent snapshot was read (the cache described it).
     """
 
     snapshot_id: str
@@ -94,49 +97,24 @@ class SavedSnapshot:
     added_bytes: int
     total_bytes: int
     written: tuple[str, ...]
+    parent_cached: bool = False
 
 
-def _parent_paths(txn: Transaction) -> list[str]:
-    """The array paths of the parent snapshot's manifest ([] for a fresh repository or a damaged manifest)."""
-    data = txn.get(chunk_key(MANIFEST_PATH, 1))
-    if data is None:
-        return []
-    try:
-        _, records = decode_manifest(data, f"{txn.location} (parent snapshot)")
-    except Exception:  # noqa: BLE001 - a damaged parent manifest only costs the deletion of stale arrays
-        return []
-    return [record.path for record in records if record.path]
-
-
-def _node_type(document: bytes | None) -> str | None:
-    """The node_type of a zarr.json document, or None (absent or not JSON)."""
-    try:
-        parsed = json.loads(document) if document is not None else None
-    except ValueError:
-        return None
-    return parsed.get("node_type") if isinstance(parsed, dict) else None
-
-
-def _same_chunk(old: bytes | None, document: dict[str, Any]) -> bool:
-    """True when the parent's zarr.json `old` describes the very chunk `document` describes."""
-    if old is None:
-        return False
-    try:
-        before = json.loads(old)
-    except ValueError:
-        return False
-    if not isinstance(before, dict):
-        return False
-    keys = ("shape", "data_type", "codecs", "chunk_grid", "chunk_key_encoding")
-    attrs, new_attrs = before.get("attributes") or {}, document["attributes"]
-    return (all(before.get(key) == document[key] for key in keys) and isinstance(attrs, dict)
-            and attrs.get("checksum") == new_attrs.get("checksum") is not None
-            and attrs.get(DIGEST_ATTRIBUTE) == new_attrs.get(DIGEST_ATTRIBUTE))
+def array_document(record: Any, stored: npt.NDArray[Any], compression: str | None) -> dict[str, Any]:
+    """The zarr.json of a variable's array in a snapshot: a varstore Zarr checkpoint's, less the crc32c
+    attribute (the manifest holds it), so that it stays the same while only the chunk changes."""
+    attrs = array_attrs(record)
+    attrs.pop("checksum", None)
+    document = array_metadata(stored.dtype, stored.shape, attrs, chunks=stored.shape)
+    if compression is not None:
+        document["codecs"] = compression_codecs(compression, stored.dtype)
+    return document
 
 
 def save_snapshot(repo: IcechunkRepository, target: Any, step: int, *, metadata: dict[str, Any] | None = None,
                   compression: str | None = None, commit_metadata: dict[str, Any] | None = None,
-                  progress: Callable[[str, bool], None] | None = None) -> SavedSnapshot:
+                  progress: Callable[[str, bool], None] | None = None,
+                  cache: ParentCache | None = None) -> SavedSnapshot:
     """Commits `target` to `repo` as one snapshot tagged ckpt-<step>, writing only changed chunks.
 
     Args:
@@ -147,6 +125,8 @@ def save_snapshot(repo: IcechunkRepository, target: Any, step: int, *, metadata:
       compression: None (raw chunks, the default) or "zstd" (bytes + blosc zstd, bit shuffle).
       commit_metadata: extra JSON-compatible fields of Icechunk's commit metadata.
       progress: called as progress(name, written) after each variable.
+      cache: what this process knows of the snapshot it committed last; used when the tip is still that
+        snapshot (else the parent is read), and made to describe the new snapshot after the commit.
 
     Returns:
       SavedSnapshot.
@@ -163,34 +143,31 @@ def save_snapshot(repo: IcechunkRepository, target: Any, step: int, *, metadata:
     planned_layout(planned, records, "per-variable", 0)  # every variable its own array: chunks compare one by one
     if compression is not None:
         compression_codecs(compression, np.dtype("u1"))  # an unknown name is refused before any write
+    cache = cache if cache is not None else ParentCache()
     txn = repo.writable()
     try:
-        old_paths = _parent_paths(txn)
+        parent = Parent(txn, cache)
         paths = [record.path or record.name for record in records]
-        old_documents = dict(zip(paths, txn.get_many(f"{path}/zarr.json" for path in paths)))
+        old_documents = parent.read(f"{path}/zarr.json" for path in paths)
         # what the parent holds that this step does not: arrays gone, and groups where an array goes now
-        doomed = set(old_paths) - set(paths)
-        doomed |= {path for path, old in old_documents.items() if _node_type(old) == "group"}
+        doomed = set(parent.paths) - set(paths)
+        doomed |= {path for path in paths if node_type(old_documents[f"{path}/zarr.json"]) == "group"}
         for path in sorted(doomed, key=lambda p: p.count("/")):
             txn.delete_node(path)
-            old_documents.pop(path, None)
-        _write_missing_groups(txn, paths + [MANIFEST_PATH])
-        pending = _Pending(txn)
+            parent.forget(path)
+        _write_missing_groups(txn, parent, paths + [MANIFEST_PATH])
+        pending = _Pending(txn, parent)
         added = total = 0
         written: list[str] = []
-        with ThreadPoolExecutor(max_workers=HASH_THREADS, thread_name_prefix="varstore-sha256") as pool:
-            for record, path, stored, digest in _digested(_values(entries, records, paths, where), pool):
+        digests: list[str] = []
+        with ThreadPoolExecutor(max_workers=HASH_THREADS, thread_name_prefix="varstore-digest") as pool:
+            for record, path, stored, blake3 in _digested(_values(entries, records, paths, where), pool, parent):
                 total += record.nbytes
-                attrs = array_attrs(record)
-                attrs[DIGEST_ATTRIBUTE] = digest
-                document = array_metadata(stored.dtype, stored.shape, attrs, chunks=stored.shape)
-                if compression is not None:
-                    document["codecs"] = compression_codecs(compression, stored.dtype)
+                digests.append(blake3)
+                document = array_document(record, stored, compression)
                 text = document_text(document).encode("utf-8")
-                old = old_documents.get(path)
-                same = _same_chunk(old, document)
-                if old != text:
-                    pending.add(f"{path}/zarr.json", text)
+                same = parent.unchanged(path, document, text, record.checksum, blake3, stored)
+                pending.add(f"{path}/zarr.json", text)
                 if not same and record.nbytes:
                     data = (encode_chunk(stored, compression) if compression is not None
                             else bytes(stored.reshape(-1).view(np.uint8).data))
@@ -202,7 +179,7 @@ def save_snapshot(repo: IcechunkRepository, target: Any, step: int, *, metadata:
                 del stored
         pending.flush()
         atomic.fault_point("incremental_after_chunks")
-        manifest = encode_manifest(planned, records, 0)
+        manifest = encode_manifest({**planned, DIGEST: digests}, records, 0)
         root = {"zarr_format": 3, "node_type": "group", "attributes": root_attrs(planned, crc32c_raw(manifest))}
         pending.add(f"{MANIFEST_PATH}/zarr.json", document_text(array_metadata(
             np.dtype("u1"), (len(manifest),), {"description": "JSON index of every variable; see docs"},
@@ -214,56 +191,71 @@ def save_snapshot(repo: IcechunkRepository, target: Any, step: int, *, metadata:
         fields = {"varstore_step": int(step), "varstore_added_bytes": added, "varstore_total_bytes": total,
                   **(commit_metadata or {})}
         snapshot_id = txn.commit(tag, fields)
+        parent.keep(cache, snapshot_id, paths, zip((record.checksum for record in records), digests))
         atomic.fault_point("incremental_after_commit")
         repo.tag(tag, snapshot_id)
-        return SavedSnapshot(snapshot_id, tag, added, total, tuple(written))
+        return SavedSnapshot(snapshot_id, tag, added, total, tuple(written), parent.cached)
     finally:
         txn.close()
 
 
 def _values(entries: list[Any], records: list[Any], paths: list[str],
             where: Path) -> Iterator[tuple[Any, str, npt.NDArray[Any]]]:
-    """(record, path, stored array) of every variable in order, fetched one at a time, its crc32c recorded."""
+    """(record, path, stored array) of every variable in order, fetched one at a time."""
     for entry, record, path in zip(entries, records, paths):
         value = host_value(entry, record, where)
-        record.checksum = crc32c_of(value)
         stored_dtype, stored_shape = storage_layout(value.dtype, record.shape, False)
         yield record, path, value.reshape(-1).view(stored_dtype).reshape(stored_shape)
         del value
 
 
-def _sha256(stored: npt.NDArray[Any]) -> str:
-    return hashlib.sha256(stored.reshape(-1).view(np.uint8).data).hexdigest()  # hashlib releases the GIL
+def _digests(stored: npt.NDArray[Any], parent: tuple[int | None, str | None]) -> tuple[int, str]:
+    """(crc32c, BLAKE3 hex) of `stored`'s bytes (both release the GIL); when the BLAKE3 equals the parent's
+    (crc32c, BLAKE3) `parent`, the bytes are the parent's and so is their crc32c, which is not computed again."""
+    blake3 = digest(stored)
+    crc, old = parent
+    return (crc if crc is not None and old == blake3 else crc32c_of(stored)), blake3
 
 
-def _digested(values: Iterator[tuple[Any, str, npt.NDArray[Any]]], pool: ThreadPoolExecutor
+def _digested(values: Iterator[tuple[Any, str, npt.NDArray[Any]]], pool: ThreadPoolExecutor, parent: Parent
               ) -> Iterator[tuple[Any, str, npt.NDArray[Any], str]]:
-    """`values` with each one's sha256 (hex) added, in order: hashed in `pool` while the caller compares and
-    writes the ones before, at most HASH_AHEAD_BYTES of values waiting (plus the one being hashed)."""
-    queue: deque[tuple[Any, str, npt.NDArray[Any], Future[str]]] = deque()
+    """`values` with each one's BLAKE3 (hex) added and its crc32c recorded (record.checksum), in order:
+    hashed in `pool` while the caller compares and writes the ones before, at most HASH_AHEAD_BYTES of
+    values waiting (plus the one being hashed)."""
+    queue: deque[tuple[Any, str, npt.NDArray[Any], Future[tuple[int, str]]]] = deque()
     queued = 0
+
+    def ready() -> tuple[Any, str, npt.NDArray[Any], str]:
+        nonlocal queued
+        record, path, stored, future = queue.popleft()
+        queued -= stored.nbytes
+        record.checksum, blake3 = future.result()
+        return record, path, stored, blake3
+
     for record, path, stored in values:
-        queue.append((record, path, stored, pool.submit(_sha256, stored)))
+        queue.append((record, path, stored, pool.submit(_digests, stored, parent.digests.get(path, (None, None)))))
         queued += stored.nbytes
         while queue and queued > HASH_AHEAD_BYTES:
-            record, path, stored, digest = queue.popleft()
-            queued -= stored.nbytes
-            yield record, path, stored, digest.result()
+            yield ready()
     while queue:
-        record, path, stored, digest = queue.popleft()
-        yield record, path, stored, digest.result()
+        yield ready()
 
 
 class _Pending:
     """Writes queued and sent together (concurrently) once PENDING_BYTES are queued: one round trip per
-    batch instead of one per key, memory bounded by the batch."""
+    batch instead of one per key, memory bounded by the batch. A zarr.json equal to the parent's is dropped."""
 
-    def __init__(self, txn: Transaction) -> None:
+    def __init__(self, txn: Transaction, parent: Parent) -> None:
         self._txn = txn
+        self._parent = parent
         self._items: list[tuple[str, bytes]] = []
         self._bytes = 0
 
     def add(self, key: str, data: bytes) -> None:
+        if key.endswith("zarr.json"):
+            if self._parent.read([key])[key] == data:
+                return
+            self._parent.written(key, data)
         self._items.append((key, data))
         self._bytes += len(data)
         if self._bytes >= PENDING_BYTES:
@@ -276,9 +268,13 @@ class _Pending:
                            then=[item for item in items if not item[0].endswith("zarr.json")])
 
 
-def _write_missing_groups(txn: Transaction, paths: list[str]) -> None:
+def _write_missing_groups(txn: Transaction, parent: Parent, paths: list[str]) -> None:
     """Writes the zarr.json of every group above `paths` that the parent snapshot lacks (asked in one batch)."""
     groups = sorted({"/".join(parts[:depth]) for parts in (path.split("/")[:-1] for path in paths)
                      for depth in range(1, len(parts) + 1)})
-    present = txn.get_many(f"{group}/zarr.json" for group in groups)
-    txn.set_many([(f"{group}/zarr.json", _GROUP) for group, data in zip(groups, present) if data is None])
+    present = parent.read(f"{group}/zarr.json" for group in groups)
+    missing: list[tuple[str, bytes | memoryview]] = [
+        (f"{group}/zarr.json", _GROUP) for group in groups if present[f"{group}/zarr.json"] is None]
+    for key, _ in missing:
+        parent.written(key, _GROUP)
+    txn.set_many(missing)

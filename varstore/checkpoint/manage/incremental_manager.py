@@ -3,7 +3,8 @@ tagged snapshots of one Icechunk repository, retention by tag expiry and garbage
 
 `vs.CheckpointManager(..., format="icechunk")` returns one of these. Each
 save is incremental.save_snapshot (only changed chunks are written) tagged
-ckpt-<step>; checkpoints are the locations `<directory>@ckpt-<step>`, which
+ckpt-<step>; the manager keeps what it wrote of its last snapshot (a ParentCache), so
+the next save reads nothing of the parent while the branch tip is still that snapshot; checkpoints are the locations `<directory>@ckpt-<step>`, which
 vs.restore, vs.load, vs.open_checkpoint and the CLI open. Retention keeps the
 newest `max_to_keep` steps plus one per `keep_every_n_hours` among the older
 ones (as tf.train.CheckpointManager), deletes the other tags, expires every
@@ -23,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from varstore.checkpoint.manage.incremental import SavedSnapshot, save_snapshot, tag_of
+from varstore.checkpoint.manage.incremental import ParentCache, SavedSnapshot, save_snapshot, tag_of
 from varstore.checkpoint.read.restoration import RestoreResult, restore_and_release
 from varstore.checkpoint.read.snapshot_reader import SnapshotReader, steps_of
 from varstore.errors import CheckpointError, CheckpointNotFoundError, CorruptCheckpointError, NotACheckpointError
@@ -94,6 +95,7 @@ class IncrementalCheckpointManager:
         self.repository = IcechunkRepository(self.directory, storage_options, create=True)
         self.last_save: SavedSnapshot | None = None
         self.last_gc_bytes = 0
+        self._parent = ParentCache()  # the snapshot this manager committed last, as it wrote it
 
     # -- listing
     def _location(self, step: int) -> str:
@@ -146,7 +148,8 @@ class IncrementalCheckpointManager:
         created = self._repository_created()
         saved = save_snapshot(self.repository, target, int(step), metadata=metadata,
                               compression=compression if compression is not None else self.compression,
-                              commit_metadata={"varstore_time": now, "varstore_created": created})
+                              commit_metadata={"varstore_time": now, "varstore_created": created},
+                              cache=self._parent)
         self.last_save = saved
         self._retain(started)
         return self._location(int(step))
