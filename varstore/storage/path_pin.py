@@ -57,6 +57,11 @@ class PathPin:
             self._token = (info.st_dev, info.st_ino)
             self._by_name = stat.S_ISDIR(info.st_mode)
 
+    @property
+    def guards_reads(self) -> bool:
+        """True when reads need `check` after them (a directory's files are opened by name; see guard)."""
+        return self._by_name
+
     def replaced(self) -> bool:
         """True when the path no longer names the pinned file or directory (replaced or removed)."""
         if self._token is None:

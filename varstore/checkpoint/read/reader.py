@@ -7,9 +7,9 @@ straight into the caller's buffer at the recorded offset (or the one the
 backend reports: the HDF5 dataset's offset or the Zarr chunk file), then
 checks its crc32c on that buffer; arrays stored some other way are read
 through the backend. `CheckpointValue` implements the core's ValueSource
-protocol, so deferred and lazy restores read from here. Bulk reads lend the
-reader a `ReadSession` (read_engine.py owns its threads). Never runs
-initializers, never writes.
+protocol, so deferred and lazy restores read from here; a bulk restore's
+plan reads through `bound_reads` instead (planned_values.py). verify lends the
+reader a `ReadSession`. Never runs initializers, never writes.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from varstore.backends import BackendReader, RawExtent, get_backend
 from varstore.checkpoint.format.checksum import crc32c_of
 from varstore.checkpoint.format.info_columns import InfoColumns
 from varstore.checkpoint.read.key_order import KeyOrder, copy_packed
+from varstore.checkpoint.read.planned_values import BoundReads
+from varstore.checkpoint.read.read_checks import checksum_error
 from varstore.checkpoint.read.read_session import ReadSession
 from varstore.checkpoint.read.locations import VariableBytes
 from varstore.checkpoint.read.detection import (
@@ -48,7 +50,6 @@ from varstore.checkpoint.format.manifest import (
 from varstore.checkpoint.read.reader_api import CheckpointReader, cast_into, checked_out
 from varstore.errors import (
     CheckpointError,
-    ChecksumError,
     CorruptCheckpointError,
     NotACheckpointError,
     UnknownVariableError,
@@ -155,6 +156,7 @@ class VarstoreReader(CheckpointReader):
         self._bytes = VariableBytes(self.path, self._key, self._backend, lambda: self._store, self.storage,
                                     self._direct, self._packed)
         self._columns: ManifestColumns = columns
+        self.manifest = columns  # the decoded manifest, column by column (read-only use)
         self._records: dict[int, Record] = {}
         self._names = columns.names
         self._order = KeyOrder(self)  # loops reading the keys in order (key_order.py)
@@ -186,7 +188,6 @@ class VarstoreReader(CheckpointReader):
 
     def _refuse_format(self, found: Any) -> None:
         """Raises for a root without the right varstore_format: corrupt when a manifest is there anyway.
-
         Raises:
           CorruptCheckpointError: `_varstore/manifest` exists, so the attribute was damaged.
           NotACheckpointError: no manifest either (a plain HDF5 file / Zarr group).
@@ -211,11 +212,6 @@ class VarstoreReader(CheckpointReader):
 
     def __len__(self) -> int:
         return len(self._names)
-
-    @property
-    def manifest(self) -> ManifestColumns:
-        """The decoded manifest, column by column (read-only use)."""
-        return self._columns
 
     def record(self, name: str) -> Record:
         """The manifest record of `name`.
@@ -273,8 +269,7 @@ class VarstoreReader(CheckpointReader):
         return out
 
     def new_array(self, index: int) -> npt.NDArray[Any]:
-        """A new, unfilled array for the variable at manifest position `index`, after `check_stored`
-        (whose CorruptCheckpointError it raises)."""
+        """A new, unfilled array for the variable at manifest position `index`, after `check_stored` (its errors)."""
         record = self.record(self._names[index])
         self.check_stored(record)
         return np.empty(record.shape, dtype=record.numpy_dtype)
@@ -293,8 +288,7 @@ class VarstoreReader(CheckpointReader):
         verify_all(self, progress)
 
     def start_read_ahead(self, names: list[str], window: int) -> ReadAhead | None:
-        """Starts the storage's read-ahead over the bytes of `names` (to be read in this order), or None:
-        inside a single file with trusted offsets, else over a Zarr directory's files (hint_files)."""
+        """The storage's read-ahead over the bytes of `names` (read in this order): a file's extents, a Zarr's files."""
         planned = self.direct_extents(names)
         if planned is not None:
             return self.storage.read_ahead(planned[0], planned[1], window)
@@ -327,8 +321,7 @@ class VarstoreReader(CheckpointReader):
 
     # -- where bytes are (locations.py)
     def direct_extents(self, names: list[str]) -> tuple[str, list[tuple[int, int]]] | None:
-        """(storage key, [(offset, nbytes)...]) of the named own-array variables whose file offsets the
-        manifest records (a single-file checkpoint opened through its index header), in order; else None."""
+        """(storage key, [(offset, nbytes)...]) of the named own-array variables with trusted offsets, or None."""
         return self._bytes.direct_extents(self._columns, names)
 
     def locate(self, names: list[str]) -> None:
@@ -380,13 +373,16 @@ class VarstoreReader(CheckpointReader):
         return self._bytes.extent_of(path, dtype, shape)
 
     def checksum_error(self, record: Record, found: int) -> None:
-        """Raises the ChecksumError for `record` whose bytes have crc32c `found`; for `found` -1 (a packed
-        variable outside the blob, as packed.packed_checksum_failure reports it) CorruptCheckpointError."""
-        if found < 0:
-            raise CorruptCheckpointError(f"variable '{record.name}' in '{self.path}' lies outside the packed blob")
-        raise ChecksumError(
-            f"variable '{record.name}' in '{self.path}' is corrupt: its bytes have crc32c {found:08x}, "
-            f"the checkpoint recorded {record.checksum:08x}; restore from another checkpoint")
+        """Raises read_checks.checksum_error's ChecksumError (or CorruptCheckpointError for `found` -1)."""
+        checksum_error(self.path, record, found)
+
+    def bound_reads(self) -> BoundReads:
+        """What one ReadPlan's values read with (planned_values.py): bound methods, not this reader."""
+        if self._closed:
+            raise CheckpointError(f"checkpoint '{self.path}' is closed")
+        pin_check = self._pin.check if self._pin.guards_reads else None
+        return BoundReads(self.path, self._bytes.record_extent, self._bytes.read_extent, self._bytes.check_stored,
+                          (self.location, self.max_bytes, self.max_expansion), pin_check, self.fill)
 
     @pinned
     def fill(self, record: Record, out: npt.NDArray[Any], verify: bool) -> None:

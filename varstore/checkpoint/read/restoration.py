@@ -313,7 +313,7 @@ def _restore_from(reader: CheckpointReader, targets: dict[str, Any], store: Any,
         raise strict_restore_error(location, missing, unexpected, stored())
     from varstore.store.variables import check_restorable
 
-    def validate(name: str, obj: Any, source: CheckpointValue | ReaderSource) -> None:
+    def validate(name: str, obj: Any, source: ValueSource) -> None:
         if hasattr(obj, "restore_from"):
             if obj.shape != source.shape or obj.dtype != source.dtype:
                 check_restorable(obj, source)
