@@ -32,16 +32,9 @@ from varstore.checkpoint.read.planned_values import BoundReads
 from varstore.checkpoint.read.read_checks import checksum_error
 from varstore.checkpoint.read.read_session import ReadSession
 from varstore.checkpoint.read.locations import VariableBytes
-from varstore.checkpoint.read.detection import (
-    check_manifest_bytes,
-    detect_container,
-    index_header,
-    is_varstore_checkpoint,
-    manifest_via_index_header,
-)
+from varstore.checkpoint.read.detection import detect_container, is_varstore_checkpoint, open_own
 from varstore.checkpoint.format.manifest import (
     FORMAT_NAMES,
-    MANIFEST_PATH,
     ManifestColumns,
     Record,
     decode_manifest_columns,
@@ -55,8 +48,8 @@ from varstore.errors import (
     UnknownVariableError,
     VarstoreError,
 )
-from varstore.storage import ReadAhead, Storage, is_remote, storage_for
-from varstore.storage.path_pin import NO_PIN, PathPin, pinned
+from varstore.storage import ReadAhead, Storage, is_remote
+from varstore.storage.path_pin import NO_PIN, pin_local, pinned
 
 if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import
     import numpy.typing as npt
@@ -111,33 +104,38 @@ class VarstoreReader(CheckpointReader):
       session: the ReadSession of a running bulk read (lent with `in_session`), or None.
     """
 
-    def __init__(self, path: Path, fmt: str, storage: Storage | None = None, *,
+    def __init__(self, path: Path, fmt: str | None, storage: Storage | None = None, *,
                  backend_source: Callable[[], BinaryIO | Mapping[str, bytes]] | None = None) -> None:
+        """Opens the checkpoint at `path` ("h5"/"zarr" `fmt`; None detects it, a local path) on the local
+        file system (`storage` None: pinned while read, storage/path_pin.py) or on `storage` (an object
+        store, read through `backend_source`); reads the manifest only (detection.open_own)."""
         super().__init__(path)
-        self.format = FORMAT_NAMES[fmt]
-        self._backend = get_backend(fmt)
         self._backend_reader: BackendReader | None = None
-        located, self._key = storage_for(path) if storage is None else (storage, os.fspath(path))
-        self.storage: Storage = located
         self.staged: Path | None = None  # the path standing for a Zarr checkpoint on an object store (nothing there)
         # a file object over a remote single file, for the backend (also when the constructor needs it)
         self.backend_source: Callable[[], BinaryIO | Mapping[str, bytes]] | None = backend_source
         self._session: ReadSession | None = None
         self._closed = False
-        self._pin = PathPin(path) if storage is None else NO_PIN  # a local one: storage/path_pin.py
+        located: Storage
+        if storage is None:  # the one ask of local storage: pin, storage, a file kept open (storage/path_pin.py)
+            try:
+                located, self._key, self._pin = pin_local(path)
+            except OSError:
+                if fmt is None:
+                    detect_container(path)  # the typed error: nothing there, permission denied, a special file
+                raise
+        else:
+            located, self._key, self._pin = storage, os.fspath(path), NO_PIN
+        self.storage: Storage = located
         with self._pin.opening(self.close):  # the reader is closed on any error
-            if not self._backend.is_directory:
-                self.storage.keep_open(self._key)  # every read of this file through one descriptor
-            data = None if self._backend.is_directory else manifest_via_index_header(self.storage, self._key)
-            self._direct = data is not None  # offsets in the manifest are trusted (the index header matched)
-            if data is None:
-                root = self._store.root_attrs()
-                if root.get("varstore_format") != self.format:
-                    self._refuse_format(root.get("varstore_format"))
-                data = self._store.read_bytes(MANIFEST_PATH)
-                header_at = None if self._backend.is_directory else index_header(self.storage, self._key)
-                check_manifest_bytes(data, root.get("varstore_manifest_crc32c"), header_at, str(path))
-            header, columns = decode_manifest_columns(data, str(path))
+            if storage is not None and not get_backend(fmt or "h5").is_directory:
+                storage.keep_open(self._key)  # every read of this object pinned to what it is now
+            found = open_own(path, fmt, located, self._key, backend_source)  # container and manifest, checked
+            self._backend_reader = found.backend_reader
+            self._backend = found.backend
+            self.format = FORMAT_NAMES[found.backend.name]
+            self._direct = found.direct  # offsets in the manifest are trusted (the index header matched)
+            header, columns = decode_manifest_columns(found.manifest, str(path))
             if self._direct and header.get("format") != self.format:
                 raise NotACheckpointError(f"'{path}' has an index header but is not a varstore HDF5 file")
         self.step = header.get("step")
@@ -185,23 +183,6 @@ class VarstoreReader(CheckpointReader):
             source = None if self.backend_source is None else self.backend_source()
             self._backend_reader = self._pin.vouch(self._backend.open_reader(self.path, source))  # opened by name
         return self._backend_reader
-
-    def _refuse_format(self, found: Any) -> None:
-        """Raises for a root without the right varstore_format: corrupt when a manifest is there anyway.
-        Raises:
-          CorruptCheckpointError: `_varstore/manifest` exists, so the attribute was damaged.
-          NotACheckpointError: no manifest either (a plain HDF5 file / Zarr group).
-        """
-        try:
-            self._store.array_attrs(MANIFEST_PATH)
-        except VarstoreError:
-            raise NotACheckpointError(
-                f"'{self.path}' is a {self._backend.description} but not a varstore checkpoint (no "
-                f"varstore_format attribute); open it with varstore.open_checkpoint") from None
-        raise CorruptCheckpointError(
-            f"'{self.path}' holds a varstore manifest ({MANIFEST_PATH}) but its root attribute "
-            f"varstore_format is {found!r}, not {self.format!r}: its root metadata is damaged; "
-            f"restore from another checkpoint")
 
     # -- CheckpointReader
     def keys(self) -> list[str]:
@@ -467,9 +448,8 @@ def open_varstore(path: os.PathLike[str] | str, format: str | None = None, *,
     if is_remote(path):
         return _open_remote(path, format, storage_options)
     path = Path(path)
-    fmt = detect_container(path) if format is None else get_backend(format).name
-    try:
-        return VarstoreReader(path, fmt)
+    try:  # detection.open_own detects the container (format None) once the path is pinned
+        return VarstoreReader(path, None if format is None else get_backend(format).name)
     except VarstoreError:
         raise
     except OSError as err:
