@@ -128,7 +128,7 @@ class VarstoreReader(CheckpointReader):
             located, self._key, self._pin = storage, os.fspath(path), NO_PIN
         self.storage: Storage = located
         with self._pin.opening(self.close):  # the reader is closed on any error
-            if storage is not None and not get_backend(fmt or "h5").is_directory:
+            if storage is not None and fmt is not None and not get_backend(fmt).is_directory:
                 storage.keep_open(self._key)  # every read of this object pinned to what it is now
             found = open_own(path, fmt, located, self._key, backend_source)  # container and manifest, checked
             self._backend_reader = found.backend_reader
