@@ -118,3 +118,55 @@ def test_index_header_fast_path_reads_the_manifest_or_says_none(tmp_path: Path) 
     assert index_header(storage, str(path)) == where
     assert manifest_via_index_header(storage, str(path)) is None
 
+
+
+def test_open_own_answers_container_and_checked_manifest_in_one_call(tmp_path: Path) -> None:
+    from varstore.checkpoint.read.detection import open_own
+    from varstore.storage.path_pin import pin_local
+
+    save(tmp_path / "m.h5", VALUES)
+    save(tmp_path / "m.zarr", VALUES)
+    storage, key, pin = pin_local(tmp_path / "m.h5")
+    try:
+        assert key in storage._read_fds and not pin.guards_reads  # noqa: SLF001 - the file kept open
+        found = open_own(tmp_path / "m.h5", None, storage, key)
+        assert (found.backend.name, found.direct, found.backend_reader) == ("h5", True, None)
+        assert found.manifest == manifest_via_index_header(storage, key)
+    finally:
+        storage.close()
+        pin.close()
+    storage, key, pin = pin_local(tmp_path / "m.zarr")
+    assert storage._read_fds == {} and pin.guards_reads  # noqa: SLF001 - a directory's files: opened by name
+    found = open_own(tmp_path / "m.zarr", None, storage, key)
+    try:
+        assert (found.backend.name, found.direct) == ("zarr", False) and found.backend_reader is not None
+        assert sorted(json.loads(found.manifest)["variables"]["name"]) == sorted(VALUES)
+    finally:
+        found.backend_reader.close()
+        pin.close()
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(NotACheckpointError, match="neither an HDF5 file nor a Zarr v3 directory"):
+        open_own(tmp_path / "notes.txt", None, LocalStorage(), str(tmp_path / "notes.txt"))
+    with pytest.raises(CheckpointNotFoundError):
+        open_own(tmp_path / "absent", None, LocalStorage(), str(tmp_path / "absent"))
+
+
+def test_read_index_header_reads_the_block_through_the_callers_read(tmp_path: Path) -> None:
+    from varstore.checkpoint.format.index_header import encode_index_header, read_index_header
+
+    asked: list[tuple[int, int]] = []
+
+    def read(offset: int, nbytes: int) -> bytes:
+        asked.append((offset, nbytes))
+        return encode_index_header(4096, 300, 0xDEADBEEF)[offset:offset + nbytes]
+
+    assert read_index_header(read) == (4096, 300, 0xDEADBEEF) and asked == [(0, INDEX_HEADER_BYTES)]
+    assert read_index_header(lambda offset, nbytes: b"\0" * nbytes) is None
+
+
+def test_open_varstore_names_a_missing_or_foreign_path_before_pinning(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointNotFoundError, match="no checkpoint at"):
+        open_checkpoint(tmp_path / "absent.h5")
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(NotACheckpointError, match="neither an HDF5 file"):
+        open_checkpoint(tmp_path / "notes.txt")

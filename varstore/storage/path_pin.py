@@ -9,8 +9,9 @@ from being reused, and a replaced path never names the old inode again).
 A single file needs that check only where something opens it by name again:
 every read through a descriptor of the pinned inode is whole, so a file pin's
 guard() is free and an HDF5 reader keeps reading a file retention deleted.
-Reads nothing itself, never writes; object stores pin with ETags instead
-(object_storage.py).
+`pin_local` gives a reader what it asks of local storage, in one call: the
+pin, a LocalStorage and, for a file, its descriptor kept open. Reads nothing
+itself, never writes; object stores pin with ETags instead (object_storage.py).
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar, cast
 
 from varstore.errors import CheckpointReplacedError
+from varstore.storage.local import LocalStorage
 from varstore.storage.special_files import open_for_reading
 
-__all__ = ["PathPin", "NO_PIN", "pinned"]
+__all__ = ["PathPin", "NO_PIN", "pinned", "pin_local"]
 
 
 class _HasClose(Protocol):
@@ -56,6 +58,11 @@ class PathPin:
             info = os.fstat(self._fd)
             self._token = (info.st_dev, info.st_ino)
             self._by_name = stat.S_ISDIR(info.st_mode)
+
+    @property
+    def guards_reads(self) -> bool:
+        """True when reads need `check` after them (a directory's files are opened by name; see guard)."""
+        return self._by_name
 
     def replaced(self) -> bool:
         """True when the path no longer names the pinned file or directory (replaced or removed)."""
@@ -126,6 +133,25 @@ class PathPin:
 
 #: The pin of a checkpoint read some other way (an object store, whose ETags do this job): never replaced.
 NO_PIN = PathPin(None)
+
+
+def pin_local(path: os.PathLike[str] | str) -> tuple[LocalStorage, str, PathPin]:
+    """(storage, key, pin) for reading the local checkpoint at `path`: the PathPin taken first, then a
+    LocalStorage with a regular file's descriptor kept open (keep_open: every read through it); a
+    directory's files are opened by name as they are read.
+
+    Raises:
+      SpecialFileError, OSError: as PathPin (the pin is released when keeping the file open fails).
+    """
+    pin = PathPin(path)
+    storage, key = LocalStorage(), os.fspath(path)
+    if not pin.guards_reads:
+        try:
+            storage.keep_open(key)
+        except BaseException:
+            pin.close()
+            raise
+    return storage, key, pin
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])

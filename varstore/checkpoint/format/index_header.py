@@ -1,15 +1,18 @@
 """The HDF5 index header: a 512-byte user block saying where the manifest's bytes are and their crc32c.
 
 Lets a reader find a varstore HDF5 file's manifest with two small positional
-reads and no HDF5 library (see detection.py). Encodes and decodes the block
-only; no file I/O. Re-exported by manifest.py, its original home.
+reads and no HDF5 library (see detection.py). Encodes and decodes the block;
+`read_index_header` reads it through the caller's read function (no file I/O
+of its own). Re-exported by manifest.py, its original home.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["INDEX_HEADER_BYTES", "encode_index_header", "decode_index_header"]
+__all__ = ["INDEX_HEADER_BYTES", "encode_index_header", "decode_index_header", "read_index_header"]
 
 #: Size of the HDF5 user block that holds the index header (bytes).
 INDEX_HEADER_BYTES = 512
@@ -39,3 +42,10 @@ def decode_index_header(data: bytes) -> tuple[int, int, int] | None:
     if not all(type(v) is int and v >= 0 for v in values):
         return None
     return values
+
+
+def read_index_header(read: Callable[[int, int], Any]) -> tuple[int, int, int] | None:
+    """decode_index_header of the first INDEX_HEADER_BYTES bytes `read(offset, nbytes)` gives (the caller's
+    storage: detection.py passes its read_range), so a reader's open reads, decodes, then reads the manifest
+    in order; `read` returns a bytes-like buffer. Whatever `read` raises propagates."""
+    return decode_index_header(bytes(read(0, INDEX_HEADER_BYTES)))

@@ -5,20 +5,25 @@ block) saying where the manifest is and its crc32c, so a reader finds the
 manifest with two small positional reads and no HDF5 library. Otherwise the
 root attribute varstore_format (read through the backend) says whether a
 container is varstore's, and the manifest read that way is checked against
-the crc32c the file records for it. Reads through the Storage protocol and the
-backends; never decodes the manifest, never reads a variable.
+the crc32c the file records for it. `open_own` is all a reader's open asks of
+detection, in one call: the container, then the manifest's checked bytes by
+either way. Reads through the Storage protocol and the backends; never decodes
+the manifest, never reads a variable.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, BinaryIO
 
-from varstore.backends import get_backend
+from varstore.backends import Backend, BackendReader, get_backend
 from varstore.checkpoint.format.checksum import crc32c_raw
+from varstore.checkpoint.format.index_header import read_index_header
 from varstore.checkpoint.format.manifest import FORMAT_NAMES, INDEX_HEADER_BYTES, MANIFEST_PATH, decode_index_header
 from varstore.errors import (CheckpointNotFoundError, CorruptCheckpointError, NotACheckpointError, ObjectChangedError,
                              VarstoreError)
@@ -26,7 +31,7 @@ from varstore.storage import Storage, is_remote, storage_for
 from varstore.storage._local_errors import check_readable
 
 __all__ = ["own_container", "detect_container", "index_header", "manifest_via_index_header", "check_manifest_bytes",
-           "is_varstore_checkpoint"]
+           "is_varstore_checkpoint", "OwnCheckpoint", "open_own"]
 
 
 def own_container(path: os.PathLike[str] | str, head: bytes | None = None) -> str | None:
@@ -69,14 +74,18 @@ def detect_container(path: Path) -> str:
       CheckpointPermissionError: `path` may not be read.
       SpecialFileError: a FIFO, socket, device or symlink loop (refused after a stat, never opened).
     """
+    return _backend_at(path).name
+
+
+def _backend_at(path: Path) -> Backend:
+    """detect_container's answer as the backend itself (its errors)."""
     if not check_readable(path):
         raise CheckpointNotFoundError(f"no checkpoint at '{path}'")
-    if path.is_dir():
-        if get_backend("zarr").sniff(path):
-            return "zarr"
+    backend = get_backend("zarr" if path.is_dir() else "h5")
+    if backend.sniff(path):
+        return backend
+    if backend.is_directory:
         raise NotACheckpointError(f"'{path}' is a directory without a Zarr v3 zarr.json")
-    if get_backend("h5").sniff(path):
-        return "h5"
     raise NotACheckpointError(f"'{path}' is neither an HDF5 file nor a Zarr v3 directory")
 
 
@@ -90,12 +99,11 @@ def index_header(storage: Storage, key: str) -> tuple[int, int, int] | None:
       ObjectChangedError: an object kept open was replaced meanwhile (not a reason to try another way).
     """
     try:
-        data = bytes(storage.read_range(key, 0, INDEX_HEADER_BYTES))
+        return read_index_header(functools.partial(storage.read_range, key))
     except ObjectChangedError:
         raise
     except (OSError, VarstoreError):
         return None
-    return decode_index_header(data)
 
 
 def manifest_via_index_header(storage: Storage, key: str) -> bytes | None:
@@ -107,7 +115,11 @@ def manifest_via_index_header(storage: Storage, key: str) -> bytes | None:
     Raises:
       ObjectChangedError: an object kept open was replaced meanwhile.
     """
-    where = index_header(storage, key)
+    return _manifest_at(storage, key, index_header(storage, key))
+
+
+def _manifest_at(storage: Storage, key: str, where: tuple[int, int, int] | None) -> bytes | None:
+    """manifest_via_index_header once the header was read (`where`: index_header's answer)."""
     if where is None:
         return None
     offset, nbytes, checksum = where
@@ -122,6 +134,73 @@ def manifest_via_index_header(storage: Storage, key: str) -> bytes | None:
     if crc32c_raw(data) != checksum:
         return None
     return data
+
+
+class OwnCheckpoint:
+    """What `open_own` found: the container's backend, the manifest's checked bytes, whether they came
+    through the index header (`direct`: its offsets are trusted), and the backend reader opened when
+    they did not (the caller owns it), else None."""
+
+    __slots__ = ("backend", "manifest", "direct", "backend_reader")
+
+    def __init__(self, backend: Backend, manifest: bytes, direct: bool, backend_reader: BackendReader | None) -> None:
+        self.backend = backend
+        self.manifest = manifest
+        self.direct = direct
+        self.backend_reader = backend_reader
+
+
+def open_own(path: Path, fmt: str | None, storage: Storage, key: str,
+             source: Callable[[], BinaryIO | Mapping[str, bytes]] | None = None) -> OwnCheckpoint:
+    """Everything opening a varstore checkpoint asks of detection, in one call: which container (`fmt`
+    None: detect_container, a local path), then the manifest's bytes: through the index header of a
+    single file (read from `storage` under `key`, kept open by the caller), else through the backend
+    (opened on `path`, or on `source()` for an object store), its root attribute varstore_format checked
+    and the bytes checked against every crc32c the file records for them.
+
+    Raises:
+      CheckpointNotFoundError, NotACheckpointError, CheckpointPermissionError, SpecialFileError: as detect_container.
+      NotACheckpointError: a container without varstore_format and without a manifest.
+      CorruptCheckpointError: a damaged varstore_format, or manifest bytes that fail their crc32c.
+      ObjectChangedError: an object kept open was replaced meanwhile.
+    """
+    backend = _backend_at(path) if fmt is None else get_backend(fmt)
+    where = None
+    if not backend.is_directory:
+        where = index_header(storage, key)
+        data = _manifest_at(storage, key, where)
+        if data is not None:
+            return OwnCheckpoint(backend, data, True, None)
+    opened = backend.open_reader(path, None if source is None else source())
+    try:  # inside the reader's PathPin.opening: its end checks the path, so no vouch here
+        root = opened.root_attrs()
+        expected = FORMAT_NAMES[backend.name]
+        if root.get("varstore_format") != expected:
+            _refuse_format(opened, backend, path, expected, root.get("varstore_format"))
+        data = opened.read_bytes(MANIFEST_PATH)
+        check_manifest_bytes(data, root.get("varstore_manifest_crc32c"), where, str(path))
+    except BaseException:
+        opened.close()
+        raise
+    return OwnCheckpoint(backend, data, False, opened)
+
+
+def _refuse_format(opened: BackendReader, backend: Backend, path: Path, expected: str, found: Any) -> None:
+    """Raises for a root without the right varstore_format: corrupt when a manifest is there anyway.
+    Raises:
+      CorruptCheckpointError: `_varstore/manifest` exists, so the attribute was damaged.
+      NotACheckpointError: no manifest either (a plain HDF5 file / Zarr group).
+    """
+    try:
+        opened.array_attrs(MANIFEST_PATH)
+    except VarstoreError:
+        raise NotACheckpointError(
+            f"'{path}' is a {backend.description} but not a varstore checkpoint (no "
+            f"varstore_format attribute); open it with varstore.open_checkpoint") from None
+    raise CorruptCheckpointError(
+        f"'{path}' holds a varstore manifest ({MANIFEST_PATH}) but its root attribute "
+        f"varstore_format is {found!r}, not {expected!r}: its root metadata is damaged; "
+        f"restore from another checkpoint")
 
 
 def check_manifest_bytes(data: bytes, recorded: object, header: tuple[int, int, int] | None, path: str) -> None:

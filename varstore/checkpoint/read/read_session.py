@@ -1,4 +1,4 @@
-"""ReadSession: what a bulk read lends a VarstoreReader while it runs (read_engine.py owns the threads).
+"""ReadSession: what verify lends a VarstoreReader while it runs (verify.py owns the read-ahead).
 
 Plain state, no behaviour: the reader (reader.py) consults it on each fill.
 No I/O here.
@@ -19,7 +19,7 @@ __all__ = ["ReadSession"]
 
 
 class ReadSession:
-    """What a bulk read lends a reader while it runs (see read_engine.py, which owns the threads).
+    """What verify (verify.py) lends a reader while it runs; bulk restores use ReadChecks (read_checks.py) instead.
 
     Attributes:
       packed: the whole packed blob, read once, or None.

@@ -7,9 +7,9 @@ straight into the caller's buffer at the recorded offset (or the one the
 backend reports: the HDF5 dataset's offset or the Zarr chunk file), then
 checks its crc32c on that buffer; arrays stored some other way are read
 through the backend. `CheckpointValue` implements the core's ValueSource
-protocol, so deferred and lazy restores read from here. Bulk reads lend the
-reader a `ReadSession` (read_engine.py owns its threads). Never runs
-initializers, never writes.
+protocol, so deferred and lazy restores read from here; a bulk restore's
+plan reads through `bound_reads` instead (planned_values.py). verify lends the
+reader a `ReadSession`. Never runs initializers, never writes.
 """
 
 from __future__ import annotations
@@ -28,18 +28,13 @@ from varstore.backends import BackendReader, RawExtent, get_backend
 from varstore.checkpoint.format.checksum import crc32c_of
 from varstore.checkpoint.format.info_columns import InfoColumns
 from varstore.checkpoint.read.key_order import KeyOrder, copy_packed
+from varstore.checkpoint.read.planned_values import BoundReads
+from varstore.checkpoint.read.read_checks import checksum_error
 from varstore.checkpoint.read.read_session import ReadSession
 from varstore.checkpoint.read.locations import VariableBytes
-from varstore.checkpoint.read.detection import (
-    check_manifest_bytes,
-    detect_container,
-    index_header,
-    is_varstore_checkpoint,
-    manifest_via_index_header,
-)
+from varstore.checkpoint.read.detection import detect_container, is_varstore_checkpoint, open_own
 from varstore.checkpoint.format.manifest import (
     FORMAT_NAMES,
-    MANIFEST_PATH,
     ManifestColumns,
     Record,
     decode_manifest_columns,
@@ -48,14 +43,13 @@ from varstore.checkpoint.format.manifest import (
 from varstore.checkpoint.read.reader_api import CheckpointReader, cast_into, checked_out
 from varstore.errors import (
     CheckpointError,
-    ChecksumError,
     CorruptCheckpointError,
     NotACheckpointError,
     UnknownVariableError,
     VarstoreError,
 )
-from varstore.storage import ReadAhead, Storage, is_remote, storage_for
-from varstore.storage.path_pin import NO_PIN, PathPin, pinned
+from varstore.storage import ReadAhead, Storage, is_remote
+from varstore.storage.path_pin import NO_PIN, pin_local, pinned
 
 if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import
     import numpy.typing as npt
@@ -110,33 +104,38 @@ class VarstoreReader(CheckpointReader):
       session: the ReadSession of a running bulk read (lent with `in_session`), or None.
     """
 
-    def __init__(self, path: Path, fmt: str, storage: Storage | None = None, *,
+    def __init__(self, path: Path, fmt: str | None, storage: Storage | None = None, *,
                  backend_source: Callable[[], BinaryIO | Mapping[str, bytes]] | None = None) -> None:
+        """Opens the checkpoint at `path` ("h5"/"zarr" `fmt`; None detects it, a local path) on the local
+        file system (`storage` None: pinned while read, storage/path_pin.py) or on `storage` (an object
+        store, read through `backend_source`); reads the manifest only (detection.open_own)."""
         super().__init__(path)
-        self.format = FORMAT_NAMES[fmt]
-        self._backend = get_backend(fmt)
         self._backend_reader: BackendReader | None = None
-        located, self._key = storage_for(path) if storage is None else (storage, os.fspath(path))
-        self.storage: Storage = located
         self.staged: Path | None = None  # the path standing for a Zarr checkpoint on an object store (nothing there)
         # a file object over a remote single file, for the backend (also when the constructor needs it)
         self.backend_source: Callable[[], BinaryIO | Mapping[str, bytes]] | None = backend_source
         self._session: ReadSession | None = None
         self._closed = False
-        self._pin = PathPin(path) if storage is None else NO_PIN  # a local one: storage/path_pin.py
+        located: Storage
+        if storage is None:  # the one ask of local storage: pin, storage, a file kept open (storage/path_pin.py)
+            try:
+                located, self._key, self._pin = pin_local(path)
+            except OSError:
+                if fmt is None:
+                    detect_container(path)  # the typed error: nothing there, permission denied, a special file
+                raise
+        else:
+            located, self._key, self._pin = storage, os.fspath(path), NO_PIN
+        self.storage: Storage = located
         with self._pin.opening(self.close):  # the reader is closed on any error
-            if not self._backend.is_directory:
-                self.storage.keep_open(self._key)  # every read of this file through one descriptor
-            data = None if self._backend.is_directory else manifest_via_index_header(self.storage, self._key)
-            self._direct = data is not None  # offsets in the manifest are trusted (the index header matched)
-            if data is None:
-                root = self._store.root_attrs()
-                if root.get("varstore_format") != self.format:
-                    self._refuse_format(root.get("varstore_format"))
-                data = self._store.read_bytes(MANIFEST_PATH)
-                header_at = None if self._backend.is_directory else index_header(self.storage, self._key)
-                check_manifest_bytes(data, root.get("varstore_manifest_crc32c"), header_at, str(path))
-            header, columns = decode_manifest_columns(data, str(path))
+            if storage is not None and fmt is not None and not get_backend(fmt).is_directory:
+                storage.keep_open(self._key)  # every read of this object pinned to what it is now
+            found = open_own(path, fmt, located, self._key, backend_source)  # container and manifest, checked
+            self._backend_reader = found.backend_reader
+            self._backend = found.backend
+            self.format = FORMAT_NAMES[found.backend.name]
+            self._direct = found.direct  # offsets in the manifest are trusted (the index header matched)
+            header, columns = decode_manifest_columns(found.manifest, str(path))
             if self._direct and header.get("format") != self.format:
                 raise NotACheckpointError(f"'{path}' has an index header but is not a varstore HDF5 file")
         self.step = header.get("step")
@@ -155,6 +154,7 @@ class VarstoreReader(CheckpointReader):
         self._bytes = VariableBytes(self.path, self._key, self._backend, lambda: self._store, self.storage,
                                     self._direct, self._packed)
         self._columns: ManifestColumns = columns
+        self.manifest = columns  # the decoded manifest, column by column (read-only use)
         self._records: dict[int, Record] = {}
         self._names = columns.names
         self._order = KeyOrder(self)  # loops reading the keys in order (key_order.py)
@@ -184,24 +184,6 @@ class VarstoreReader(CheckpointReader):
             self._backend_reader = self._pin.vouch(self._backend.open_reader(self.path, source))  # opened by name
         return self._backend_reader
 
-    def _refuse_format(self, found: Any) -> None:
-        """Raises for a root without the right varstore_format: corrupt when a manifest is there anyway.
-
-        Raises:
-          CorruptCheckpointError: `_varstore/manifest` exists, so the attribute was damaged.
-          NotACheckpointError: no manifest either (a plain HDF5 file / Zarr group).
-        """
-        try:
-            self._store.array_attrs(MANIFEST_PATH)
-        except VarstoreError:
-            raise NotACheckpointError(
-                f"'{self.path}' is a {self._backend.description} but not a varstore checkpoint (no "
-                f"varstore_format attribute); open it with varstore.open_checkpoint") from None
-        raise CorruptCheckpointError(
-            f"'{self.path}' holds a varstore manifest ({MANIFEST_PATH}) but its root attribute "
-            f"varstore_format is {found!r}, not {self.format!r}: its root metadata is damaged; "
-            f"restore from another checkpoint")
-
     # -- CheckpointReader
     def keys(self) -> list[str]:
         return list(self._names)
@@ -211,11 +193,6 @@ class VarstoreReader(CheckpointReader):
 
     def __len__(self) -> int:
         return len(self._names)
-
-    @property
-    def manifest(self) -> ManifestColumns:
-        """The decoded manifest, column by column (read-only use)."""
-        return self._columns
 
     def record(self, name: str) -> Record:
         """The manifest record of `name`.
@@ -273,8 +250,7 @@ class VarstoreReader(CheckpointReader):
         return out
 
     def new_array(self, index: int) -> npt.NDArray[Any]:
-        """A new, unfilled array for the variable at manifest position `index`, after `check_stored`
-        (whose CorruptCheckpointError it raises)."""
+        """A new, unfilled array for the variable at manifest position `index`, after `check_stored` (its errors)."""
         record = self.record(self._names[index])
         self.check_stored(record)
         return np.empty(record.shape, dtype=record.numpy_dtype)
@@ -293,8 +269,7 @@ class VarstoreReader(CheckpointReader):
         verify_all(self, progress)
 
     def start_read_ahead(self, names: list[str], window: int) -> ReadAhead | None:
-        """Starts the storage's read-ahead over the bytes of `names` (to be read in this order), or None:
-        inside a single file with trusted offsets, else over a Zarr directory's files (hint_files)."""
+        """The storage's read-ahead over the bytes of `names` (read in this order): a file's extents, a Zarr's files."""
         planned = self.direct_extents(names)
         if planned is not None:
             return self.storage.read_ahead(planned[0], planned[1], window)
@@ -327,8 +302,7 @@ class VarstoreReader(CheckpointReader):
 
     # -- where bytes are (locations.py)
     def direct_extents(self, names: list[str]) -> tuple[str, list[tuple[int, int]]] | None:
-        """(storage key, [(offset, nbytes)...]) of the named own-array variables whose file offsets the
-        manifest records (a single-file checkpoint opened through its index header), in order; else None."""
+        """(storage key, [(offset, nbytes)...]) of the named own-array variables with trusted offsets, or None."""
         return self._bytes.direct_extents(self._columns, names)
 
     def locate(self, names: list[str]) -> None:
@@ -380,13 +354,16 @@ class VarstoreReader(CheckpointReader):
         return self._bytes.extent_of(path, dtype, shape)
 
     def checksum_error(self, record: Record, found: int) -> None:
-        """Raises the ChecksumError for `record` whose bytes have crc32c `found`; for `found` -1 (a packed
-        variable outside the blob, as packed.packed_checksum_failure reports it) CorruptCheckpointError."""
-        if found < 0:
-            raise CorruptCheckpointError(f"variable '{record.name}' in '{self.path}' lies outside the packed blob")
-        raise ChecksumError(
-            f"variable '{record.name}' in '{self.path}' is corrupt: its bytes have crc32c {found:08x}, "
-            f"the checkpoint recorded {record.checksum:08x}; restore from another checkpoint")
+        """Raises read_checks.checksum_error's ChecksumError (or CorruptCheckpointError for `found` -1)."""
+        checksum_error(self.path, record, found)
+
+    def bound_reads(self) -> BoundReads:
+        """What one ReadPlan's values read with (planned_values.py): bound methods, not this reader."""
+        if self._closed:
+            raise CheckpointError(f"checkpoint '{self.path}' is closed")
+        pin_check = self._pin.check if self._pin.guards_reads else None
+        return BoundReads(self.path, self._bytes.record_extent, self._bytes.read_extent, self._bytes.check_stored,
+                          (self.location, self.max_bytes, self.max_expansion), pin_check, self.fill)
 
     @pinned
     def fill(self, record: Record, out: npt.NDArray[Any], verify: bool) -> None:
@@ -471,9 +448,8 @@ def open_varstore(path: os.PathLike[str] | str, format: str | None = None, *,
     if is_remote(path):
         return _open_remote(path, format, storage_options)
     path = Path(path)
-    fmt = detect_container(path) if format is None else get_backend(format).name
-    try:
-        return VarstoreReader(path, fmt)
+    try:  # detection.open_own detects the container (format None) once the path is pinned
+        return VarstoreReader(path, None if format is None else get_backend(format).name)
     except VarstoreError:
         raise
     except OSError as err:

@@ -10,6 +10,7 @@ No file I/O here: subclasses do it.
 from __future__ import annotations
 
 import abc
+import contextlib
 import fnmatch
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -25,7 +26,8 @@ if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import; Varia
 
     from varstore.checkpoint.format.variable_info import SkippedEntry, VariableInfo
 
-__all__ = ["VariableInfo", "SkippedEntry", "CheckpointReader", "cast_into", "checked_out", "select_names"]
+__all__ = ["VariableInfo", "SkippedEntry", "CheckpointReader", "ReaderHold", "cast_into", "checked_out",
+           "select_names"]
 
 
 def select_names(names: Iterable[str], pattern: str | Iterable[str] | None = None,
@@ -55,6 +57,17 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class ReaderHold:
+    """What a restore owning a reader holds (CheckpointReader.held): `names`, the reader's keys in storage
+    order, and `keep`: True leaves the reader open after the restore (its values are still read from it)."""
+
+    __slots__ = ("names", "keep")
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.keep = False
 
 
 class CheckpointReader(abc.ABC):
@@ -167,6 +180,20 @@ class CheckpointReader(abc.ABC):
 
     def close(self) -> None:
         """Releases file handles; further reads raise."""
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[ReaderHold]:
+        """Lends the reader to one restore that owns it: its names, asked once on entry; on exit closed,
+        unless the restore set `hold.keep` (lazy or deferred values still read from it); always closed
+        when the block raises."""
+        hold = ReaderHold(self.keys())
+        try:
+            yield hold
+        except BaseException:
+            self.close()
+            raise
+        if not hold.keep:
+            self.close()
 
     def __enter__(self) -> "CheckpointReader":
         return self

@@ -253,15 +253,10 @@ def restore_and_release(reader: CheckpointReader, target: Any, *, assignment_map
     Left to the collector, a reader's h5py file could be closed in whichever thread collects it, at
     any time, holding h5py's lock there; so an eager restore closes it here.
     """
-    with paused_gc():
-        try:
-            targets, store = targets_of(target)
-            result = _restore_from(reader, targets, store, assignment_map, strict, lazy, verify)
-        except BaseException:
-            reader.close()
-            raise
-    if not reader_still_needed(result, targets, lazy):
-        reader.close()
+    with paused_gc(), reader.held() as hold:  # the reader's names once; closed at the end unless held on
+        targets, store = targets_of(target)
+        result = _restore_from(reader, targets, store, assignment_map, strict, lazy, verify, hold.names)
+        hold.keep = reader_still_needed(result, targets, lazy)
     return result
 
 
@@ -301,8 +296,9 @@ def _match(names: list[str], targets: dict[str, Any], assignment_map: Mapping[st
 
 
 def _restore_from(reader: CheckpointReader, targets: dict[str, Any], store: Any,
-                  assignment_map: Mapping[str, str] | None, strict: bool, lazy: bool, verify: bool) -> RestoreResult:
-    names = reader.keys()
+                  assignment_map: Mapping[str, str] | None, strict: bool, lazy: bool, verify: bool,
+                  names: list[str] | None = None) -> RestoreResult:
+    names = reader.keys() if names is None else names
     items, missing, unexpected, mapped = _match(names, targets, assignment_map)
     location = getattr(reader, "location", None) or str(reader.path)
 
@@ -313,7 +309,7 @@ def _restore_from(reader: CheckpointReader, targets: dict[str, Any], store: Any,
         raise strict_restore_error(location, missing, unexpected, stored())
     from varstore.store.variables import check_restorable
 
-    def validate(name: str, obj: Any, source: CheckpointValue | ReaderSource) -> None:
+    def validate(name: str, obj: Any, source: ValueSource) -> None:
         if hasattr(obj, "restore_from"):
             if obj.shape != source.shape or obj.dtype != source.dtype:
                 check_restorable(obj, source)
