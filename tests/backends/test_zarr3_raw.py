@@ -227,6 +227,32 @@ def test_raw_extents_equal_raw_extent_and_leave_out_damaged_metadata(tmp_path: P
     assert METADATA_THREADS > 1
 
 
+def test_raw_extents_on_a_tmpfs_read_metadata_in_the_calling_thread(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    from concurrent import futures
+
+    from varstore.backends.zarr3 import reader as zarr_reader
+
+    values = {f"layer_{i:02d}/w": np.full((3, 2), i, np.float32) for i in range(PARALLEL_METADATA_ARRAYS + 4)}
+    path = _save(tmp_path, values)
+    requests = [(name, np.dtype(np.float32), (3, 2)) for name in values]
+    pools: list[int] = []
+    real_pool = futures.ThreadPoolExecutor
+
+    def counting_pool(*args: Any, **kwargs: Any) -> Any:
+        pools.append(1)
+        return real_pool(*args, **kwargs)
+
+    monkeypatch.setattr(futures, "ThreadPoolExecutor", counting_pool)
+    for memory, threads in ((True, 0), (False, 1)):
+        monkeypatch.setattr(zarr_reader, "path_in_memory", lambda _path, memory=memory: memory)
+        pools.clear()
+        found = Zarr3Reader(path).raw_extents(requests)
+        assert pools == [1] * threads
+        assert {name: (extent.file, extent.nbytes) for name, extent in found.items() if extent is not None} == \
+            {name: (path / name / "0.0", 24) for name in values}
+
+
 def test_files_read_ahead_counts_only_values_and_stops_all_its_threads(tmp_path: Path) -> None:
     files = []
     for i in range(6):
