@@ -270,6 +270,30 @@ def test_files_read_ahead_counts_only_values_and_stops_all_its_threads(tmp_path:
 
 
 # ------------------------------------------------------------ zarr.json documents written by helper threads
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_zarr_json_documents_are_written_at_once_on_a_tmpfs_and_by_helpers_on_a_disk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_memory: bool) -> None:
+    from varstore.backends.zarr3 import store
+
+    real = store.Zarr3Writer._write_through_storage  # noqa: SLF001 - the one place a helper thread writes
+    writers: list[str] = []
+
+    def recording(self: store.Zarr3Writer, path: Path, text: str) -> None:
+        writers.append(threading.current_thread().name)
+        real(self, path, text)
+
+    monkeypatch.setattr(store.Zarr3Writer, "_write_through_storage", recording)
+    monkeypatch.setattr(store, "path_in_memory", lambda _path: in_memory)
+    path = _save(tmp_path)
+    assert len(writers) >= len(VALUES)  # every array's zarr.json (and its groups')
+    on_caller = {name == threading.current_thread().name for name in writers}
+    assert on_caller == ({True} if in_memory else {False})
+    loaded = varstore.load(path)
+    for name, value in VALUES.items():
+        np.testing.assert_array_equal(loaded[name], value)
+    assert json.loads((path / "dense/kernel/zarr.json").read_text())["shape"] == [4, 6]
+
+
 def test_a_zarr_json_that_cannot_be_written_fails_the_save_and_leaves_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from varstore.backends.zarr3 import store
