@@ -71,7 +71,10 @@ def test_datasets_and_attributes_are_what_h5pys_create_dataset_and_attrs_make(tm
     writer.close()
     with h5py.File(tmp_path / "h.h5", "w", libver=LIBVER, track_order=False, userblock_size=512) as f:
         for path, (dtype, shape) in arrays.items():
-            dataset = f.create_dataset(path, shape=shape, dtype=dtype, dcpl=_dataset_dcpl())
+            group: h5py.Group = f
+            for part in path.split("/")[:-1]:  # str names, one level at a time: as require_group("ünï") makes it
+                group = group.require_group(part)
+            dataset = group.create_dataset(path.rpartition("/")[2], shape=shape, dtype=dtype, dcpl=_dataset_dcpl())
             for key, value in dict(attrs, name=path).items():
                 dataset.attrs[key] = value if not isinstance(value, list) else json.dumps(value)
     with h5py.File(tmp_path / "w.h5", "r") as ours, h5py.File(tmp_path / "h.h5", "r") as theirs:
@@ -84,5 +87,11 @@ def test_datasets_and_attributes_are_what_h5pys_create_dataset_and_attrs_make(tm
             assert {k: (type(v), a.attrs.get_id(k).get_type().get_class()) for k, v in a.attrs.items()} == \
                 {k: (type(v), b.attrs.get_id(k).get_type().get_class()) for k, v in b.attrs.items()}
             assert isinstance(a.attrs["dtype"], str) and a.attrs["trainable"] is np.True_
+            parent, _, leaf = path.rpartition("/")
+            for scope in (ours, theirs):  # group and dataset links: the same name encoding
+                assert isinstance(scope[parent or "/"], h5py.Group)
+            if parent:
+                cset = [f.id.links.get_info(parent.encode()).cset for f in (ours, theirs)]
+                assert cset[0] == cset[1]
             if shape and math.prod(shape):  # a scalar is allocated late, as h5py makes it: no extent
                 assert extents[path] is not None and extents[path].offset == a.id.get_offset()

@@ -164,19 +164,26 @@ class Hdf5Writer:
                 raise permission_denied(self.path.parent, "write into") from err
             raise CorruptCheckpointError(f"cannot create HDF5 file '{self.path}': {err}") from err
         self._dcpl = _dataset_dcpl()
-        self._groups: dict[str, Any] = {"": self._file}  # groups made so far, by path
+        self._groups: dict[str, Any] = {"": self._file.id}  # low-level ids of the groups made so far, by path
+        self._gcpl: Any = None  # h5py's group creation list (no timestamps), made on first use
         self._types: dict[np.dtype, Any] = {}  # dtype -> its HDF5 type id (h5t.py_create, logical)
 
     def _group(self, path: str) -> Any:
         """The group at `path` ("" for the root), created with its parents on first use.
 
         h5py's create_dataset("a/b/c") looks every parent up in the file again
-        (one H5Lexists walk per variable); variables of one scope share their group here.
+        (one H5Lexists walk per variable); variables of one scope share their group here,
+        made with the calls h5py's create_group makes (same link and group properties) without
+        its Python. Returns the group's low-level id.
         """
         group = self._groups.get(path)
         if group is None:
             parent, _, leaf = path.rpartition("/")
-            group = self._groups[path] = self._group(parent).require_group(leaf)
+            if self._gcpl is None:
+                self._gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+                self._gcpl.set_obj_track_times(False)
+            name, lcpl = self._file._e(leaf, lcpl=True)  # the name's encoding, as create_group sets it
+            group = self._groups[path] = h5py.h5g.create(self._group(parent), name, lcpl=lcpl, gcpl=self._gcpl)
         return group
 
     def create_array(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
@@ -186,10 +193,11 @@ class Hdf5Writer:
             type_id = self._types.get(dtype)
             if type_id is None:
                 type_id = self._types[dtype] = h5py.h5t.py_create(dtype, logical=1)
-            dataset = h5py.h5d.create(self._group(parent).id, leaf.encode("utf-8"), type_id,
+            dataset = h5py.h5d.create(self._group(parent), leaf.encode("utf-8"), type_id,
                                       h5py.h5s.create_simple(shape), dcpl=self._dcpl)
         else:  # a scalar: h5py gives it a default property list (late allocation), kept as it is
-            dataset = self._group(parent).create_dataset(leaf, shape=shape, dtype=dtype, dcpl=self._dcpl).id
+            dataset = h5py.Group(self._group(parent)).create_dataset(leaf, shape=shape, dtype=dtype,
+                                                                      dcpl=self._dcpl).id
         _set_attrs(dataset, attrs, fresh=True)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         offset = dataset.get_offset() if nbytes else None

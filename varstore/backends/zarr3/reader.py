@@ -229,8 +229,9 @@ class Zarr3Reader:
                     pass  # missing here (or kept elsewhere: a staged remote copy); the read reports it
             return path, extent, True
 
+        # on a tmpfs nothing waits: the threads would cost only CPU
         if len(requests) < PARALLEL_METADATA_ARRAYS or (self._files is None and path_in_memory(self._real_root)):
-            results = [one(request) for request in requests]  # on a tmpfs nothing waits: threads cost only CPU
+            results = [one(request) for request in requests]
         else:
             from concurrent.futures import ThreadPoolExecutor
 
