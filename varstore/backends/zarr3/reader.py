@@ -205,7 +205,8 @@ class Zarr3Reader:
         is looked up (os.stat), as `raw_extent` does, with up to
         METADATA_THREADS arrays in flight: on a cold cache each of those is a
         small random read, so a serial walk of W1's 384 arrays waits on the disk
-        about 1,500 times in a row (on a tmpfs or ramfs nothing waits: one thread). Arrays whose metadata fails any check are left
+        about 1,500 times in a row (on a tmpfs or ramfs nothing waits: one thread).
+        Arrays whose metadata fails any check are left
         out of the result: the caller's own `raw_extent` call then raises the
         error for that array alone. A chunk file that is missing is not checked
         here (the read reports it).
