@@ -227,6 +227,32 @@ def test_raw_extents_equal_raw_extent_and_leave_out_damaged_metadata(tmp_path: P
     assert METADATA_THREADS > 1
 
 
+def test_raw_extents_on_a_tmpfs_read_metadata_in_the_calling_thread(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    from concurrent import futures
+
+    from varstore.backends.zarr3 import reader as zarr_reader
+
+    values = {f"layer_{i:02d}/w": np.full((3, 2), i, np.float32) for i in range(PARALLEL_METADATA_ARRAYS + 4)}
+    path = _save(tmp_path, values)
+    requests = [(name, np.dtype(np.float32), (3, 2)) for name in values]
+    pools: list[int] = []
+    real_pool = futures.ThreadPoolExecutor
+
+    def counting_pool(*args: Any, **kwargs: Any) -> Any:
+        pools.append(1)
+        return real_pool(*args, **kwargs)
+
+    monkeypatch.setattr(futures, "ThreadPoolExecutor", counting_pool)
+    for memory, threads in ((True, 0), (False, 1)):
+        monkeypatch.setattr(zarr_reader, "path_in_memory", lambda _path, memory=memory: memory)
+        pools.clear()
+        found = Zarr3Reader(path).raw_extents(requests)
+        assert pools == [1] * threads
+        assert {name: (extent.file, extent.nbytes) for name, extent in found.items() if extent is not None} == \
+            {name: (path / name / "0.0", 24) for name in values}
+
+
 def test_files_read_ahead_counts_only_values_and_stops_all_its_threads(tmp_path: Path) -> None:
     files = []
     for i in range(6):
@@ -244,6 +270,30 @@ def test_files_read_ahead_counts_only_values_and_stops_all_its_threads(tmp_path:
 
 
 # ------------------------------------------------------------ zarr.json documents written by helper threads
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_zarr_json_documents_are_written_at_once_on_a_tmpfs_and_by_helpers_on_a_disk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_memory: bool) -> None:
+    from varstore.backends.zarr3 import store
+
+    real = store.Zarr3Writer._write_through_storage  # noqa: SLF001 - the one place a helper thread writes
+    writers: list[str] = []
+
+    def recording(self: store.Zarr3Writer, path: Path, text: str) -> None:
+        writers.append(threading.current_thread().name)
+        real(self, path, text)
+
+    monkeypatch.setattr(store.Zarr3Writer, "_write_through_storage", recording)
+    monkeypatch.setattr(store, "path_in_memory", lambda _path: in_memory)
+    path = _save(tmp_path)
+    assert len(writers) >= len(VALUES)  # every array's zarr.json (and its groups')
+    on_caller = {name == threading.current_thread().name for name in writers}
+    assert on_caller == ({True} if in_memory else {False})
+    loaded = varstore.load(path)
+    for name, value in VALUES.items():
+        np.testing.assert_array_equal(loaded[name], value)
+    assert json.loads((path / "dense/kernel/zarr.json").read_text())["shape"] == [4, 6]
+
+
 def test_a_zarr_json_that_cannot_be_written_fails_the_save_and_leaves_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from varstore.backends.zarr3 import store

@@ -251,3 +251,21 @@ def test_a_reservation_past_the_free_space_is_not_attempted(tmp_path: Path, monk
     small.reserve(2 << 20)
     small.finish()
     assert calls == [(0, 2 << 20)]
+
+
+def test_files_on_a_tmpfs_get_no_read_ahead_threads(shm_dir: Path, tmp_path: Path) -> None:
+    from varstore.storage._fs_types import path_in_memory
+
+    if not path_in_memory(str(shm_dir)):
+        pytest.skip("/dev/shm is not a tmpfs here")
+    assert not path_in_memory(str(shm_dir / "missing"))  # unknown: counts as a disk
+    for name in "ab":
+        (shm_dir / name).write_bytes(bytes(4096))
+    assert LocalStorage(shm_dir).read_ahead_files([("a", 4096), ("b", 4096)], 1 << 20) is None  # pages are memory
+    if path_in_memory(str(tmp_path)):
+        return
+    for name in "ab":
+        (tmp_path / name).write_bytes(bytes(4096))
+    read_ahead = LocalStorage(tmp_path).read_ahead_files([("a", 4096), ("b", 4096)], 1 << 20)
+    assert read_ahead is not None  # on a disk the threads stay
+    read_ahead.stop()

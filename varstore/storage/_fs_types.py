@@ -3,15 +3,17 @@
 Two questions, asked before reserving blocks (posix_fallocate): is the file in memory (tmpfs, ramfs),
 where reserving zero-fills every page that the write then fills again (W1, 318 MiB on /dev/shm: ~70 ms
 of CPU for nothing)? And does its file system have room for the reservation at all (a source declaring
-4 TiB must not fill the disk for every other process before its value is refused)? Reads nothing but mountinfo; an unknown device (btrfs subvolumes report anonymous
-numbers, no /proc) counts as a disk, so reserving stays the default.
+4 TiB must not fill the disk for every other process before its value is refused)? Readers ask the
+first for their hints too (read-ahead threads gain nothing where the pages are memory). Reads nothing
+but mountinfo; an unknown device (btrfs subvolumes report anonymous numbers, no /proc) counts as a
+disk, so reserving and reading ahead stay the default.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["in_memory", "mount_types", "has_room"]
+__all__ = ["in_memory", "path_in_memory", "mount_types", "has_room"]
 
 #: File system types whose pages are memory: reserving blocks there only zero-fills them.
 _MEMORY_TYPES = frozenset({"tmpfs", "ramfs"})
@@ -44,6 +46,22 @@ def in_memory(fd: int) -> bool:
         dev = os.fstat(fd).st_dev
     except OSError:
         return False
+    return _memory_device(dev)
+
+
+def path_in_memory(path: str) -> bool:
+    """True when `path` (symlinks followed) lies on a tmpfs or ramfs; False if unknown or missing.
+
+    For hints only (whether reading ahead or several metadata threads can gain anything): its pages
+    are memory already, and each thread costs CPU for nothing."""
+    try:
+        dev = os.stat(path).st_dev
+    except (OSError, ValueError):
+        return False
+    return _memory_device(dev)
+
+
+def _memory_device(dev: int) -> bool:
     fs_type = _types.get(dev)
     if fs_type is None:  # a device not seen yet: read the mount table again (a mount may be new)
         _types.update(mount_types())

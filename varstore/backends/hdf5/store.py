@@ -70,36 +70,49 @@ def _attr_value(value: Any) -> Any:
 
 _SCALAR_SPACE: Any = None
 _ATTR_TYPES: dict[Any, Any] = {}
+#: (type, value) -> the 0-d array h5py would write for a repeated attribute value ("float32", "[]", True)
+_ATTR_ARRAYS: dict[tuple[type, Any], Any] = {}
+#: Attributes whose values repeat across variables (a checksum or a name never does)
+_SHARED_ATTRS = frozenset({"trainable", "collections", "dtype", "device"})
 
 
 def _set_attrs(obj: Any, attrs: dict[str, Any], fresh: bool = False) -> None:
     """Writes attributes as h5py's `obj.attrs[key] = value` would (same HDF5 types), ~2x faster.
 
     Strings (variable-length UTF-8) and bools/ints go through h5py's low-level
-    h5a calls with cached type and scalar space ids; anything else through
-    `obj.attrs`. A variable's five attributes were most of a per-variable save.
-    `fresh`: `obj` was just created, so no attribute exists yet (no lookup before each create).
+    h5a calls with cached type and scalar space ids (and cached arrays of the
+    values most variables share); anything else through `obj.attrs`. A
+    variable's five attributes were most of a per-variable save. `obj` is an
+    h5py object or its low-level id; `fresh`: `obj` was just created, so no
+    attribute exists yet (no lookup before each create).
     """
     global _SCALAR_SPACE
     if _SCALAR_SPACE is None:
         _SCALAR_SPACE = h5py.h5s.create(h5py.h5s.SCALAR)
+    oid = obj.id if hasattr(obj, "attrs") else obj
     for key, value in attrs.items():
         value = _attr_value(value)
-        if isinstance(value, str):
-            array = np.array(value, dtype=h5py.string_dtype())
-        elif isinstance(value, (bool, int)) and not isinstance(value, np.generic):
-            array = np.asarray(value)
-        else:
-            obj.attrs[key] = value
-            continue
+        cache_key = (type(value), value)
+        shared = key in _SHARED_ATTRS
+        array = _ATTR_ARRAYS.get(cache_key) if shared else None
+        if array is None:
+            if isinstance(value, str):
+                array = np.array(value, dtype=h5py.string_dtype())
+            elif isinstance(value, (bool, int)) and not isinstance(value, np.generic):
+                array = np.asarray(value)
+            else:
+                (obj if hasattr(obj, "attrs") else h5py.Dataset(oid)).attrs[key] = value
+                continue
+            if shared and len(_ATTR_ARRAYS) < 1024:
+                _ATTR_ARRAYS[cache_key] = array
         kind = (array.dtype, array.dtype.metadata is not None)
         type_id = _ATTR_TYPES.get(kind)
         if type_id is None:
             type_id = _ATTR_TYPES[kind] = h5py.h5t.py_create(array.dtype, logical=True)
         name = key.encode("utf-8")
-        if not fresh and h5py.h5a.exists(obj.id, name):
-            h5py.h5a.delete(obj.id, name)
-        h5py.h5a.create(obj.id, name, type_id, _SCALAR_SPACE).write(array)
+        if not fresh and h5py.h5a.exists(oid, name):
+            h5py.h5a.delete(oid, name)
+        h5py.h5a.create(oid, name, type_id, _SCALAR_SPACE).write(array)
 
 
 def _plain(value: Any) -> Any:
@@ -130,6 +143,7 @@ def _dataset_dcpl() -> Any:
     dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
     dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
     dcpl.set_obj_track_times(False)
+    dcpl.set_attr_creation_order(0)  # h5py's create_dataset sets it (track_order off)
     return dcpl
 
 
@@ -150,27 +164,43 @@ class Hdf5Writer:
                 raise permission_denied(self.path.parent, "write into") from err
             raise CorruptCheckpointError(f"cannot create HDF5 file '{self.path}': {err}") from err
         self._dcpl = _dataset_dcpl()
-        self._groups: dict[str, Any] = {"": self._file}  # groups made so far, by path
+        self._groups: dict[str, Any] = {"": self._file.id}  # low-level ids of the groups made so far, by path
+        self._gcpl: Any = None  # h5py's group creation list (no timestamps), made on first use
+        self._types: dict[np.dtype, Any] = {}  # dtype -> its HDF5 type id (h5t.py_create, logical)
 
     def _group(self, path: str) -> Any:
         """The group at `path` ("" for the root), created with its parents on first use.
 
         h5py's create_dataset("a/b/c") looks every parent up in the file again
-        (one H5Lexists walk per variable); variables of one scope share their group here.
+        (one H5Lexists walk per variable); variables of one scope share their group here,
+        made with the calls h5py's create_group makes (same link and group properties) without
+        its Python. Returns the group's low-level id.
         """
         group = self._groups.get(path)
         if group is None:
             parent, _, leaf = path.rpartition("/")
-            group = self._groups[path] = self._group(parent).require_group(leaf)
+            if self._gcpl is None:
+                self._gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+                self._gcpl.set_obj_track_times(False)
+            name, lcpl = self._file._e(leaf, lcpl=True)  # the name's encoding, as create_group sets it
+            group = self._groups[path] = h5py.h5g.create(self._group(parent), name, lcpl=lcpl, gcpl=self._gcpl)
         return group
 
     def create_array(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
                      attrs: dict[str, Any]) -> RawExtent | None:
         parent, _, leaf = path.rpartition("/")
-        dataset = self._group(parent).create_dataset(leaf, shape=shape, dtype=dtype, dcpl=self._dcpl)
+        if shape:  # h5py's create_dataset without its Python (make_new_dset's calls, the type id cached)
+            type_id = self._types.get(dtype)
+            if type_id is None:
+                type_id = self._types[dtype] = h5py.h5t.py_create(dtype, logical=1)
+            dataset = h5py.h5d.create(self._group(parent), leaf.encode("utf-8"), type_id,
+                                      h5py.h5s.create_simple(shape), dcpl=self._dcpl)
+        else:  # a scalar: h5py gives it a default property list (late allocation), kept as it is
+            dataset = h5py.Group(self._group(parent)).create_dataset(leaf, shape=shape, dtype=dtype,
+                                                                      dcpl=self._dcpl).id
         _set_attrs(dataset, attrs, fresh=True)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        offset = dataset.id.get_offset() if nbytes else None
+        offset = dataset.get_offset() if nbytes else None
         # HDF5 reports an unallocated address (scalars) as None, or as user block size - 1 with one.
         if offset is None or offset < self.header_bytes:
             return None

@@ -25,6 +25,7 @@ from varstore.errors import (
     NotACheckpointError,
     SpecialFileError,
 )
+from varstore.storage._fs_types import path_in_memory
 from varstore.storage._local_errors import permission_denied
 from varstore.storage.special_files import check_regular_file, open_for_reading
 
@@ -204,7 +205,8 @@ class Zarr3Reader:
         is looked up (os.stat), as `raw_extent` does, with up to
         METADATA_THREADS arrays in flight: on a cold cache each of those is a
         small random read, so a serial walk of W1's 384 arrays waits on the disk
-        about 1,500 times in a row. Arrays whose metadata fails any check are left
+        about 1,500 times in a row (on a tmpfs or ramfs nothing waits: one thread).
+        Arrays whose metadata fails any check are left
         out of the result: the caller's own `raw_extent` call then raises the
         error for that array alone. A chunk file that is missing is not checked
         here (the read reports it).
@@ -228,7 +230,8 @@ class Zarr3Reader:
                     pass  # missing here (or kept elsewhere: a staged remote copy); the read reports it
             return path, extent, True
 
-        if len(requests) < PARALLEL_METADATA_ARRAYS:
+        # on a tmpfs nothing waits: the threads would cost only CPU
+        if len(requests) < PARALLEL_METADATA_ARRAYS or (self._files is None and path_in_memory(self._real_root)):
             results = [one(request) for request in requests]
         else:
             from concurrent.futures import ThreadPoolExecutor

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from varstore.backends.base import RawExtent
+from varstore.storage._fs_types import path_in_memory
 from varstore.storage._local_errors import is_permission_error, permission_denied
 from varstore.errors import CorruptCheckpointError, NotACheckpointError, UnsupportedDtypeError
 from varstore.storage.special_files import check_regular_file
@@ -44,6 +45,7 @@ __all__ = ["Zarr3Backend", "Zarr3Writer", "Zarr3Reader", "BACKEND", "chunk_file"
 
 #: Threads writing zarr.json documents while the writer's caller goes on (0: written at once). Creating
 #: a file costs a journal entry and an inode; several in flight overlap that work with the rest of a save.
+#: On a tmpfs or ramfs nothing waits, so they are written at once there (W1 save: ~13 ms less CPU, issue 39).
 JSON_WRITER_THREADS = 4
 
 _CORE_TYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -157,6 +159,7 @@ class Zarr3Writer:
         self._documents: dict[str, dict[str, Any]] | None = {} if uploads else None
         self._pool: ThreadPoolExecutor | None = None
         self._pending: list[Future[None]] = []
+        self._in_memory = not uploads and path_in_memory(str(self.path))  # documents written at once
 
     def _write_json_soon(self, node: str, document: dict[str, Any]) -> None:
         """Writes a zarr.json from a helper thread (JSON_WRITER_THREADS); encoding errors raise here,
@@ -166,7 +169,7 @@ class Zarr3Writer:
         if self._documents is not None:
             self._documents[node] = document
         write = _write_text if self._storage is None else self._write_through_storage
-        if JSON_WRITER_THREADS <= 0:
+        if JSON_WRITER_THREADS <= 0 or self._in_memory:
             write(path, text)
             return
         if self._pool is None:

@@ -11,7 +11,6 @@ per-array attributes. Does no I/O.
 from __future__ import annotations
 
 import datetime
-import functools
 import json
 import math
 from collections.abc import Mapping
@@ -75,10 +74,6 @@ def _variable_entry(variable: Any, name: str | None = None) -> Any:
                  variable if isinstance(variable, Variable) else None)
 
 
-def _itself(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    return array
-
-
 def _array_entry(name: str, value: Any) -> SaveEntry:
     if devices.is_device_array(value):
         device = devices.device_of_array(value)
@@ -109,8 +104,9 @@ def entries_from(target: Any) -> list[SaveEntry | PlannedEntry]:
             if not isinstance(name, str):
                 raise InvalidNameError(f"checkpoint names must be strings, got {name!r}")
             if type(value) is np.ndarray and value.dtype.kind != "O":  # most values: no attribute probes
-                entries.append(SaveEntry(name, value.shape, value.dtype, functools.partial(_itself, value),
-                                         True, (), "cpu:0"))
+                # A slotted entry whose get is the array's own __array__ (returns the array itself): a frozen
+                # SaveEntry and a functools.partial cost 3x as much per value (W2: 12,000 values).
+                entries.append(PlannedEntry(name, value.shape, value.dtype, value.__array__, True, (), "cpu:0"))
                 continue
             entries.append(_variable_entry(value, name) if _is_variable(value) else _array_entry(name, value))
         return entries
