@@ -33,7 +33,7 @@ from varstore.checkpoint.format.manifest import MANIFEST_PATH, Record, decode_ma
 from varstore.checkpoint.read.icechunk_layout import MAX_METADATA_BYTES, ChunkPlace, LayoutError, SnapshotLayout
 from varstore.checkpoint.read.reader_api import CheckpointReader, VariableInfo, checked_out
 from varstore.errors import ChecksumError, CheckpointNotFoundError, CorruptCheckpointError, UnknownVariableError
-from varstore.storage._url_names import is_url
+from varstore.storage import is_url
 from varstore.storage.icechunk_repo import IcechunkRepository, SnapshotView, is_repository
 
 __all__ = ["SnapshotReader", "split_location", "open_snapshot", "steps_of"]
