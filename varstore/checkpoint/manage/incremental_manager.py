@@ -57,6 +57,8 @@ class StepInfo:
 class IncrementalCheckpointManager:
     """Numbered checkpoints of a training run as the snapshots of one Icechunk repository.
 
+    A save is durable by default, as CheckpointManager.save (save(durable=False) skips the syncs).
+
     Args:
       directory: the repository: a local directory (created if needed) or an s3://, gs://, az:// URL.
       max_to_keep: newest steps to keep; None keeps all.
