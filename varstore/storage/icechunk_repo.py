@@ -336,6 +336,20 @@ class IcechunkRepository:
         except Exception as err:  # noqa: BLE001
             raise _failure(err, "open the repository", self.location) from err
 
+    @property
+    def local_root(self) -> Path | None:
+        """The repository's directory when it is local; None for an s3://, gs://, az:// URL."""
+        return None if is_url(self.location) else Path(self.location)
+
+    def tag_paths(self, name: str) -> list[Path]:
+        """Where a local repository keeps tag `name` (Icechunk 1.x: refs/tag.<name>/ref.json), then that
+        file's directory and refs/ (what an fsync makes durable), those that exist; [] for a URL."""
+        root = self.local_root
+        if root is None:
+            return []
+        folder = root / "refs" / f"tag.{name}"
+        return [path for path in (folder / "ref.json", folder, root / "refs") if path.exists()]
+
     def _call(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return call(*args, **kwargs)

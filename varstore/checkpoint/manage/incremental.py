@@ -15,7 +15,8 @@ reference (Icechunk's own behaviour for a key not written), and a zarr.json
 equal to the parent's is not written either. What the parent holds comes
 from the caller's ParentCache when the branch tip is the snapshot this
 process committed last, else it is read. The commit is atomic (Icechunk);
-the tag ckpt-<step> is set after it. Values are fetched one at a time and
+the tag ckpt-<step> is set after it; by default the commit is made durable
+before the tag is set, and the tag before the save returns (step_durability.py). Values are fetched one at a time and
 their crc32c and BLAKE3 computed in helper threads ahead of the comparison
 (peak memory: HASH_AHEAD_BYTES of values, which are usually the caller's
 own arrays, plus the PENDING_BYTES write batch). Knows nothing about
@@ -38,6 +39,7 @@ from varstore.backends.zarr3.codecs import compression_codecs, encode_chunk
 from varstore.backends.zarr3.store import array_metadata, document_text
 from varstore.checkpoint.format.checksum import crc32c_of, crc32c_raw
 from varstore.checkpoint.format.manifest import MANIFEST_PATH, encode_manifest, storage_layout
+from varstore.checkpoint.manage import step_durability
 from varstore.checkpoint.manage.snapshot_parent import DIGEST, Parent, ParentCache, digest, node_type
 from varstore.checkpoint.publish import atomic
 from varstore.checkpoint.write.plan import (
@@ -114,7 +116,7 @@ def array_document(record: Any, stored: npt.NDArray[Any], compression: str | Non
 def save_snapshot(repo: IcechunkRepository, target: Any, step: int, *, metadata: dict[str, Any] | None = None,
                   compression: str | None = None, commit_metadata: dict[str, Any] | None = None,
                   progress: Callable[[str, bool], None] | None = None,
-                  cache: ParentCache | None = None) -> SavedSnapshot:
+                  cache: ParentCache | None = None, durable: bool = True) -> SavedSnapshot:
     """Commits `target` to `repo` as one snapshot tagged ckpt-<step>, writing only changed chunks.
 
     Args:
@@ -127,6 +129,9 @@ def save_snapshot(repo: IcechunkRepository, target: Any, step: int, *, metadata:
       progress: called as progress(name, written) after each variable.
       cache: what this process knows of the snapshot it committed last; used when the tip is still that
         snapshot (else the parent is read), and made to describe the new snapshot after the commit.
+      durable: True (default, as varstore.save) makes a local repository's objects durable after the
+        commit and the tag after it is set (step_durability.py); False skips both (a power loss may lose
+        the step). Object storage needs neither.
 
     Returns:
       SavedSnapshot.
@@ -134,7 +139,7 @@ def save_snapshot(repo: IcechunkRepository, target: Any, step: int, *, metadata:
     Raises:
       InvalidNameError, UnsupportedDtypeError, InvalidMetadataError: before anything is written.
       CheckpointConflictError: another writer committed first (nothing of this save is visible).
-      CheckpointError: the repository failed.
+      CheckpointError: the repository failed; CheckpointWriteError: durability failed (committed, not tagged).
     """
     where = Path(repo.location)
     entries = entries_from(target)
@@ -192,8 +197,12 @@ def save_snapshot(repo: IcechunkRepository, target: Any, step: int, *, metadata:
                   **(commit_metadata or {})}
         snapshot_id = txn.commit(tag, fields)
         parent.keep(cache, snapshot_id, paths, zip((record.checksum for record in records), digests))
+        if durable:  # before the tag: a tag never names a snapshot whose objects a power loss may take
+            step_durability.commit_durable(repo, tag)
         atomic.fault_point("incremental_after_commit")
         repo.tag(tag, snapshot_id)
+        if durable:
+            step_durability.tag_durable(repo, tag)
         return SavedSnapshot(snapshot_id, tag, added, total, tuple(written), parent.cached)
     finally:
         txn.close()

@@ -57,6 +57,8 @@ class StepInfo:
 class IncrementalCheckpointManager:
     """Numbered checkpoints of a training run as the snapshots of one Icechunk repository.
 
+    A save is durable by default, as CheckpointManager.save (save(durable=False) skips the syncs).
+
     Args:
       directory: the repository: a local directory (created if needed) or an s3://, gs://, az:// URL.
       max_to_keep: newest steps to keep; None keeps all.
@@ -123,7 +125,7 @@ class IncrementalCheckpointManager:
 
     # -- saving
     def save(self, target: Any, step: int, *, metadata: dict[str, Any] | None = None,
-             compression: str | None = None, blocking: bool = True, **_: Any) -> str:
+             compression: str | None = None, blocking: bool = True, durable: bool = True, **_: Any) -> str:
         """Commits `target` as the snapshot tagged ckpt-<step> (only changed chunks written), then retention.
 
         Args:
@@ -132,6 +134,11 @@ class IncrementalCheckpointManager:
           metadata: JSON-compatible dict recorded in the checkpoint.
           compression: overrides the manager's compression for this save (None: the manager's).
           blocking: must be True (an incremental save compares values as it writes them).
+          durable: True (default, as varstore.save and CheckpointManager.save) returns only once the
+            step survives a power loss: on a local repository Icechunk's commit is made durable (one
+            syncfs of its file system), then the tag ckpt-<step> is set and fsynced. False skips both
+            (a crash of the process still keeps every earlier step whole; a power loss may lose this
+            one). Object storage: nothing to do either way (a PUT that returned is durable).
 
         Returns:
           The location "<directory>@ckpt-<step>".
@@ -139,6 +146,7 @@ class IncrementalCheckpointManager:
         Raises:
           CheckpointConflictError: another manager committed to the repository first; nothing of this
             save is visible (save again).
+          CheckpointWriteError: the file system reported a write-back error while making the step durable.
           As varstore.save; CheckpointError when the repository fails.
         """
         if not blocking:
@@ -149,7 +157,7 @@ class IncrementalCheckpointManager:
         saved = save_snapshot(self.repository, target, int(step), metadata=metadata,
                               compression=compression if compression is not None else self.compression,
                               commit_metadata={"varstore_time": now, "varstore_created": created},
-                              cache=self._parent)
+                              cache=self._parent, durable=durable)
         self.last_save = saved
         self._retain(started)
         return self._location(int(step))
