@@ -22,7 +22,7 @@ class _Counts:
         self.fsync = 0
         self.writeback = 0
         self.syncfs = 0
-        real_fsync, real_writeback, real_syncfs = os.fsync, local.start_writeback, atomic._syncfs
+        real_fsync, real_writeback, real_syncfs = os.fsync, local.start_writeback, atomic.syncfs
 
         def fsync(fd: int) -> None:
             self.fsync += 1
@@ -38,7 +38,7 @@ class _Counts:
 
         monkeypatch.setattr(atomic.os, "fsync", fsync)
         monkeypatch.setattr(local, "start_writeback", writeback)
-        monkeypatch.setattr(atomic, "_syncfs", syncfs)
+        monkeypatch.setattr(atomic, "syncfs", syncfs)
 
 
 def _check(path: Path) -> None:

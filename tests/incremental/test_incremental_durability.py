@@ -26,7 +26,7 @@ def _record(monkeypatch: pytest.MonkeyPatch, syncfs_works: bool = True) -> list[
     """Events ("commit" | "tag" | "syncfs" | "fsync", detail) in the order they happen."""
     events: list[tuple[str, str]] = []
     commit, tag = icechunk_repo.Transaction.commit, icechunk_repo.IcechunkRepository.tag
-    real_syncfs, real_fsync = atomic._syncfs, atomic._fsync_one
+    real_syncfs, real_fsync = atomic.syncfs, atomic._fsync_one
 
     def committed(self: Any, message: str, metadata: Any) -> str:
         snapshot = commit(self, message, metadata)
@@ -47,7 +47,7 @@ def _record(monkeypatch: pytest.MonkeyPatch, syncfs_works: bool = True) -> list[
 
     monkeypatch.setattr(icechunk_repo.Transaction, "commit", committed)
     monkeypatch.setattr(icechunk_repo.IcechunkRepository, "tag", tagged)
-    monkeypatch.setattr(atomic, "_syncfs", syncfs)
+    monkeypatch.setattr(atomic, "syncfs", syncfs)
     monkeypatch.setattr(atomic, "_fsync_one", fsync_one)
     return events
 
@@ -107,7 +107,7 @@ def test_a_write_back_error_is_typed_and_leaves_the_step_untagged(
     def failing(path: Path) -> bool:
         raise OSError(errno.EIO, "Input/output error", str(path))
 
-    monkeypatch.setattr(atomic, "_syncfs", failing)
+    monkeypatch.setattr(atomic, "syncfs", failing)
     with pytest.raises(CheckpointWriteError, match=r"step 'ckpt-2' durable.*not tagged.*Input/output error.*save again") as info:
         manager.save({"w": np.ones(16, np.float32)}, step=2)
     assert info.value.errno == errno.EIO and str(root) in str(info.value)

@@ -37,7 +37,7 @@ def test_s3_moto(s3_env: dict[str, str], s3_prefix: str, s3_server,  # type: ign
     def refused(*args: object) -> None:
         raise AssertionError("a step on object storage is durable once its PUTs return: nothing to sync")
 
-    monkeypatch.setattr(atomic, "_syncfs", refused)  # durable=True (the default) syncs nothing on a bucket
+    monkeypatch.setattr(atomic, "syncfs", refused)  # durable=True (the default) syncs nothing on a bucket
     monkeypatch.setattr(atomic, "_fsync_one", refused)
     _round_trip(s3_prefix, dict(s3_server.storage_options))
 

@@ -42,7 +42,7 @@ def commit_durable(repo: IcechunkRepository, tag: str) -> None:
     if root is None:
         return
     try:
-        if not atomic._syncfs(root):  # the syncfs helper of atomic.fsync_paths (varstore.save's commit)
+        if not atomic.syncfs(root):
             atomic.fsync_paths(_every_path(root))
     except OSError as err:
         raise _failure(err, repo, tag, "syncing its objects after the commit; it is not tagged") from err
@@ -62,7 +62,7 @@ def tag_durable(repo: IcechunkRepository, tag: str) -> None:
     try:
         if len(paths) == 3:
             atomic.fsync_paths(paths)
-        elif not atomic._syncfs(root):
+        elif not atomic.syncfs(root):
             atomic.fsync_paths(_every_path(root))
     except OSError as err:
         raise _failure(err, repo, tag, "fsyncing its tag") from err

@@ -34,6 +34,7 @@ from varstore.storage.local import remove_path  # one definition; atomic re-expo
 
 __all__ = [
     "FAULT_POINTS",
+    "syncfs",
     "fault_point",
     "temporary_name",
     "is_temporary",
@@ -188,7 +189,7 @@ _syncfs_function: Any = None
 _syncfs_missing = False
 
 
-def _syncfs(path: Path) -> bool:
+def syncfs(path: Path) -> bool:
     """syncfs(2) of the file system holding `path`: every dirty page and inode there reaches the disk.
 
     Returns False where the C library has no syncfs (the caller fsyncs one by one).
@@ -228,7 +229,7 @@ def fsync_paths(paths: Iterable[Path], threads: int = 8) -> None:
     by one syncfs instead: W1's ~1,500 fsyncs took 3.2 s, one syncfs a fraction.
     """
     paths = list(dict.fromkeys(paths))
-    if len(paths) >= SYNCFS_MIN_PATHS and _same_file_system(paths) and _syncfs(paths[0]):
+    if len(paths) >= SYNCFS_MIN_PATHS and _same_file_system(paths) and syncfs(paths[0]):
         return
     if len(paths) <= 2:
         for path in paths:
