@@ -25,7 +25,8 @@ pytest.importorskip("icechunk", reason="the [icechunk] extra is not installed")
 
 def _model() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(7)
-    model = {f"layer_{i}/kernel": rng.standard_normal((48, 16 + i)).astype(np.float32) for i in range(4)}
+    # over INLINE_CHUNK_BYTES (16 KiB): each kernel is a chunk object of its own, not inline in its manifest
+    model = {f"layer_{i}/kernel": rng.standard_normal((128, 40 + i)).astype(np.float32) for i in range(4)}
     model["big"] = rng.standard_normal((600, 512)).astype(np.float32)  # > icechunk_layout.BLOCK_BYTES / 4 when shrunk
     model["embed"] = rng.standard_normal((16, 8)).astype(vs.dtypes.bfloat16)
     model["step"] = np.array(3, np.int64)  # 8 bytes: Icechunk keeps it inline in the manifest

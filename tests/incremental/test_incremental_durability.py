@@ -86,9 +86,9 @@ def test_without_syncfs_every_file_of_the_repository_is_fsynced_before_the_tag(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "run"
     manager = vs.CheckpointManager(root, max_to_keep=None, format="icechunk")
-    manager.save({"w": np.zeros(4096, np.float32)}, step=1, durable=False)  # its chunks too must be covered
+    manager.save({"w": np.zeros(8192, np.float32)}, step=1, durable=False)  # 32 KiB: chunk objects (not inline), covered too
     events = _record(monkeypatch, syncfs_works=False)
-    manager.save({"w": np.zeros(4096, np.float32), "a": np.ones(4096, np.float32)}, step=2)
+    manager.save({"w": np.zeros(8192, np.float32), "a": np.ones(8192, np.float32)}, step=2)
     at_tag = events.index(("tag", "ckpt-2"))
     fsynced = {detail for kind, detail in events[:at_tag] if kind == "fsync"}
     on_disk = _files(root) - {str(root / "refs" / "tag.ckpt-2" / "ref.json")}

@@ -71,3 +71,30 @@ def test_the_retention_clock_survives_a_commit_not_made_by_varstore(tmp_path: Pa
     later.save({"w": np.full(4, 2, np.float32)}, step=3)
     # the run's clock started at 5000 (step 1's record, found past the foreign tip): step 2 is the hourly keep
     assert [s.step for s in later.steps()] == [2, 3]
+
+
+def test_a_step_changing_only_small_values_writes_no_chunk_object(tmp_path: Path) -> None:
+    """Chunks up to INLINE_CHUNK_BYTES live in their manifest: a step changing a 12 KiB adapter adds no file
+    under chunks/, a larger change does; every step reads back bit-exactly, through varstore and plain zarr."""
+    from varstore.storage.icechunk_repo import INLINE_CHUNK_BYTES
+    rng = np.random.default_rng(4)
+    model = {"base": rng.standard_normal((64, 512)).astype(np.float32),  # 128 KiB: a chunk object
+             "lora/a": rng.standard_normal((8, 384)).astype(np.float32)}  # 12 KiB: inline
+    assert model["lora/a"].nbytes <= INLINE_CHUNK_BYTES < model["base"].nbytes
+    manager = vs.CheckpointManager(tmp_path / "run", max_to_keep=None, format="icechunk")
+    manager.save(model, step=1)
+    chunks = tmp_path / "run" / "chunks"
+    before = set(chunks.iterdir())
+    model["lora/a"] = model["lora/a"] * np.float32(0.5)
+    manager.save(model, step=2)
+    assert set(chunks.iterdir()) == before
+    model["base"] = model["base"] + np.float32(1)
+    manager.save(model, step=3)
+    assert len(set(chunks.iterdir()) - before) == 1
+    for step, expected_a in ((2, model["lora/a"]), (3, model["lora/a"])):
+        loaded = vs.load(f"{tmp_path / 'run'}@ckpt-{step}")
+        assert loaded["lora/a"].tobytes() == expected_a.tobytes()
+    assert vs.load(f"{tmp_path / 'run'}@ckpt-3")["base"].tobytes() == model["base"].tobytes()
+    repo = icechunk.Repository.open(icechunk.local_filesystem_storage(str(tmp_path / "run")))
+    group = zarr.open_group(repo.readonly_session(tag="ckpt-2").store, mode="r")
+    assert group["lora/a"][...].tobytes() == model["lora/a"].tobytes()
