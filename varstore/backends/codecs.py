@@ -24,7 +24,7 @@ from typing import Any
 from varstore.errors import CorruptCheckpointError, UnsafeCheckpointError
 
 __all__ = ["V2_CODECS", "V3_CODECS", "HDF5_FILTERS", "check_v2_codecs", "check_v3_codecs", "check_hdf5_filter",
-           "bounded_decode", "check_chunk", "v3_bytes_codecs"]
+           "bounded_decode", "check_chunk", "v3_bytes_codecs", "zstd_frame_header", "ZSTD_MAGIC"]
 
 #: Zarr v2 codec ids (numcodecs' `id`) that may decode a chunk: compressors, byte shuffles and checksums,
 #: and delta (a fixed-size arithmetic filter). Value codecs that build Python objects (pickle, msgpack,
@@ -158,21 +158,34 @@ def _unxz(data: bytes, limit: int, config: dict[str, Any]) -> bytes:
     return _streamed(lzma.LZMADecompressor(lzma.FORMAT_AUTO), data, limit)
 
 
-def _zstd_size(data: bytes) -> int | None:
-    """The content size the first zstd frame declares, or None when it declares none."""
-    if len(data) < 5 or data[:4] != b"\x28\xb5\x2f\xfd":
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def zstd_frame_header(data: bytes, at: int = 0) -> tuple[int, int, int | None]:
+    """The zstd frame starting at `at` (RFC 8878 section 3.1.1): (its descriptor byte, the bytes of its frame
+    header, the content size it declares or None when it declares none).
+
+    Raises:
+      ValueError: not a zstd frame, or its header is truncated.
+    """
+    if len(data) - at < 5 or data[at:at + 4] != ZSTD_MAGIC:
         raise ValueError("not a zstd frame")
-    descriptor = data[4]
-    fcs_flag, single = descriptor >> 6, (descriptor >> 5) & 1
-    position = 5 + (0 if single else 1) + (0, 1, 2, 4)[descriptor & 3]
-    width = (1 if single else 0, 2, 4, 8)[fcs_flag]
+    descriptor = data[at + 4]
+    single = (descriptor >> 5) & 1
+    position = at + 5 + (0 if single else 1) + (0, 1, 2, 4)[descriptor & 3]
+    width = (1 if single else 0, 2, 4, 8)[descriptor >> 6]
     if width == 0:
-        return None
+        return descriptor, position - at, None
     field = data[position:position + width]
     if len(field) != width:
         raise ValueError("truncated zstd frame header")
     size = int.from_bytes(field, "little")
-    return size + 256 if width == 2 else size
+    return descriptor, position + width - at, size + 256 if width == 2 else size
+
+
+def _zstd_size(data: bytes) -> int | None:
+    """The content size the first zstd frame declares, or None when it declares none."""
+    return zstd_frame_header(data)[2]
 
 
 def _declared(data: bytes, codec: str) -> int | None:

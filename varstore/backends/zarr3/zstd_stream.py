@@ -11,9 +11,10 @@ The one place outside zarr3's codecs that decodes zstd; never opens a file.
 
 from __future__ import annotations
 
+from varstore.backends.codecs import zstd_frame_header
+
 __all__ = ["decode_bounded", "ZstdStreamError"]
 
-_MAGIC = b"\x28\xb5\x2f\xfd"
 _BLOCK_MAX = 128 << 10
 
 
@@ -31,14 +32,13 @@ def _upper_bound(data: bytes) -> int:
         if magic[1:] == b"\x2a\x4d\x18" and magic[0] & 0xF0 == 0x50:  # skippable frame: magic, size, payload
             at += 8 + int.from_bytes(data[at + 4:at + 8], "little")
             continue
-        if magic != _MAGIC:
-            raise ZstdStreamError("not a zstd frame")
-        descriptor = data[at + 4]
+        try:
+            descriptor, header_bytes, _ = zstd_frame_header(data, at)
+        except ValueError as err:
+            raise ZstdStreamError(str(err)) from None
         if descriptor & 0x08:
             raise ZstdStreamError("a zstd frame with its reserved bit set")
-        single = (descriptor >> 5) & 1
-        fcs = (1 if single else 0, 2, 4, 8)[descriptor >> 6]
-        at += 5 + (0 if single else 1) + (0, 1, 2, 4)[descriptor & 3] + fcs
+        at += header_bytes
         while True:
             if at + 3 > end:
                 raise ZstdStreamError("a truncated zstd block header")
