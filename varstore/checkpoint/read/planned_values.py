@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from varstore._limits import check_value_size
-from varstore.checkpoint.read.reader_api import cast_into
+from varstore.checkpoint.read.reader_api import read_through_cast
 from varstore.errors import CorruptCheckpointError
 
 if TYPE_CHECKING:
@@ -98,16 +98,14 @@ class PlannedValue:
           ValueTooLargeError: the value claims more than the read limit (before allocating for a cast).
           CheckpointReplacedError: a save replaced a Zarr directory meanwhile (storage/path_pin.py).
         """
-        if out.dtype == self.dtype and out.flags.c_contiguous and out.flags.writeable:
-            self._fill(out)
-            return
+        read_through_cast(out, self.shape, self.dtype, self.origin, self._fill, self._check_size)
+
+    def _check_size(self) -> None:
+        """Refuses, before allocating for a cast, a value the manifest claims but its storage cannot back."""
         record, reads = self._record, self._reads
-        reads.check_stored(record)  # before allocating what the manifest claims
+        reads.check_stored(record)
         location, max_bytes, expansion = reads.limits
         check_value_size(record.name, location, record.nbytes, max_bytes, stored=record.nbytes, expansion=expansion)
-        value = np.empty(self.shape, dtype=self.dtype)
-        self._fill(value)
-        cast_into(out, value, self.origin)
 
     def _fill(self, out: npt.NDArray[Any]) -> None:
         record, reads = self._record, self._reads

@@ -40,7 +40,7 @@ from varstore.checkpoint.format.manifest import (
     decode_manifest_columns,
     storage_layout,
 )
-from varstore.checkpoint.read.reader_api import CheckpointReader, cast_into, checked_out
+from varstore.checkpoint.read.reader_api import CheckpointReader, checked_out, read_through_cast
 from varstore.errors import (
     CheckpointError,
     CorruptCheckpointError,
@@ -84,13 +84,9 @@ class CheckpointValue:
 
     def read_into(self, out: npt.NDArray[Any]) -> None:
         """Fills `out` (the variable's shape; its dtype, cast from the stored one when they differ)."""
-        if out.dtype == self.dtype and out.flags.c_contiguous and out.flags.writeable:
-            self._reader.fill(self._record, out, self._verify)
-            return
-        self._reader.check_stored(self._record)
-        value = np.empty(self.shape, dtype=self.dtype)
-        self._reader.fill(self._record, value, self._verify)
-        cast_into(out, value, self.origin)
+        reader, record = self._reader, self._record
+        read_through_cast(out, self.shape, self.dtype, self.origin,
+                          lambda into: reader.fill(record, into, self._verify), lambda: reader.check_stored(record))
 
     def __repr__(self) -> str:
         return f"<CheckpointValue {self.origin} {self.shape} {self.dtype}>"

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import; Varia
 
     from varstore.checkpoint.format.variable_info import SkippedEntry, VariableInfo
 
-__all__ = ["VariableInfo", "SkippedEntry", "CheckpointReader", "ReaderHold", "cast_into", "checked_out",
+__all__ = ["VariableInfo", "SkippedEntry", "CheckpointReader", "ReaderHold", "cast_into", "read_through_cast", "checked_out",
            "select_names"]
 
 
@@ -240,3 +240,21 @@ def cast_into(out: npt.NDArray[Any], value: npt.NDArray[Any], origin: str) -> No
 
     check_fits(value, out.dtype, f"restore {origin} into {out.dtype.name}")
     np.copyto(out, value, casting="unsafe")
+
+
+def read_through_cast(out: npt.NDArray[Any], shape: tuple[int, ...], dtype: np.dtype, origin: str,
+                      fill: Callable[[npt.NDArray[Any]], None], before_allocating: Callable[[], None]) -> None:
+    """Fills `out` with a stored value of `shape` and `dtype`: straight through `fill` when `out` is a
+    writeable C-contiguous array of that dtype, else into a new array of the stored dtype (after
+    `before_allocating`, which refuses a value its storage cannot back) then cast_into `out`.
+
+    Raises:
+      Whatever `fill` and `before_allocating` raise; ValueOutOfRangeError from the cast (cast_into).
+    """
+    if out.dtype == dtype and out.flags.c_contiguous and out.flags.writeable:
+        fill(out)
+        return
+    before_allocating()
+    value = np.empty(shape, dtype=dtype)
+    fill(value)
+    cast_into(out, value, origin)
