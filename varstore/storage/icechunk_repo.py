@@ -19,6 +19,7 @@ import atexit
 import concurrent.futures
 import datetime
 import os
+import sys
 import threading
 import time
 from collections.abc import Coroutine, Iterable, Mapping
@@ -47,16 +48,36 @@ _LOGS_SET = False
 
 
 def _icechunk() -> Any:
+    """The icechunk module, imported without its log subscriber unless the user asked for logs.
+
+    Importing icechunk installs a tracing subscriber whose error layer records every span of every call
+    with its arguments formatted (Debug), whatever the log level: a chunk kept inline in the manifest
+    is formatted byte by byte (~40 ns a byte: 0.5 ms a 12 KiB LoRA adapter, ~40 ms of a MiniLM step's
+    72 inline chunks; docs/benchmarks/README.md, issue 40). Icechunk skips the subscriber when
+    ICECHUNK_NO_LOGS is set at import, so varstore sets it for its own import only (then removes it) when
+    the user set neither ICECHUNK_LOG nor ICECHUNK_NO_LOGS. Icechunk's errors then carry no span context
+    (varstore's typed errors quote their first line). When icechunk was imported before varstore needed
+    it, its subscriber is there to stay; its log filter is set to errors only, as before (Icechunk warns
+    on every local open that local files are unsafe for concurrent commits, which varstore turns into
+    CheckpointConflictError).
+    """
+    global _LOGS_SET
+    fresh = "icechunk" not in sys.modules
+    user_logs = bool(os.environ.get("ICECHUNK_LOG"))
+    quiet = fresh and not user_logs and "ICECHUNK_NO_LOGS" not in os.environ
+    if quiet:
+        os.environ["ICECHUNK_NO_LOGS"] = "1"
     try:
         import icechunk
     except ImportError as err:
         raise MissingDependencyError(
             "incremental checkpoints (format=\"icechunk\") need icechunk: pip install 'varstore[icechunk]'") from err
-    global _LOGS_SET
-    if not _LOGS_SET and not os.environ.get("ICECHUNK_LOG"):
-        # Icechunk warns on every local open that local files are unsafe for concurrent commits; varstore
-        # turns a concurrent commit into CheckpointConflictError (docs/guide/incremental.md), so errors only
-        icechunk.set_logs_filter("error")
+    finally:
+        if quiet:
+            os.environ.pop("ICECHUNK_NO_LOGS", None)
+    if not _LOGS_SET:
+        if not fresh and not user_logs and "ICECHUNK_NO_LOGS" not in os.environ:
+            icechunk.set_logs_filter("error")
         _LOGS_SET = True
     return icechunk
 
