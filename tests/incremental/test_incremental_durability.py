@@ -116,3 +116,83 @@ def test_a_write_back_error_is_typed_and_leaves_the_step_untagged(
     manager.save({"w": np.full(16, 3, np.float32)}, step=3)
     assert [s.step for s in manager.steps()] == [1, 3]
     assert vs.load(f"{root}@ckpt-3")["w"].tolist() == [3.0] * 16
+
+
+def _record_retention(monkeypatch: pytest.MonkeyPatch, events: list[tuple[str, str]]) -> None:
+    expire, collect = icechunk_repo.IcechunkRepository.expire_snapshots, icechunk_repo.IcechunkRepository.collect_garbage
+    delete_tag = icechunk_repo.IcechunkRepository.delete_tag
+
+    def expiring(self: Any) -> None:
+        events.append(("expire", ""))
+        expire(self)
+
+    def collecting(self: Any, older_than: Any) -> int:
+        events.append(("collect", ""))
+        return int(collect(self, older_than))
+
+    def deleting(self: Any, name: str) -> None:
+        events.append(("delete tag", name))
+        delete_tag(self, name)
+
+    monkeypatch.setattr(icechunk_repo.IcechunkRepository, "expire_snapshots", expiring)
+    monkeypatch.setattr(icechunk_repo.IcechunkRepository, "collect_garbage", collecting)
+    monkeypatch.setattr(icechunk_repo.IcechunkRepository, "delete_tag", deleting)
+
+
+def _state(step: int) -> dict[str, np.ndarray]:
+    return {"w": np.full(8192, step, np.float32)}  # 32 KiB: a chunk object per step, collected when dropped
+
+
+def test_durable_retention_syncs_the_dropped_tags_and_expired_history_before_collecting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "run"
+    manager = vs.CheckpointManager(root, max_to_keep=2, format="icechunk")
+    for step in (1, 2):
+        manager.save(_state(step), step=step)
+    events = _record(monkeypatch)
+    _record_retention(monkeypatch, events)
+    manager.save(_state(3), step=3)
+    after_tag = [event for event in events if event[0] in ("delete tag", "expire", "syncfs", "collect")]
+    assert after_tag == [("syncfs", str(root)),  # the step's commit
+                         ("delete tag", "ckpt-1"), ("expire", ""), ("syncfs", str(root)), ("collect", "")]
+    assert manager.last_gc_bytes >= 8192 * 4  # step 1's chunk collected
+    assert [s.step for s in manager.steps()] == [2, 3]
+    assert vs.load(f"{root}@ckpt-2")["w"].tolist() == [2.0] * 8192
+
+
+def test_retention_with_durable_false_syncs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "run"
+    manager = vs.CheckpointManager(root, max_to_keep=1, format="icechunk")
+    manager.save(_state(1), step=1, durable=False)
+    events = _record(monkeypatch)
+    _record_retention(monkeypatch, events)
+    manager.save(_state(2), step=2, durable=False)
+    assert [kind for kind, _ in events] == ["commit", "tag", "delete tag", "expire", "collect"]
+    assert [s.step for s in manager.steps()] == [2]
+
+
+def test_a_write_back_error_in_retention_collects_nothing_and_keeps_the_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "run"
+    manager = vs.CheckpointManager(root, max_to_keep=1, format="icechunk")
+    manager.save(_state(1), step=1)
+    real_syncfs, calls = atomic.syncfs, []
+
+    def failing_second(path: Path) -> bool:  # the step's own sync works; retention's fails
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        return real_syncfs(path)
+
+    events: list[tuple[str, str]] = []
+    _record_retention(monkeypatch, events)
+    monkeypatch.setattr(atomic, "syncfs", failing_second)
+    with pytest.raises(CheckpointWriteError, match=r"retention durable.*Input/output error.*nothing was collected") as info:
+        manager.save(_state(2), step=2)
+    assert info.value.errno == errno.EIO and str(root) in str(info.value)
+    assert ("collect", "") not in events and events[:2] == [("delete tag", "ckpt-1"), ("expire", "")]
+    assert [s.step for s in manager.steps()] == [2]  # the step is saved and tagged
+    assert vs.load(f"{root}@ckpt-2")["w"].tolist() == [2.0] * 8192
+    monkeypatch.undo()
+    manager.save(_state(3), step=3)  # the next retention collects what was left
+    assert [s.step for s in manager.steps()] == [3] and manager.last_gc_bytes >= 2 * 8192 * 4

@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -434,11 +434,23 @@ class IcechunkRepository:
         session = self._call("start a session", self._repo.writable_session, BRANCH)
         return Transaction(session, self.location, BRANCH)
 
-    def expire_and_collect(self, older_than: datetime.datetime) -> int:
-        """Expires every snapshot no tag or branch points to, then deletes objects no kept snapshot
-        references that were written before `older_than` (an in-flight writer's newer chunks survive);
-        returns the bytes deleted."""
+    def expire_and_collect(self, older_than: datetime.datetime, between: Callable[[], None] | None = None) -> int:
+        """Expires every snapshot no tag or branch points to, calls `between()` (a durable retention syncs
+        there: Icechunk's expiry rewrites the oldest kept snapshot of each history in place, and the tags
+        deleted before must stay deleted, before anything they no longer reference is deleted), then deletes
+        objects no kept snapshot references that were written before `older_than` (an in-flight writer's
+        newer chunks survive); returns the bytes deleted."""
+        self.expire_snapshots()
+        if between is not None:
+            between()
+        return self.collect_garbage(older_than)
+
+    def expire_snapshots(self) -> None:
+        """Expires every snapshot no tag or branch points to (Icechunk's expire_snapshots, as of now)."""
         now = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)
         self._call("expire snapshots", self._repo.expire_snapshots, now)
+
+    def collect_garbage(self, older_than: datetime.datetime) -> int:
+        """Deletes objects no kept snapshot references, written before `older_than`; returns the bytes deleted."""
         summary = self._call("collect garbage", self._repo.garbage_collect, older_than)
         return int(summary.bytes_deleted)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from varstore.checkpoint.manage import step_durability
 from varstore.checkpoint.manage.incremental import ParentCache, SavedSnapshot, save_snapshot, tag_of
 from varstore.checkpoint.read.restoration import RestoreResult, restore_and_release
 from varstore.checkpoint.read.snapshot_reader import SnapshotReader, steps_of
@@ -138,7 +139,9 @@ class IncrementalCheckpointManager:
             step survives a power loss: on a local repository Icechunk's commit is made durable (one
             syncfs of its file system), then the tag ckpt-<step> is set and fsynced. False skips both
             (a crash of the process still keeps every earlier step whole; a power loss may lose this
-            one). Object storage: nothing to do either way (a PUT that returned is durable).
+            one). Object storage: nothing to do either way (a PUT that returned is durable). When the
+            save runs retention, durable also syncs the deleted tags and expired history before any
+            garbage is collected.
 
         Returns:
           The location "<directory>@ckpt-<step>".
@@ -146,7 +149,8 @@ class IncrementalCheckpointManager:
         Raises:
           CheckpointConflictError: another manager committed to the repository first; nothing of this
             save is visible (save again).
-          CheckpointWriteError: the file system reported a write-back error while making the step durable.
+          CheckpointWriteError: the file system reported a write-back error while making the step durable
+            (or retention's first half: then the step is saved and tagged and nothing was collected).
           As varstore.save; CheckpointError when the repository fails.
         """
         if not blocking:
@@ -159,7 +163,7 @@ class IncrementalCheckpointManager:
                               commit_metadata={"varstore_time": now, "varstore_created": created},
                               cache=self._parent, durable=durable)
         self.last_save = saved
-        self._retain(started)
+        self._retain(started, durable)
         return self._location(int(step))
 
     def _repository_created(self) -> float:
@@ -176,8 +180,9 @@ class IncrementalCheckpointManager:
                 snapshots = [steps[-1][1]] if steps else []
         return self._created
 
-    def _retain(self, started: datetime.datetime) -> None:
-        """Deletes the tags retention drops, expires untagged snapshots and collects their chunks."""
+    def _retain(self, started: datetime.datetime, durable: bool = True) -> None:
+        """Deletes the tags retention drops, expires untagged snapshots and collects their chunks (durable: the
+        deleted tags and rewritten history synced before anything is collected, step_durability.py)."""
         if self.max_to_keep is None:
             return
         tagged = steps_of(self.repository)
@@ -195,7 +200,8 @@ class IncrementalCheckpointManager:
             return
         for info in doomed:
             self.repository.delete_tag(info.tag)
-        self.last_gc_bytes = self.repository.expire_and_collect(started)
+        between = (lambda: step_durability.retention_durable(self.repository)) if durable else None
+        self.last_gc_bytes = self.repository.expire_and_collect(started, between)
 
     # -- restoring
     def open(self, step: int | None = None) -> SnapshotReader:

@@ -27,7 +27,7 @@ from varstore.checkpoint.publish import atomic
 from varstore.errors import CheckpointWriteError
 from varstore.storage.icechunk_repo import IcechunkRepository
 
-__all__ = ["commit_durable", "tag_durable"]
+__all__ = ["commit_durable", "tag_durable", "retention_durable"]
 
 
 def commit_durable(repo: IcechunkRepository, tag: str) -> None:
@@ -66,6 +66,31 @@ def tag_durable(repo: IcechunkRepository, tag: str) -> None:
             atomic.fsync_paths(_every_path(root))
     except OSError as err:
         raise _failure(err, repo, tag, "fsyncing its tag") from err
+
+
+def retention_durable(repo: IcechunkRepository) -> None:
+    """Makes retention's first half durable before its second (local repositories; nothing for a URL): the
+    tags it deleted and the snapshots Icechunk's expiry rewrote in place (each history's oldest kept
+    snapshot, its parent now the root) reach the disk before garbage collection deletes what they no
+    longer reference; one syncfs, else an fsync of every file and directory. Without it a power loss
+    could bring back a deleted tag, or an old parent pointer, naming a collected snapshot.
+
+    Raises:
+      CheckpointWriteError: the file system reported a write-back error (nothing was collected).
+    """
+    root = repo.local_root
+    if root is None:
+        return
+    try:
+        if not atomic.syncfs(root):
+            atomic.fsync_paths(_every_path(root))
+    except OSError as err:
+        failure = CheckpointWriteError(
+            f"cannot make retention durable in the Icechunk repository '{repo.location}' (syncing the "
+            f"deleted tags and expired history before collecting garbage): {err}; nothing was collected "
+            f"and the new step is kept: check the disk, then save again")
+        failure.errno = err.errno
+        raise failure from err
 
 
 def _every_path(root: Path) -> list[Path]:
