@@ -13,10 +13,10 @@ import hashlib
 import json
 from typing import Any
 
-import crc32c
 import numpy as np
 
 from varstore import dtypes
+from varstore.checkpoint.format.checksum import crc32c_of
 from varstore.distributed.communicator import Communicator, as_communicator
 from varstore.errors import DistributedMismatchError, ReplicaDivergenceError
 from varstore.store.placement import task_index
@@ -140,7 +140,7 @@ def _local_checksums(store: Any) -> dict[str, int | None]:
         if not variable.is_initialized:
             sums[variable.name] = None
             continue
-        sums[variable.name] = crc32c.crc32c(np.ascontiguousarray(variable.host_view()).reshape(-1).view(np.uint8).data)
+        sums[variable.name] = crc32c_of(np.ascontiguousarray(variable.host_view()))
     return sums
 
 
