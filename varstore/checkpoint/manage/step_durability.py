@@ -42,8 +42,7 @@ def commit_durable(repo: IcechunkRepository, tag: str) -> None:
     if root is None:
         return
     try:
-        if not atomic.syncfs(root):
-            atomic.fsync_paths(_every_path(root))
+        _sync_all(root)
     except OSError as err:
         raise _failure(err, repo, tag, "syncing its objects after the commit; it is not tagged") from err
 
@@ -62,8 +61,8 @@ def tag_durable(repo: IcechunkRepository, tag: str) -> None:
     try:
         if len(paths) == 3:
             atomic.fsync_paths(paths)
-        elif not atomic.syncfs(root):
-            atomic.fsync_paths(_every_path(root))
+        else:
+            _sync_all(root)
     except OSError as err:
         raise _failure(err, repo, tag, "fsyncing its tag") from err
 
@@ -82,8 +81,7 @@ def retention_durable(repo: IcechunkRepository) -> None:
     if root is None:
         return
     try:
-        if not atomic.syncfs(root):
-            atomic.fsync_paths(_every_path(root))
+        _sync_all(root)
     except OSError as err:
         failure = CheckpointWriteError(
             f"cannot make retention durable in the Icechunk repository '{repo.location}' (syncing the "
@@ -91,6 +89,13 @@ def retention_durable(repo: IcechunkRepository) -> None:
             f"and the new step is kept: check the disk, then save again")
         failure.errno = err.errno
         raise failure from err
+
+
+def _sync_all(root: Path) -> None:
+    """Every object under `root` made durable: one syncfs of its file system, else an fsync of every file and
+    directory (raises OSError)."""
+    if not atomic.syncfs(root):
+        atomic.fsync_paths(_every_path(root))
 
 
 def _every_path(root: Path) -> list[Path]:
