@@ -18,8 +18,8 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
-from types import ModuleType
 from collections.abc import Callable
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
