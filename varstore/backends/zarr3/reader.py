@@ -120,7 +120,8 @@ class Zarr3Reader:
             self._resolved[parent] = real_parent
         if name in ("", ".", ".."):
             return os.path.realpath(file)
-        candidate = os.path.join(real_parent, name)
+        # os.path.join, inlined (`name` holds no separator): twice per array of a restore
+        candidate = real_parent + name if real_parent.endswith(os.sep) else real_parent + os.sep + name
         return os.path.realpath(candidate) if os.path.islink(candidate) else candidate
 
     def _held(self, key: str) -> bytes | None:
