@@ -7,7 +7,7 @@ import pytest
 
 from varstore.errors import DtypeMismatchError, ShapeMismatchError
 from varstore.store.scopes import VariableStore
-from varstore.store.variable_batches import host_views, restore_many
+from varstore.store.variable_batches import host_views, mismatched, restore_many
 
 
 def _store(count: int = 5) -> tuple[VariableStore, list]:
@@ -84,6 +84,15 @@ def test_restore_many_validates_everything_first() -> None:
         restore_many(variables, [good, np.ones(3, np.complex64), good])
     with pytest.raises(ValueError):
         restore_many(variables, [good])
+
+
+def test_mismatched_names_the_pairs_that_differ_in_shape_or_dtype_only() -> None:
+    _, variables = _store(5)
+    equal_dtype = np.dtype(np.float32).newbyteorder("<")  # == float32, another object: no mismatch
+    values = [np.ones(3, np.float32), np.ones(4, np.float32), np.ones(3, np.float64),
+              np.ones(3, np.float32).view(equal_dtype), np.ones((3, 1), np.float32)]
+    assert mismatched(variables, values) == [1, 2, 4]
+    assert mismatched(variables, [np.ones(3, np.float32)] * 5) == []
 
 
 def test_initializer_result_is_adopted_only_when_nobody_else_holds_it() -> None:

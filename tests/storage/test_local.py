@@ -269,3 +269,28 @@ def test_files_on_a_tmpfs_get_no_read_ahead_threads(shm_dir: Path, tmp_path: Pat
     read_ahead = LocalStorage(tmp_path).read_ahead_files([("a", 4096), ("b", 4096)], 1 << 20)
     assert read_ahead is not None  # on a disk the threads stay
     read_ahead.stop()
+
+
+def test_read_regular_file_reads_a_whole_file_and_refuses_special_files(tmp_path: Path) -> None:
+    from varstore.errors import SpecialFileError
+    from varstore.storage.special_files import read_regular_file
+
+    data = bytes(range(256)) * 300  # more than one 64 KiB read
+    (tmp_path / "zarr.json").write_bytes(data)
+    (tmp_path / "empty").write_bytes(b"")
+    assert read_regular_file(tmp_path / "zarr.json") == data
+    assert read_regular_file(str(tmp_path / "empty")) == b""
+    os.mkfifo(tmp_path / "fifo")
+    keeper = os.open(tmp_path / "fifo", os.O_RDWR | os.O_NONBLOCK)  # a broken guard fails, never hangs
+    try:
+        with pytest.raises(SpecialFileError, match=r"fifo.*\(Zarr metadata\) is a FIFO"):
+            read_regular_file(tmp_path / "fifo", "Zarr metadata")
+    finally:
+        os.close(keeper)
+    os.symlink("loop", tmp_path / "loop")
+    with pytest.raises(SpecialFileError, match="symlink loop"):
+        read_regular_file(tmp_path / "loop")
+    with pytest.raises(FileNotFoundError):
+        read_regular_file(tmp_path / "missing")
+    with pytest.raises(IsADirectoryError):
+        read_regular_file(tmp_path)

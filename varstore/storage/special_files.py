@@ -15,7 +15,7 @@ from pathlib import Path
 
 from varstore.errors import SpecialFileError
 
-__all__ = ["check_regular_file", "check_tree", "is_special", "open_for_reading"]
+__all__ = ["check_regular_file", "check_tree", "is_special", "open_for_reading", "read_regular_file"]
 
 _KINDS = ((stat.S_ISFIFO, "FIFO (named pipe)"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
           (stat.S_ISBLK, "block device"))
@@ -89,6 +89,17 @@ def open_for_reading(path: os.PathLike[str] | str, what: str = "checkpoint file"
       SpecialFileError: a FIFO, socket or device, or a symlink loop.
       OSError: as os.open (FileNotFoundError for a missing file).
     """
+    fd = _open_checked(path, what)
+    try:
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_checked(path: os.PathLike[str] | str, what: str) -> int:
+    """open_for_reading's descriptor, still non-blocking (which changes nothing for a regular file)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as err:
@@ -101,11 +112,31 @@ def open_for_reading(path: os.PathLike[str] | str, what: str = "checkpoint file"
         kind = _kind(os.fstat(fd).st_mode)
         if kind is not None:
             raise _refuse(path, kind, what)
-        os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def read_regular_file(path: os.PathLike[str] | str, what: str = "checkpoint file") -> bytes:
+    """The whole content of a (small) file, opened as open_for_reading opens it and read through that
+    one descriptor: no Python file object, no blocking-mode round trip (a Zarr reader's zarr.json
+    documents, one per array: issue 39).
+
+    Raises:
+      SpecialFileError: a FIFO, socket or device, or a symlink loop (never read).
+      OSError: as os.open and os.read (IsADirectoryError for a directory).
+    """
+    fd = _open_checked(path, what)
+    try:
+        parts: list[bytes] = []
+        while True:
+            part = os.read(fd, 1 << 16)
+            if not part:
+                return b"".join(parts)
+            parts.append(part)
+    finally:
+        os.close(fd)
 
 
 def check_tree(root: os.PathLike[str] | str, what: str = "checkpoint") -> None:

@@ -8,11 +8,12 @@ writes. Split from store.py (the writer and the backend) by job.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from varstore.errors import (
 )
 from varstore.storage._fs_types import path_in_memory
 from varstore.storage._local_errors import permission_denied
-from varstore.storage.special_files import check_regular_file, open_for_reading
+from varstore.storage.special_files import check_regular_file, open_for_reading, read_regular_file
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -58,6 +59,16 @@ def _chunk_key(encoding: Any, index: tuple[int, ...]) -> str | None:
     return None
 
 
+#: A file name as the reader checks it: a string (its own joins) or a Path (the callers').
+_FileName = TypeVar("_FileName", str, Path)
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype_name(dtype: np.dtype) -> str:
+    """dtype.name, cached: NumPy computes it in Python (~3 us), once per array of a restore."""
+    return dtype.name
+
+
 class Zarr3Reader:
     """Reads one Zarr v3 directory read-only; see BackendReader."""
 
@@ -70,13 +81,14 @@ class Zarr3Reader:
             raise CheckpointNotFoundError(f"no checkpoint at '{self.path}'")
         if not ("zarr.json" in files if files is not None else (self.path / "zarr.json").is_file()):
             raise NotACheckpointError(f"'{self.path}' is not a Zarr v3 directory (no zarr.json)")
+        self._root_path = os.fspath(self.path)  # file names are joined as strings (no Path per file)
         self._real_root = os.path.realpath(self.path) + os.sep
-        self._resolved: dict[str, str] = {os.fspath(self.path): self._real_root[:-1]}
+        self._resolved: dict[str, str] = {self._root_path: self._real_root[:-1]}
         self._root = self._document("")
         if self._root.get("node_type") != "group":
             raise NotACheckpointError(f"'{self.path}' is a Zarr array, not a checkpoint group")
 
-    def _inside(self, path: str, file: Path) -> Path:
+    def _inside(self, path: str, file: _FileName) -> _FileName:
         """`file`, after checking that it resolves (symlinks followed) to a place under the store's root.
 
         Called once per file opened, so a group, array directory or chunk file
@@ -102,13 +114,14 @@ class Zarr3Reader:
         parent, _, name = file.rpartition(os.sep)
         real_parent = self._resolved.get(parent)
         if real_parent is None:
-            if not parent or not parent.startswith(os.fspath(self.path)) or name in ("", ".", ".."):
+            if not parent or not parent.startswith(self._root_path) or name in ("", ".", ".."):
                 return os.path.realpath(file)
             real_parent = self._resolve(parent)
             self._resolved[parent] = real_parent
         if name in ("", ".", ".."):
             return os.path.realpath(file)
-        candidate = os.path.join(real_parent, name)
+        # os.path.join, inlined (`name` holds no separator): twice per array of a restore
+        candidate = real_parent + name if real_parent.endswith(os.sep) else real_parent + os.sep + name
         return os.path.realpath(candidate) if os.path.islink(candidate) else candidate
 
     def _held(self, key: str) -> bytes | None:
@@ -116,7 +129,8 @@ class Zarr3Reader:
         return None if self._files is None else self._files.get(key)
 
     def _document(self, path: str) -> dict[str, Any]:
-        file = self._inside(path, self.path / path / "zarr.json")
+        file = self._inside(path, os.path.join(self._root_path, path, "zarr.json") if path
+                            else os.path.join(self._root_path, "zarr.json"))
         if self._files is not None:
             data = self._held(f"{path}/zarr.json" if path else "zarr.json")
             if data is None:
@@ -125,9 +139,8 @@ class Zarr3Reader:
             if not isinstance(document, dict) or document.get("zarr_format") != 3:
                 raise NotACheckpointError(f"'{file}' is not Zarr v3 metadata")
             return document
-        try:
-            with os.fdopen(open_for_reading(file, "Zarr metadata"), "rb") as handle:  # never blocks on a FIFO
-                document = load_json(handle.read(), f"'{file}'")
+        try:  # never blocks on a FIFO; one descriptor, no file object (issue 39: one zarr.json per array)
+            document = load_json(read_regular_file(file, "Zarr metadata"), f"'{file}'")
         except FileNotFoundError as err:
             raise CorruptCheckpointError(f"'{path}' is missing from '{self.path}' (no {file})") from err
         except PermissionError as err:
@@ -179,7 +192,7 @@ class Zarr3Reader:
         document = self._document(path) if document is None else document
         if document.get("node_type") != "array":
             raise CorruptCheckpointError(f"'{path}' in '{self.path}' is a group, expected an array")
-        if tuple(document.get("shape", ())) != tuple(shape) or document.get("data_type") != dtype.name:
+        if tuple(document.get("shape", ())) != tuple(shape) or document.get("data_type") != _dtype_name(dtype):
             raise CorruptCheckpointError(
                 f"array '{path}' of '{self.path}' has shape {document.get('shape')} and data type "
                 f"{document.get('data_type')}, its index says {list(shape)} and {dtype.name}")
@@ -194,7 +207,7 @@ class Zarr3Reader:
             return None
         nbytes = math.prod(shape) * dtype.itemsize
         assert key is not None
-        return RawExtent(self._inside(path, self.path.joinpath(path, *key.split("/"))), 0, nbytes)
+        return RawExtent(Path(self._inside(path, os.path.join(self._root_path, path, *key.split("/")))), 0, nbytes)
 
     def raw_extents(self, requests: Sequence[tuple[str, np.dtype, tuple[int, ...]]]
                     ) -> dict[str, RawExtent | None]:
@@ -205,7 +218,8 @@ class Zarr3Reader:
         is looked up (os.stat), as `raw_extent` does, with up to
         METADATA_THREADS arrays in flight: on a cold cache each of those is a
         small random read, so a serial walk of W1's 384 arrays waits on the disk
-        about 1,500 times in a row (on a tmpfs or ramfs nothing waits: one thread).
+        about 1,500 times in a row (on a tmpfs or ramfs nothing waits: one thread,
+        and no inode look-up ahead of the reads).
         Arrays whose metadata fails any check are left
         out of the result: the caller's own `raw_extent` call then raises the
         error for that array alone. A chunk file that is missing is not checked
@@ -217,21 +231,23 @@ class Zarr3Reader:
         Returns:
           {array path: its RawExtent, or None when the array is stored otherwise}.
         """
+        # on a tmpfs nothing waits: the threads, and the stat warming each inode, would cost only CPU
+        in_memory = self._files is None and path_in_memory(self._real_root)
+
         def one(request: tuple[str, np.dtype, tuple[int, ...]]) -> tuple[str, RawExtent | None, bool]:
             path, dtype, shape = request
             try:
                 extent = self.raw_extent(path, dtype, shape)
             except (OSError, CorruptCheckpointError, NotACheckpointError):
                 return path, None, False
-            if extent is not None:
+            if extent is not None and not in_memory:
                 try:
                     os.stat(extent.file)  # warms its inode for the reader's size check
                 except OSError:
                     pass  # missing here (or kept elsewhere: a staged remote copy); the read reports it
             return path, extent, True
 
-        # on a tmpfs nothing waits: the threads would cost only CPU
-        if len(requests) < PARALLEL_METADATA_ARRAYS or (self._files is None and path_in_memory(self._real_root)):
+        if len(requests) < PARALLEL_METADATA_ARRAYS or in_memory:
             results = [one(request) for request in requests]
         else:
             from concurrent.futures import ThreadPoolExecutor

@@ -172,8 +172,14 @@ def storage_layout(dtype: np.dtype, shape: tuple[int, ...],
         if native_bytes_strings:
             return dtype, tuple(shape)
         return np.dtype("u1"), tuple(shape) + (dtype.itemsize,)
+    return _stored_dtype(dtype), tuple(shape)
+
+
+@functools.lru_cache(maxsize=256)
+def _stored_dtype(dtype: np.dtype) -> np.dtype:
+    """storage_layout's dtype of a numeric dtype, cached (~4 us in NumPy's Python; twice per value read)."""
     storage = _dtypes.storage_dtype(dtype)
-    return (storage.newbyteorder("<") if storage.itemsize > 1 else storage), tuple(shape)
+    return storage.newbyteorder("<") if storage.itemsize > 1 else storage
 
 
 def _part_needs_alias(part: str) -> bool:

@@ -208,6 +208,8 @@ class VariableBytes:
         if self._direct and record.file_offset is not None:
             return RawExtent(self._path, record.file_offset, record.nbytes)
         assert record.path is not None
+        if record.path in self._extents:  # located already (locate, the Zarr metadata of a bulk read)
+            return self._extents[record.path]
         storage_dtype, storage_shape = storage_layout(
             record.numpy_dtype, record.shape, self._backend.native_bytes_strings)
         return self.extent_of(record.path, storage_dtype, storage_shape, record.name)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy.typing as npt
 
 from varstore.store import devices
+from varstore.store.variable_batches import mismatched
 from varstore.checkpoint.format.packed import packed_views
 from varstore.checkpoint.read.planned_values import PlannedValue
 from varstore.checkpoint.read.read_checks import ReadChecks, check_packed_blob
@@ -102,20 +103,25 @@ def plan_read(reader: VarstoreReader, items: Sequence[tuple[str, str, Any]], *, 
     if lazy:
         rest = list(items)
     else:
-        index_of, paths = manifest.index, manifest.columns["path"]
+        index_of, paths = manifest.index.get, manifest.columns["path"]
+        on_gpu: dict[str, bool] = {}  # per device label, asked once (12,000 variables share one or two)
         for item in items:
             obj = item[2]
-            index = index_of.get(item[0]) if isinstance(obj, Variable) else None
+            index = index_of(item[0]) if isinstance(obj, Variable) else None
             if index is None or paths[index] is not None:
                 rest.append(item)
                 continue
             if obj.is_initialized:
                 group = batch
-            elif not devices.is_gpu(obj.device):
-                group = fresh_batch
             else:
-                rest.append(item)
-                continue
+                device = obj.device
+                gpu = on_gpu.get(device)
+                if gpu is None:
+                    gpu = on_gpu[device] = devices.is_gpu(device)
+                if gpu:
+                    rest.append(item)
+                    continue
+                group = fresh_batch
             group.variables.append(obj)
             group.indices.append(index)
     kinds = [_kind(obj, lazy) for _, _, obj in rest]
@@ -138,10 +144,10 @@ def plan_read(reader: VarstoreReader, items: Sequence[tuple[str, str, Any]], *, 
     for group in (batch, fresh_batch):
         if group.indices and blob is not None:
             group.values = packed_views(blob, manifest.columns, manifest.names, group.indices, str(reader.path))
-            for variable, value, index in zip(group.variables, group.values, group.indices):
-                if value.shape != variable.shape or value.dtype != variable.dtype:  # validated: a cast
-                    plan.validations.append((variable, variable.name,
-                                             PlannedValue(manifest.record(index), reads, plan.checks, verify)))
+            for i in mismatched(group.variables, group.values):  # validated: a cast
+                variable = group.variables[i]
+                plan.validations.append((variable, variable.name,
+                                         PlannedValue(manifest.record(group.indices[i]), reads, plan.checks, verify)))
     lists = {"fresh": plan.fresh, "restore": plan.restores, "fill": plan.fills, "lazy": plan.restores}
     for (_, name, obj), kind, source in zip(rest, kinds, sources):
         if kind != "lazy":
