@@ -98,3 +98,39 @@ def test_a_step_changing_only_small_values_writes_no_chunk_object(tmp_path: Path
     repo = icechunk.Repository.open(icechunk.local_filesystem_storage(str(tmp_path / "run")))
     group = zarr.open_group(repo.readonly_session(tag="ckpt-2").store, mode="r")
     assert group["lora/a"][...].tobytes() == model["lora/a"].tobytes()
+
+
+def test_the_repository_configuration_restates_icechunks_manifest_defaults_without_regexes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """varstore's RepositoryConfig: no manifest preloading, one manifest per array for AnyArray (no regular
+    expression to compile per array). The same manifests are written as with Icechunk's default
+    configuration (one per changed array), and every step restores bit-exactly either way."""
+    from varstore.storage import icechunk_repo
+
+    config = icechunk_repo.repository_config(icechunk)
+    assert config.inline_chunk_threshold_bytes == icechunk_repo.INLINE_CHUNK_BYTES
+    assert "AnyArray" in repr(config.manifest.splitting) and "PathMatches" not in repr(config.manifest.splitting)
+    assert config.manifest.preload.preload_if == icechunk.ManifestPreloadCondition.false()
+
+    def default(ic: object) -> object:
+        return icechunk.RepositoryConfig(inline_chunk_threshold_bytes=icechunk_repo.INLINE_CHUNK_BYTES)
+
+    rng = np.random.default_rng(5)
+    model = {f"w/{i}": rng.standard_normal((64, 128)).astype(np.float32) for i in range(4)}  # 32 KiB each
+    counts = {}
+    for name in ("varstore", "default"):
+        if name == "default":
+            monkeypatch.setattr(icechunk_repo, "repository_config", default)
+        state = {key: value.copy() for key, value in model.items()}
+        manager = vs.CheckpointManager(tmp_path / name, max_to_keep=None, format="icechunk")
+        manager.save(state, step=1)
+        before = len(list((tmp_path / name / "manifests").iterdir()))
+        state["w/1"] = state["w/1"] + np.float32(1)
+        state["w/3"] = state["w/3"] * np.float32(2)
+        manager.save(state, step=2)
+        counts[name] = len(list((tmp_path / name / "manifests").iterdir())) - before
+        loaded = vs.load(f"{tmp_path / name}@ckpt-2")
+        assert all(loaded[key].tobytes() == state[key].tobytes() for key in state)
+    assert counts == {"varstore": 3, "default": 3}  # w/1, w/3 and varstore's manifest array
+    config_yaml = (tmp_path / "varstore" / "config.yaml").read_text()
+    assert "AnyArray" in config_yaml or "any_array" in config_yaml

@@ -82,6 +82,26 @@ def _icechunk() -> Any:
     return icechunk
 
 
+def repository_config(ic: Any) -> Any:
+    """The icechunk.RepositoryConfig varstore opens (and creates) repositories with: chunks of up to
+    INLINE_CHUNK_BYTES inline, and Icechunk 1.1's manifest defaults restated without their regular expressions.
+
+    Icechunk 1.1 compiles the regular expression of a manifest condition on every evaluation ("TODO:
+    precompile the regex" in its config.rs and repository.rs): the default preload condition (six regexes
+    for coordinate names such as time/lat/lon, checked for every array when a session opens) and the
+    default split condition (PathMatches ".*", checked for every array a commit writes). On MiniLM's 176
+    arrays that was most of Icechunk's CPU in a step. Restated: no manifest preloading (varstore reads
+    every array's chunk itself and has no coordinate arrays), and one manifest per array for AnyArray,
+    which is the default's effect (split size 2**32 - 1 along any axis). The files written are the same;
+    the configuration is stored in the repository's config.yaml, which plain Icechunk users then open with.
+    """
+    manifest = ic.ManifestConfig(
+        preload=ic.ManifestPreloadConfig(preload_if=ic.ManifestPreloadCondition.false()),
+        splitting=ic.ManifestSplittingConfig.from_dict(
+            {ic.ManifestSplitCondition.AnyArray(): {ic.ManifestSplitDimCondition.Any(): 2**32 - 1}}))
+    return ic.RepositoryConfig(inline_chunk_threshold_bytes=INLINE_CHUNK_BYTES, manifest=manifest)
+
+
 def is_repository(location: os.PathLike[str] | str) -> bool:
     """True when the local directory `location` looks like an Icechunk repository (refs/ and snapshots/);
     False for URLs (asked by opening them) and anything else. Never raises."""
@@ -349,7 +369,7 @@ class IcechunkRepository:
         self.location = str(location)
         storage = _storage(self.location, storage_options)
         try:
-            config = ic.RepositoryConfig(inline_chunk_threshold_bytes=INLINE_CHUNK_BYTES)
+            config = repository_config(ic)
             if ic.Repository.exists(storage):
                 self._repo = ic.Repository.open(storage, config=config)
             elif create:
