@@ -40,7 +40,7 @@ from varstore.backends.zarr3.store import array_metadata, document_text
 from varstore.checkpoint.format.checksum import crc32c_of, crc32c_raw
 from varstore.checkpoint.format.manifest import MANIFEST_PATH, encode_manifest, storage_layout
 from varstore.checkpoint.manage import step_durability
-from varstore.checkpoint.manage.snapshot_parent import DIGEST, Parent, ParentCache, digest, node_type
+from varstore.checkpoint.manage.snapshot_parent import DIGEST, Parent, ParentCache, digest, is_group
 from varstore.checkpoint.publish import atomic
 from varstore.checkpoint.write.plan import (
     array_attrs,
@@ -62,6 +62,8 @@ PENDING_BYTES = 32 << 20
 #: Bytes of values hashed (crc32c, BLAKE3) ahead of the one compared and written, and the threads hashing them.
 HASH_AHEAD_BYTES = 32 << 20
 HASH_THREADS = 2
+#: Values under this many bytes are hashed together, up to this many bytes per pool task.
+SMALL_BYTES = 256 << 10
 _GROUP = document_text({"zarr_format": 3, "node_type": "group", "attributes": {}}).encode("utf-8")
 
 
@@ -156,7 +158,7 @@ def save_snapshot(repo: IcechunkRepository, target: Any, step: int, *, metadata:
         old_documents = parent.read(f"{path}/zarr.json" for path in paths)
         # what the parent holds that this step does not: arrays gone, and groups where an array goes now
         doomed = set(parent.paths) - set(paths)
-        doomed |= {path for path in paths if node_type(old_documents[f"{path}/zarr.json"]) == "group"}
+        doomed |= {path for path in paths if is_group(old_documents[f"{path}/zarr.json"])}
         for path in sorted(doomed, key=lambda p: p.count("/")):
             txn.delete_node(path)
             parent.forget(path)
@@ -226,28 +228,48 @@ def _digests(stored: npt.NDArray[Any], parent: tuple[int | None, str | None]) ->
     return (crc if crc is not None and old == blake3 else crc32c_of(stored)), blake3
 
 
+def _digests_of(jobs: list[tuple[npt.NDArray[Any], tuple[int | None, str | None]]]) -> list[tuple[int, str]]:
+    """`_digests` of each (stored, parent) in `jobs`, in order (one pool task for a run of small values)."""
+    return [_digests(stored, parent) for stored, parent in jobs]
+
+
 def _digested(values: Iterator[tuple[Any, str, npt.NDArray[Any]]], pool: ThreadPoolExecutor, parent: Parent
               ) -> Iterator[tuple[Any, str, npt.NDArray[Any], str]]:
     """`values` with each one's BLAKE3 (hex) added and its crc32c recorded (record.checksum), in order:
     hashed in `pool` while the caller compares and writes the ones before, at most HASH_AHEAD_BYTES of
-    values waiting (plus the one being hashed)."""
-    queue: deque[tuple[Any, str, npt.NDArray[Any], Future[tuple[int, str]]]] = deque()
+    values waiting (plus the one being hashed). Consecutive values under SMALL_BYTES go to the pool as one
+    task (up to SMALL_BYTES together): a task costs more than hashing a bias vector."""
+    queue: deque[tuple[list[tuple[Any, str, npt.NDArray[Any]]], Future[list[tuple[int, str]]]]] = deque()
     queued = 0
+    run: list[tuple[Any, str, npt.NDArray[Any]]] = []
+    run_bytes = 0
 
-    def ready() -> tuple[Any, str, npt.NDArray[Any], str]:
+    def send() -> None:
+        nonlocal run, run_bytes
+        jobs = [(stored, parent.digests.get(path, (None, None))) for _, path, stored in run]
+        queue.append((run, pool.submit(_digests_of, jobs)))
+        run, run_bytes = [], 0
+
+    def ready() -> Iterator[tuple[Any, str, npt.NDArray[Any], str]]:
         nonlocal queued
-        record, path, stored, future = queue.popleft()
-        queued -= stored.nbytes
-        record.checksum, blake3 = future.result()
-        return record, path, stored, blake3
+        batch, future = queue.popleft()
+        for (record, path, stored), (crc, blake3) in zip(batch, future.result()):
+            queued -= stored.nbytes
+            record.checksum = crc
+            yield record, path, stored, blake3
 
     for record, path, stored in values:
-        queue.append((record, path, stored, pool.submit(_digests, stored, parent.digests.get(path, (None, None)))))
+        run.append((record, path, stored))
+        run_bytes += stored.nbytes
         queued += stored.nbytes
+        if stored.nbytes >= SMALL_BYTES or run_bytes >= SMALL_BYTES:
+            send()
         while queue and queued > HASH_AHEAD_BYTES:
-            yield ready()
+            yield from ready()
+    if run:
+        send()
     while queue:
-        yield ready()
+        yield from ready()
 
 
 class _Pending:

@@ -32,7 +32,7 @@ from varstore.checkpoint.format.manifest import MANIFEST_PATH, decode_manifest
 from varstore.errors import MissingDependencyError
 from varstore.storage.icechunk_repo import Transaction
 
-__all__ = ["DIGEST", "LEGACY_DIGEST", "ParentCache", "Parent", "digest", "manifest_key"]
+__all__ = ["DIGEST", "LEGACY_DIGEST", "ParentCache", "Parent", "digest", "manifest_key", "is_group", "node_type"]
 
 #: The manifest header key listing each variable's BLAKE3 (hex of the 32-byte digest), in manifest order.
 DIGEST = "blake3"
@@ -140,6 +140,12 @@ class Parent:
         cache.documents = {key: data for key, data in self.documents.items() if data is not None}
         cache.paths = list(paths)
         cache.digests = dict(zip(paths, digests))
+
+
+def is_group(document: bytes | None) -> bool:
+    """True when the zarr.json `document` is a group's (parsed only when the bytes mention "group": an
+    array's document, the usual case, is not parsed at all)."""
+    return document is not None and b"group" in document and node_type(document) == "group"
 
 
 def node_type(document: bytes | None) -> str | None:
