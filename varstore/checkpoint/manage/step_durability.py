@@ -21,6 +21,7 @@ durable. Knows nothing about snapshots' contents (incremental.py).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from varstore.checkpoint.publish import atomic
@@ -38,13 +39,7 @@ def commit_durable(repo: IcechunkRepository, tag: str) -> None:
     Raises:
       CheckpointWriteError: the file system reported a write-back error (naming the repository and tag).
     """
-    root = repo.local_root
-    if root is None:
-        return
-    try:
-        _sync_all(root)
-    except OSError as err:
-        raise _failure(err, repo, tag, "syncing its objects after the commit; it is not tagged") from err
+    _sync_repository(repo, lambda err: _failure(err, repo, tag, "syncing its objects after the commit; it is not tagged"))
 
 
 def tag_durable(repo: IcechunkRepository, tag: str) -> None:
@@ -77,18 +72,26 @@ def retention_durable(repo: IcechunkRepository) -> None:
     Raises:
       CheckpointWriteError: the file system reported a write-back error (nothing was collected).
     """
+    def failure(err: OSError) -> CheckpointWriteError:
+        typed = CheckpointWriteError(
+            f"cannot make retention durable in the Icechunk repository '{repo.location}' (syncing the "
+            f"deleted tags and expired history before collecting garbage): {err}; nothing was collected "
+            f"and the new step is kept: check the disk, then save again")
+        typed.errno = err.errno
+        return typed
+
+    _sync_repository(repo, failure)
+
+
+def _sync_repository(repo: IcechunkRepository, failure: Callable[[OSError], CheckpointWriteError]) -> None:
+    """`_sync_all` of a local repository's directory (nothing for a URL); an OSError raised as `failure(err)`."""
     root = repo.local_root
     if root is None:
         return
     try:
         _sync_all(root)
     except OSError as err:
-        failure = CheckpointWriteError(
-            f"cannot make retention durable in the Icechunk repository '{repo.location}' (syncing the "
-            f"deleted tags and expired history before collecting garbage): {err}; nothing was collected "
-            f"and the new step is kept: check the disk, then save again")
-        failure.errno = err.errno
-        raise failure from err
+        raise failure(err) from err
 
 
 def _sync_all(root: Path) -> None:
