@@ -111,17 +111,40 @@ _DAMAGED = {"a": np.full(8192, 3, np.float32), "big": np.arange(1 << 19, dtype=n
             "c": np.full(8192, 5, np.float32)}
 
 
-def test_a_large_damaged_value_into_allocated_gpu_variables_is_the_documented_partial(ckpt: Path) -> None:
-    """As on the host (docs/errors.md): a large value is checked while the next is read, after its copy started."""
-    save(ckpt, _DAMAGED, pack_threshold_bytes=0)
+@pytest.mark.parametrize("threads", [1, 8])
+def test_a_large_damaged_value_into_allocated_gpu_variables_is_the_documented_partial(
+        ckpt: Path, threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/errors.md: a large GPU value is checked in its reader thread before its copy; the others are restored."""
+    monkeypatch.setattr(device_transfers, "READ_THREADS", threads)
+    values = {**_DAMAGED, "big2": np.arange(1 << 19, 0, -1, dtype=np.float32)}
+    save(ckpt, values, pack_threshold_bytes=0)
     _flip(ckpt, "big", at=4096)
-    store, made = _gpu_store(_DAMAGED, fill=0)
+    store, made = _gpu_store(values, fill=0)
     with pytest.raises(ChecksumError, match="'big'"):
         restore(ckpt, store)
     assert made["a"].numpy().tolist() == [3.0] * 8192 and made["c"].numpy().tolist() == [5.0] * 8192
-    big = made["big"].numpy()
-    assert big[1024] != _DAMAGED["big"][1024]  # the damaged bytes as read, one bit off
-    np.testing.assert_array_equal(np.delete(big, 1024), np.delete(_DAMAGED["big"], 1024))
+    assert (made["big"].numpy() == 0).all()  # not copied: the damaged bytes never reached the device
+    np.testing.assert_array_equal(made["big2"].numpy(), values["big2"])
+
+
+@pytest.mark.parametrize("threads", [1, 3, 8])
+def test_many_large_values_restore_through_the_reader_threads_into_the_same_buffers(
+        ckpt: Path, threads: int, small_ring: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reader threads fill the ring out of order and wrap around it; every value lands in its own buffer."""
+    monkeypatch.setattr(device_transfers, "READ_THREADS", threads)
+    monkeypatch.setattr(device_transfers, "PARALLEL_FILL_BYTES", 16 << 10)
+    rng = np.random.default_rng(1)
+    values = {f"w{i:02d}": rng.standard_normal(int(rng.integers(4096, 40_000))).astype(np.float32)
+              for i in range(40)}
+    save(ckpt, values, pack_threshold_bytes=0)
+    for fill in (0, None):  # into memory, then into variables without it
+        store, made = _gpu_store(values, fill=fill)
+        before = {name: v._state.buffer.data.ptr for name, v in made.items() if v.is_allocated}
+        restore(ckpt, store)
+        for name, value in values.items():
+            np.testing.assert_array_equal(made[name].numpy(), value, err_msg=name)
+            if fill is not None:
+                assert made[name]._state.buffer.data.ptr == before[name], name
 
 
 def test_a_damaged_value_leaves_gpu_variables_without_memory_untouched(ckpt: Path) -> None:
@@ -205,7 +228,7 @@ def test_cupy_arrays_made_before_varstore_looked_for_a_gpu_are_device_arrays(tmp
 
     code = ("import cupy as cp, numpy as np\n"
             "x = cp.arange(1 << 20, dtype=cp.float32)\n"
-            "from varstore import device_transfers\n"
+            "from varstore.store import device_transfers\n"
             "from varstore import save\nfrom varstore.checkpoint import open_varstore\n"
             "assert device_transfers.to_host(x)[-1] == (1 << 20) - 1\n"
             f"save({str(tmp_path / 'x.h5')!r}, {{'x': x}})\n"

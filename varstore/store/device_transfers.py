@@ -12,26 +12,36 @@ than the ring take the pageable path.
 
 A bulk restore opens a `batch()` on its thread; `Variable._fill_from` and the
 read engine ask `current()` for it and stage through its rings. Outside a
-batch, each fill is a batch of one. Gets cupy through `devices` (never
-imports it). Knows nothing about files: callers hand it a fill function.
+batch, each fill is a batch of one. A batch opened with `readers=True` runs
+the fills of values of `PARALLEL_FILL_BYTES` or more in `READ_THREADS` reader
+threads, each fill followed by its copy (one thread copies from the page cache
+at ~5 GB/s, eight at ~25 GB/s on an H100 host: docs/benchmarks/gpu.py);
+`settle()` waits for them and raises the first failure in the order the fills
+were asked for. Gets cupy through `devices` (never imports it). Knows nothing
+about files: callers hand it a fill function.
 """
 
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from varstore.store import devices
 
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
 __all__ = ["STAGING_MIN_BYTES", "STAGING_MAX_BYTES", "SNAPSHOT_HEADROOM_BYTES", "Transfers", "batch", "current",
-           "release_staging", "queued_work_done",
+           "release_staging", "queued_work_done", "settle", "in_reader_thread", "READ_THREADS",
+           "PARALLEL_FILL_BYTES",
            "fill_on_device", "is_staged", "guard", "to_host", "has_room",
            "STAGED_DOWNLOAD_BYTES"]
 
@@ -42,8 +52,13 @@ STAGING_MAX_BYTES = 256 << 20
 #: Device memory left free after a device-side snapshot (bytes); below it, snapshots go to the host.
 SNAPSHOT_HEADROOM_BYTES = 1 << 30
 _ALIGN = 512
+#: Reader threads of a `batch(readers=True)` (at most the CPUs this process may run on).
+READ_THREADS = 8
+#: In such a batch, values of at least this many bytes are filled in a reader thread; smaller ones at once.
+PARALLEL_FILL_BYTES = 1 << 20
 
 _local = threading.local()
+_reader = threading.local()  # .reading: True in a batch's reader threads
 _idle_lock = threading.Lock()
 _idle_rings: dict[int, Any] = {}  # device id -> the largest idle _Ring
 _rings: weakref.WeakSet[_Ring] = weakref.WeakSet()  # every live ring, for is_staged
@@ -117,6 +132,7 @@ class Transfers:
         self._head = 0
         self._inflight: collections.deque[tuple[int, int, Any, Any]] = collections.deque()
         self._guards: dict[int, Any] = {}  # staged address -> a Future still reading it (a deferred checksum)
+        self._issuing = threading.Lock()  # copies are started from reader threads too
 
     def staging(self, shape: tuple[int, ...], dtype: npt.DTypeLike) -> npt.NDArray[Any] | None:
         """A pinned host array of `shape` and `dtype` to fill, or None when it is larger than the ring."""
@@ -148,20 +164,46 @@ class Transfers:
         """
         if staged.nbytes == 0:
             return
-        cp = self._cp
+        self._open_stream()
+        event = self._issue(staged, target)
+        guard = self._guards.pop(int(staged.ctypes.data), None)
+        self._inflight.append((*self._region(staged), event, guard))
+
+    def fill_then_copy(self, pool: ThreadPoolExecutor, fill: Callable[[npt.NDArray[Any]], None],
+                       staged: npt.NDArray[Any], target: Any) -> Future[Any]:
+        """Runs `fill(staged)` in a reader thread of `pool`, then starts the copy of `staged` into `target`.
+
+        The region stays taken until both finished; when `fill` raises, nothing
+        is copied and the returned Future holds the error.
+        """
+        self._open_stream()  # in the caller's thread: after the kernels queued on its current stream
+
+        def fill_and_copy() -> Any:
+            fill(staged)
+            return self._issue(staged, target)
+
+        future = pool.submit(fill_and_copy)
+        self._inflight.append((*self._region(staged), future, None))
+        return future
+
+    def _open_stream(self) -> None:
         if self._stream is None:
+            cp = self._cp
             with cp.cuda.Device(self._device_id):
                 self._stream = cp.cuda.Stream(non_blocking=False)
                 # after the caller's queued kernels, also on a non-blocking stream of its own
                 self._stream.wait_event(cp.cuda.get_current_stream().record())
-        with cp.cuda.Device(self._device_id):
+
+    def _issue(self, staged: npt.NDArray[Any], target: Any) -> Any:
+        with self._issuing, self._cp.cuda.Device(self._device_id):
             target.set(staged, stream=self._stream)
-            event = self._stream.record()
+            return self._stream.record()
+
+    def _region(self, staged: npt.NDArray[Any]) -> tuple[int, int]:
         ring = self._ring
         assert ring is not None
-        start = staged.ctypes.data - ring.array.ctypes.data
-        guard = self._guards.pop(int(staged.ctypes.data), None)
-        self._inflight.append((start, start + staged.nbytes, event, guard))
+        start = staged.ctypes.data - ring.start
+        return start, start + staged.nbytes
 
     def guard(self, staged: npt.NDArray[Any], reader: Any) -> bool:
         """Keeps `staged`'s region from reuse until `reader` (a Future) is done too; False when not staged here."""
@@ -177,27 +219,37 @@ class Transfers:
         for i, (lo, hi, _, _) in enumerate(self._inflight):
             if lo < end and start < hi:
                 last = i
-        if last < 0:
-            return
-        self._inflight[last][2].synchronize()  # in-order stream: every earlier copy finished too
-        for _ in range(last + 1):
-            _wait_guard(self._inflight.popleft()[3])
+        for _ in range(last + 1):  # the oldest first: copies from reader threads finish in any order
+            _, _, done, guard = self._inflight.popleft()
+            _copied(done)
+            _wait_guard(guard)
 
     def _drain(self) -> None:
+        while self._inflight:
+            _, _, done, guard = self._inflight.popleft()
+            _copied(done)
+            _wait_guard(guard)
         if self._stream is not None:
             self._stream.synchronize()
-        while self._inflight:
-            _wait_guard(self._inflight.popleft()[3])
         for reader in self._guards.values():
             _wait_guard(reader)
         self._guards.clear()
 
     def finish(self) -> None:
-        """Waits for every copy, then keeps the ring for the next restore."""
+        """Waits for every fill and copy, then keeps the ring for the next restore."""
         self._drain()
         if self._ring is not None:
             _give_back(self._ring)
             self._ring = None
+
+
+def _copied(done: Any) -> None:
+    """Waits for one region's copy: a CUDA event, or a reader thread's Future of one (which may have failed)."""
+    if hasattr(done, "exception"):
+        if done.exception() is not None:
+            return  # nothing was copied; the batch reports the error
+        done = done.result()
+    done.synchronize()
 
 
 def _wait_guard(reader: Any) -> None:
@@ -206,9 +258,12 @@ def _wait_guard(reader: Any) -> None:
 
 
 class _Batch:
-    def __init__(self, size_hint: int) -> None:
+    def __init__(self, size_hint: int, readers: bool) -> None:
         self.size_hint = size_hint
+        self.readers = readers
         self.transfers: dict[str, Transfers] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._filling: list[Future[Any]] = []  # fills in reader threads, in the order they were asked for
 
     def transfers_for(self, label: str) -> Transfers:
         found = self.transfers.get(label)
@@ -216,28 +271,87 @@ class _Batch:
             found = self.transfers[label] = Transfers(label, self.size_hint)
         return found
 
+    def fill_then_copy(self, transfers: Transfers, fill: Callable[[npt.NDArray[Any]], None],
+                       staged: npt.NDArray[Any], target: Any) -> None:
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            threads = max(1, min(READ_THREADS, len(os.sched_getaffinity(0))))
+            self._pool = ThreadPoolExecutor(threads, thread_name_prefix="varstore-gpu-read",
+                                            initializer=_mark_reader)
+        self._filling.append(transfers.fill_then_copy(self._pool, fill, staged, target))
+
+    def settle(self) -> None:
+        """Waits for the fills in reader threads; raises the first one's error (in the order asked for)."""
+        filling, self._filling = self._filling, []
+        first = None
+        for future in filling:
+            error = future.exception()
+            if first is None:
+                first = error
+        if first is not None:
+            raise first
+
     def finish(self) -> None:
-        for transfers in self.transfers.values():
-            transfers.finish()
+        try:
+            self.settle()
+        finally:
+            for transfers in self.transfers.values():
+                transfers.finish()
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+
+
+def _mark_reader() -> None:
+    _reader.reading = True
+
+
+def in_reader_thread() -> bool:
+    """True in a reader thread of a `batch(readers=True)`: a check of the bytes it just staged runs there, at once
+    (they are hot in its cache, and its region is reused once its fill and copy finished)."""
+    return bool(getattr(_reader, "reading", False))
 
 
 @contextmanager
-def batch(size_hint: int) -> Iterator[None]:
+def batch(size_hint: int, readers: bool = False) -> Iterator[None]:
     """Stages every GPU fill on this thread through shared rings until the block ends (copies finished then).
 
     Args:
       size_hint: bytes the block will restore (sizes the ring, within its bounds).
+      readers: run fills of `PARALLEL_FILL_BYTES` or more in `READ_THREADS` reader threads; the
+        block calls `settle()` before it uses what they filled (the block's end settles too).
+
+    Raises:
+      The first error of a fill in a reader thread, at the block's end (when the block itself raised
+      nothing; the fills are waited for all the same).
     """
     outer = getattr(_local, "batch", None)
     if outer is not None:
         yield
         return
-    _local.batch = made = _Batch(size_hint)
+    _local.batch = made = _Batch(size_hint, readers)
     try:
         yield
-    finally:
+    except BaseException:
         _local.batch = None
-        made.finish()
+        with suppress(Exception):  # the block's own error is the one to report
+            made.finish()
+        raise
+    _local.batch = None
+    made.finish()
+
+
+def settle() -> None:
+    """Waits for the fills this thread's batch runs in reader threads (their copies may still run).
+
+    Raises:
+      Whatever the first of them raised, in the order the fills were asked for (a ChecksumError or
+      CorruptCheckpointError of a restore); nothing was copied from a fill that failed.
+    """
+    open_batch = current()
+    if open_batch is not None:
+        open_batch.settle()
 
 
 def current() -> _Batch | None:
@@ -259,7 +373,8 @@ def fill_on_device(fill: Callable[[npt.NDArray[Any]], None], shape: tuple[int, .
 
     Inside a `batch()` the copy may still run when this returns (the batch's
     end waits); outside, it has finished. Raises whatever `fill` raises,
-    before the device memory changes.
+    before the device memory changes; in a `batch(readers=True)`, a large
+    value's fill may run later in a reader thread, and `settle()` raises its error.
     """
     open_batch = current()
     transfers = open_batch.transfers_for(label) if open_batch is not None else Transfers(label, 0)
@@ -271,6 +386,11 @@ def fill_on_device(fill: Callable[[npt.NDArray[Any]], None], shape: tuple[int, .
             if target is None:
                 return devices.to_device(host, label)
             devices.copy_into(target, host)
+            return target
+        if open_batch is not None and open_batch.readers and staged.nbytes >= PARALLEL_FILL_BYTES:
+            if target is None:
+                target = devices.empty(shape, dtype, label)
+            open_batch.fill_then_copy(transfers, fill, staged, target)
             return target
         fill(staged)
         if target is None:

@@ -78,14 +78,17 @@ class ReadChecks:
 
     @contextlib.contextmanager
     def phase(self, start_read_ahead: StartReadAhead | None, window: int,
-              packed: tuple[ManifestColumns, Sequence[int]] | None = None) -> Iterator[None]:
+              packed: tuple[ManifestColumns, Sequence[int]] | None = None,
+              settle: Callable[[], None] | None = None) -> Iterator[None]:
         """Runs one phase of reads: `packed` ((manifest, indices)) checked on the blob first, then the
-        read-ahead started with `window` bytes; at its end the read-ahead stops and the deferred checks
-        are waited for. On an error, the thread and the read-ahead are stopped all the same.
+        read-ahead started with `window` bytes; at its end the read-ahead stops, `settle` waits for
+        reads still running in other threads (device_transfers.settle: a GPU restore's reader threads)
+        and the deferred checks are waited for. On an error, the thread and the read-ahead are stopped
+        all the same.
 
         Raises:
           ChecksumError / CorruptCheckpointError: a packed value (before the phase) or a deferred one
-            (at its end) is damaged, naming the first such variable and the file.
+            (at its end) is damaged, naming the first such variable and the file; or what `settle` raises.
         """
         try:
             if packed is not None and self.packed is not None:
@@ -98,6 +101,8 @@ class ReadChecks:
             self.read_ahead = None if start_read_ahead is None else start_read_ahead(window)
             yield
             self._stop()
+            if settle is not None:
+                settle()
             pending, self._pending = self._pending, []
             for record, future in pending:
                 found = future.result()
@@ -112,7 +117,7 @@ class ReadChecks:
 
     def check(self, record: Record, out: npt.NDArray[Any]) -> None:
         """Checks the crc32c of `record` on `out` just filled: in the helper thread when it is large
-        (waited for when the phase ends), else now.
+        (waited for when the phase ends), else now (also in a GPU restore's reader thread).
 
         Raises:
           ChecksumError: naming the variable and the file (inline checks).
@@ -122,10 +127,16 @@ class ReadChecks:
         if record.nbytes >= THREADED_CHECK_BYTES and self._pool is not None:
             from varstore.store import device_transfers  # with the thread: a plain read imports neither
 
+            if device_transfers.in_reader_thread():  # a GPU restore's reader thread: check there, before its copy
+                self._check_now(record, out)
+                return
             future = self._pool.submit(crc32c_of, out)
             device_transfers.guard(out, future)  # pinned staging (a GPU target) is kept until the check read it
             self._pending.append((record, future))
             return
+        self._check_now(record, out)
+
+    def _check_now(self, record: Record, out: npt.NDArray[Any]) -> None:
         found = crc32c_of(out) if record.nbytes else 0
         if found != record.checksum:
             checksum_error(self._path, record, found)

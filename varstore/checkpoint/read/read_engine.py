@@ -10,10 +10,12 @@ checksum on it, then one validated copy into every buffer
 (variables.restore_many); those without memory (CPU ones) get their copies
 last, with the other Variables without memory, which are read first into new
 arrays (faulted in ahead of the reads by residency.populated), checked, and
-adopted last. Values for GPU variables are read into pinned staging and
-copied to the device asynchronously (device_transfers); a deferred check
-holds its staging until it has read it; copies and checks are waited for
-before the engine returns, and its threads stop whatever happens. Decides
+adopted last. Values for GPU variables are read into pinned staging, large
+ones by device_transfers' reader threads (which check them there), and
+copied to the device asynchronously; a deferred check holds its staging
+until it has read it; each phase waits for its reader threads (their first
+error raised there), copies and checks are waited for before the engine
+returns, and its threads stop whatever happens. Decides
 nothing about names or which targets (restoration.py does); never writes files.
 """
 
@@ -67,12 +69,13 @@ def read_into_targets(reader: VarstoreReader, items: Sequence[tuple[str, str, An
     from varstore.store.variables import restore_many
 
     plan = plan_read(reader, items, verify=verify, lazy=lazy)  # the one call into the reader
-    with device_transfers.batch(0 if lazy else _device_bytes(items)):  # GPU targets: see device_transfers
+    with device_transfers.batch(0 if lazy else _device_bytes(items), readers=not lazy):  # GPU: device_transfers
         for obj, name, source in plan.validations:
             validate(name, obj, source)
         fresh_values = _read_fresh(plan) if plan.fresh else []
         batch, fresh_batch = plan.batch, plan.fresh_batch
-        with plan.checks.phase(plan.ahead, READ_AHEAD_BYTES, None if plan.fresh else plan.packed_checks):
+        with plan.checks.phase(plan.ahead, READ_AHEAD_BYTES, None if plan.fresh else plan.packed_checks,
+                               device_transfers.settle):
             if batch.variables:
                 restore_many(batch.variables, batch.values)
             batch.values = []
@@ -93,7 +96,7 @@ def _read_fresh(plan: ReadPlan) -> list[Any]:
     """Reads and checks the values of Variables without memory into new memory, before any variable
     changes (all-or-nothing for them); the packed values are checked on the blob first."""
     values: list[Any] = []
-    with plan.checks.phase(plan.fresh_ahead, READ_AHEAD_BYTES, plan.packed_checks):
+    with plan.checks.phase(plan.fresh_ahead, READ_AHEAD_BYTES, plan.packed_checks, device_transfers.settle):
         host = {id(obj): np.empty(obj.shape, dtype=obj.dtype) for obj, _ in plan.fresh
                 if not devices.is_gpu(obj.device)}
         with populated(list(host.values())):  # page faults overlap the disk (residency.py)
