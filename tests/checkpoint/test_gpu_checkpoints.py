@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from varstore.store import device_transfers
+from varstore.store import device_transfers, devices
 from varstore import restore, save
 from varstore.checkpoint import open_varstore
 from varstore.errors import ChecksumError
@@ -188,6 +188,39 @@ def test_async_save_of_gpu_variables_keeps_the_values_of_the_call(
     with open_varstore(ckpt) as reader:
         assert (reader["w"] == 1).all() and (reader["b"] == 2).all()
     assert (w.numpy() == 2).all() and not b.numpy().any()
+
+
+@pytest.mark.parametrize("max_snapshot_bytes", [None, 64 << 10])
+def test_async_save_of_many_gpu_variables_of_every_kind_keeps_the_values_of_the_call(
+        ckpt: Path, max_snapshot_bytes: int | None) -> None:
+    """Unbounded: one device allocation for every copy (device_snapshots); bounded: a copy each, as before."""
+    store = VariableStore()
+    made = {}
+    for name, value in _VALUES.items():
+        made[name] = store.get_variable(name, value.shape, dtype=value.dtype, device="gpu:0",
+                                        initializer=lambda s, d, value=value: value.copy()).initialize()
+    lazy = store.get_variable("never_read", [3, 5], device="gpu:0", initializer=lambda s, d: np.full(s, 4, d))
+    handle = save(ckpt, store, blocking=False, max_snapshot_bytes=max_snapshot_bytes)
+    for name, variable in made.items():  # after the call: none of this is in the checkpoint
+        if variable.shape and _VALUES[name].size:
+            variable.assign(cp.zeros(variable.shape, variable.dtype))
+    handle.wait()
+    with open_varstore(ckpt) as reader:
+        for name, value in _VALUES.items():
+            np.testing.assert_array_equal(reader[name], value, err_msg=name)
+            assert reader[name].dtype == value.dtype and reader[name].shape == value.shape, name
+        assert (reader["never_read"] == 4).all()
+    assert lazy.is_initialized and not made["big"].numpy().any()
+
+
+def test_device_copies_share_one_allocation_and_equal_their_values() -> None:
+    values = [cp.arange(n, dtype=cp.float32) for n in (0, 1, 1000, 70_000)] + [cp.ones((4, 6), cp.int8)[:, ::2]]
+    copies = devices.device_copies(values, "gpu:0")
+    cp.cuda.Device(0).synchronize()
+    for value, copy in zip(values, copies):
+        assert copy.shape == value.shape and copy.dtype == value.dtype and copy.data.ptr != value.data.ptr
+        np.testing.assert_array_equal(cp.asnumpy(copy), cp.asnumpy(value))
+    assert len({copy.data.mem.ptr for copy in copies}) == 1  # one block
 
 
 def test_has_room_counts_free_device_memory() -> None:

@@ -17,6 +17,7 @@ import os
 import re
 import threading
 from types import ModuleType
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -25,6 +26,7 @@ import numpy.typing as npt
 from varstore.errors import DeviceError
 
 __all__ = [
+    "device_copies",
     "parse_device",
     "is_gpu",
     "gpu_count",
@@ -321,3 +323,31 @@ def function_for(func: Any, label: str) -> Any:
     if result is None:
         raise DeviceError(f"numpy.{func.__name__} has no CuPy counterpart; compute on cpu:0 instead")
     return result
+
+
+def device_copies(values: Sequence[Any], label: str) -> list[Any]:
+    """New CuPy arrays equal to `values` (CuPy arrays on device `label`), sharing one new device allocation.
+
+    Each contiguous value is one device-to-device `cudaMemcpyAsync` on the
+    current stream of `label` (after the kernels queued there); others are
+    copied by CuPy on that stream. `device_transfers.queued_work_done(label)`
+    called afterwards waits for all of them.
+    """
+    cp = array_module(label)
+    sizes = [-(-int(value.nbytes) // 512) * 512 for value in values]  # each copy 512-byte aligned
+    with cp.cuda.Device(int(label.split(":")[1])):
+        block = cp.empty(sum(sizes), np.uint8)
+        stream = cp.cuda.get_current_stream().ptr
+        memcpy, kind = cp.cuda.runtime.memcpyAsync, getattr(cp.cuda.runtime, "memcpyDeviceToDevice", 3)
+        copies = []
+        offset = 0
+        for value, size in zip(values, sizes):
+            copy = cp.ndarray(value.shape, value.dtype, memptr=block.data + offset)
+            if value.flags.c_contiguous:
+                if value.nbytes:
+                    memcpy(copy.data.ptr, value.data.ptr, value.nbytes, kind, stream)
+            else:
+                copy[...] = value
+            copies.append(copy)
+            offset += size
+    return copies

@@ -1,8 +1,8 @@
-"""Batch hooks of the checkpoint engine: host views of many variables, and restoring many at once.
+"""Batch hooks of the checkpoint engine: host views of many variables, device copies of many, restoring many at once.
 
-`host_views` and `restore_many` do for thousands of small variables what
-`Variable.host_view` / `Variable.restore_from` do for one, at a fraction of a
-microsecond each, by reading and setting a variable's VariableState (_variable_state.py) directly.
+`host_views`, `device_snapshots` and `restore_many` do for many variables what
+`Variable.host_view` / `read_value` / `restore_from` do for one, at a fraction of a
+microsecond each (the device copies: one allocation, one copy call each), by reading and setting a variable's VariableState (_variable_state.py) directly.
 They validate everything before changing anything; they never do file I/O
 and never import the checkpoint layer (which calls them).
 """
@@ -21,7 +21,7 @@ from varstore.store._variable_state import VariableState
 from varstore.store.value_sources import check_host_value
 from varstore.store.values import check_fits
 
-__all__ = ["MATERIALIZE_LOCK", "BatchVariable", "host_views", "mismatched", "restore_many"]
+__all__ = ["MATERIALIZE_LOCK", "BatchVariable", "host_views", "device_snapshots", "mismatched", "restore_many"]
 
 #: The one lock under which a variable's buffer is allocated, filled or replaced (Variable uses it too).
 MATERIALIZE_LOCK = threading.RLock()
@@ -50,6 +50,8 @@ class BatchVariable(Protocol):
     def dtype(self) -> np.dtype: ...
 
     def host_view(self) -> npt.NDArray[Any]: ...
+
+    def initialize(self) -> Any: ...
 
 
 def host_views(variables: Sequence[BatchVariable], read_only: bool = True) -> list[npt.NDArray[Any]]:
@@ -80,6 +82,23 @@ def host_views(variables: Sequence[BatchVariable], read_only: bool = True) -> li
                 continue
         append(variable.host_view())
     return out
+
+
+def device_snapshots(variables: Sequence[BatchVariable], label: str) -> list[Any]:
+    """`[v.read_value() for v in variables]` for GPU variables all on device `label`, taken together.
+
+    The copies share one device allocation and are queued on the current
+    stream of `label`, one device-to-device copy each
+    (devices.device_copies); a variable not yet materialized runs its
+    initializer or pending restore first, as read_value does.
+    """
+    buffers = []
+    for variable in variables:
+        state = variable._state
+        if state.source is not None or state.buffer is None:
+            variable.initialize()
+        buffers.append(state.buffer)
+    return devices.device_copies(buffers, label)
 
 
 def mismatched(variables: Sequence[BatchVariable], values: Sequence[Any]) -> list[int]:
