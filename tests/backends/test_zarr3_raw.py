@@ -205,14 +205,22 @@ def test_a_chunk_file_symlinked_out_of_the_checkpoint_is_refused(tmp_path: Path)
 
 
 # ------------------------------------------------------------ metadata of many arrays, read in parallel
-def test_raw_extents_equal_raw_extent_and_leave_out_damaged_metadata(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cached_s", [0.0, 1.0], ids=["threads after the first arrays", "serially"])
+def test_raw_extents_equal_raw_extent_and_leave_out_damaged_metadata(
+        tmp_path: Path, cached_s: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    from varstore.backends.zarr3 import reader as zarr_reader
+
+    monkeypatch.setattr(zarr_reader, "CACHED_METADATA_S", cached_s)  # 0: the first arrays never count as cached
     values = {f"layer_{i:02d}/w": np.full((3, 2), i, np.float32) for i in range(PARALLEL_METADATA_ARRAYS + 4)}
     path = _save(tmp_path, values)
+    late = f"layer_{PARALLEL_METADATA_ARRAYS + 2:02d}/w"  # after the serial head
     (path / "layer_05/w/zarr.json").write_text("{not json")
+    (path / late / "zarr.json").write_text("[]")
     reader = Zarr3Reader(path)
     requests = [(name, np.dtype(np.float32), (3, 2)) for name in values]
     found = reader.raw_extents(requests)
-    assert set(found) == set(values) - {"layer_05/w"}
+    assert set(found) == set(values) - {"layer_05/w", late}
+    assert list(found) == [name for name in values if name in found]  # in the order asked
     for name in found:
         assert found[name] == reader.raw_extent(name, np.dtype(np.float32), (3, 2))
         assert found[name].file == path / name / "0.0" and found[name].nbytes == 24
@@ -227,7 +235,7 @@ def test_raw_extents_equal_raw_extent_and_leave_out_damaged_metadata(tmp_path: P
     assert METADATA_THREADS > 1
 
 
-def test_raw_extents_on_a_tmpfs_read_metadata_in_the_calling_thread(monkeypatch: pytest.MonkeyPatch,
+def test_raw_extents_read_metadata_in_the_calling_thread_on_a_tmpfs_or_when_cached(monkeypatch: pytest.MonkeyPatch,
                                                                      tmp_path: Path) -> None:
     from concurrent import futures
 
@@ -244,8 +252,9 @@ def test_raw_extents_on_a_tmpfs_read_metadata_in_the_calling_thread(monkeypatch:
         return real_pool(*args, **kwargs)
 
     monkeypatch.setattr(futures, "ThreadPoolExecutor", counting_pool)
-    for memory, threads in ((True, 0), (False, 1)):
+    for memory, cached_s, threads in ((True, 0.0, 0), (False, 0.0, 1), (False, 1.0, 0)):
         monkeypatch.setattr(zarr_reader, "path_in_memory", lambda _path, memory=memory: memory)
+        monkeypatch.setattr(zarr_reader, "CACHED_METADATA_S", cached_s)  # 1 s an array: always "cached"
         pools.clear()
         found = Zarr3Reader(path).raw_extents(requests)
         assert pools == [1] * threads

@@ -12,6 +12,7 @@ import pytest
 
 from varstore.errors import CorruptCheckpointError
 from varstore.storage import ConditionalStorage, LocalStorage, Storage, storage_for
+from varstore.storage._fs_types import path_in_memory
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -264,10 +265,13 @@ def test_files_on_a_tmpfs_get_no_read_ahead_threads(shm_dir: Path, tmp_path: Pat
     assert LocalStorage(shm_dir).read_ahead_files([("a", 4096), ("b", 4096)], 1 << 20) is None  # pages are memory
     if path_in_memory(str(tmp_path)):
         return
+    if not _evictable(tmp_path):
+        return
     for name in "ab":
         (tmp_path / name).write_bytes(bytes(4096))
+    _evict([str(tmp_path / "a"), str(tmp_path / "b")])
     read_ahead = LocalStorage(tmp_path).read_ahead_files([("a", 4096), ("b", 4096)], 1 << 20)
-    assert read_ahead is not None  # on a disk the threads stay
+    assert read_ahead is not None  # on a disk, not in the page cache: the threads stay
     read_ahead.stop()
 
 
@@ -294,3 +298,72 @@ def test_read_regular_file_reads_a_whole_file_and_refuses_special_files(tmp_path
         read_regular_file(tmp_path / "missing")
     with pytest.raises(IsADirectoryError):
         read_regular_file(tmp_path)
+
+
+# ------------------------------------------------------------ read-ahead of many files: only when they are on the disk
+def _written(tmp_path: Path, count: int) -> list[str]:
+    paths = []
+    for i in range(count):
+        path = tmp_path / f"{i:03d}.bin"
+        path.write_bytes(bytes([i]) * 5000)
+        paths.append(str(path))
+    return paths
+
+
+def test_files_in_the_page_cache_get_no_read_ahead_threads(tmp_path: Path) -> None:
+    from varstore.storage import local
+
+    if path_in_memory(str(tmp_path)) or not hasattr(os, "RWF_NOWAIT"):
+        pytest.skip("a tmpfs, or no RWF_NOWAIT: nothing to tell apart")
+    paths = _written(tmp_path, 20)
+    for path in paths:
+        Path(path).read_bytes()
+    assert local._cached_already(paths)
+    storage = local.LocalStorage()
+    assert storage.read_ahead_files([(path, 5000) for path in paths], 1 << 20) is None
+
+
+def _evict(paths: list[str]) -> None:
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def _evictable(tmp_path: Path) -> bool:
+    """Whether POSIX_FADV_DONTNEED drops a clean file's pages here (tried on a file of its own: a probe that
+    finds pages missing may start the kernel's read-ahead of them)."""
+    from varstore.storage import local
+
+    if path_in_memory(str(tmp_path)) or not hasattr(os, "RWF_NOWAIT"):
+        return False
+    canary = tmp_path / "canary"
+    canary.mkdir()
+    probe = _written(canary, 1)
+    _evict(probe)
+    return not local._cached_already(probe)
+
+
+def test_files_evicted_from_the_page_cache_get_the_read_ahead(tmp_path: Path) -> None:
+    from varstore.storage import local
+
+    if not _evictable(tmp_path):
+        pytest.skip("a tmpfs, no RWF_NOWAIT, or pages kept despite POSIX_FADV_DONTNEED: nothing to tell apart")
+    paths = _written(tmp_path, 20)
+    _evict(paths[len(paths) // 2:len(paths) // 2 + 1])  # one file of the sample
+    ahead = local.LocalStorage().read_ahead_files([(path, 5000) for path in paths], 1 << 20)
+    assert isinstance(ahead, local.LocalFilesReadAhead)
+    ahead.stop()
+
+
+def test_a_sample_file_that_is_a_fifo_or_missing_counts_as_not_cached(tmp_path: Path) -> None:
+    from varstore.storage import local
+
+    paths = _written(tmp_path, 3)
+    os.mkfifo(tmp_path / "fifo")
+    assert not local._cached_already([str(tmp_path / "fifo")] + paths)  # never opened for reading: no hang
+    assert not local._cached_already([str(tmp_path / "missing")] + paths)
+    assert not local._cached_already([])
