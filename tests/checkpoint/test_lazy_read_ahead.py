@@ -20,7 +20,10 @@ def _threads() -> int:
     return sum(t.name == "varstore-readahead" for t in threading.enumerate())
 
 
-def test_zarr_loop_in_key_order_reads_ahead_then_stops(tmp_path: Path) -> None:
+def test_zarr_loop_in_key_order_reads_ahead_then_stops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from varstore.storage import local
+
+    monkeypatch.setattr(local, "cached_already", lambda paths: False)  # as on a cold disk (just written: cached)
     save(tmp_path / "ck.zarr", VALUES)
     reader = open_varstore(tmp_path / "ck.zarr")
     names = reader.keys()

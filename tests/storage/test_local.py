@@ -235,7 +235,7 @@ def test_a_reservation_past_the_free_space_is_not_attempted(tmp_path: Path, monk
     """A source declaring 4 TiB must not fill the disk for every other process before its value is refused:
     reserve() asks for blocks only when the file system has room for them (posix_fallocate past the free
     space allocates until the disk is full before it fails). Smaller reservations still happen."""
-    from varstore.storage import local
+    from varstore.storage import local, local_read_ahead
 
     calls: list[tuple[int, int]] = []
     monkeypatch.setattr(local.os, "posix_fallocate", lambda fd, off, n: calls.append((off, n)))
@@ -311,14 +311,14 @@ def _written(tmp_path: Path, count: int) -> list[str]:
 
 
 def test_files_in_the_page_cache_get_no_read_ahead_threads(tmp_path: Path) -> None:
-    from varstore.storage import local
+    from varstore.storage import local, local_read_ahead
 
     if path_in_memory(str(tmp_path)) or not hasattr(os, "RWF_NOWAIT"):
         pytest.skip("a tmpfs, or no RWF_NOWAIT: nothing to tell apart")
     paths = _written(tmp_path, 20)
     for path in paths:
         Path(path).read_bytes()
-    assert local._cached_already(paths)
+    assert local_read_ahead.cached_already(paths)
     storage = local.LocalStorage()
     assert storage.read_ahead_files([(path, 5000) for path in paths], 1 << 20) is None
 
@@ -336,7 +336,7 @@ def _evict(paths: list[str]) -> None:
 def _evictable(tmp_path: Path) -> bool:
     """Whether POSIX_FADV_DONTNEED drops a clean file's pages here (tried on a file of its own: a probe that
     finds pages missing may start the kernel's read-ahead of them)."""
-    from varstore.storage import local
+    from varstore.storage import local, local_read_ahead
 
     if path_in_memory(str(tmp_path)) or not hasattr(os, "RWF_NOWAIT"):
         return False
@@ -344,26 +344,26 @@ def _evictable(tmp_path: Path) -> bool:
     canary.mkdir()
     probe = _written(canary, 1)
     _evict(probe)
-    return not local._cached_already(probe)
+    return not local_read_ahead.cached_already(probe)
 
 
 def test_files_evicted_from_the_page_cache_get_the_read_ahead(tmp_path: Path) -> None:
-    from varstore.storage import local
+    from varstore.storage import local, local_read_ahead
 
     if not _evictable(tmp_path):
         pytest.skip("a tmpfs, no RWF_NOWAIT, or pages kept despite POSIX_FADV_DONTNEED: nothing to tell apart")
     paths = _written(tmp_path, 20)
     _evict(paths[len(paths) // 2:len(paths) // 2 + 1])  # one file of the sample
     ahead = local.LocalStorage().read_ahead_files([(path, 5000) for path in paths], 1 << 20)
-    assert isinstance(ahead, local.LocalFilesReadAhead)
+    assert isinstance(ahead, local_read_ahead.LocalFilesReadAhead)
     ahead.stop()
 
 
 def test_a_sample_file_that_is_a_fifo_or_missing_counts_as_not_cached(tmp_path: Path) -> None:
-    from varstore.storage import local
+    from varstore.storage import local, local_read_ahead
 
     paths = _written(tmp_path, 3)
     os.mkfifo(tmp_path / "fifo")
-    assert not local._cached_already([str(tmp_path / "fifo")] + paths)  # never opened for reading: no hang
-    assert not local._cached_already([str(tmp_path / "missing")] + paths)
-    assert not local._cached_already([])
+    assert not local_read_ahead.cached_already([str(tmp_path / "fifo")] + paths)  # never opened for reading: no hang
+    assert not local_read_ahead.cached_already([str(tmp_path / "missing")] + paths)
+    assert not local_read_ahead.cached_already([])

@@ -4,8 +4,8 @@ Reads are preadv straight into the caller's buffer; writes are pwrite straight
 from it, large ones in 8 MiB pieces each handed to the disk at once
 (sync_file_range write-back) into blocks reserved with posix_fallocate
 (not on a tmpfs, where that only zero-fills pages: _fs_types.py).
-Read-ahead announces planned extents to the kernel (POSIX_FADV_WILLNEED)
-from a helper thread. Descriptors of single-file containers are cached.
+Read-ahead (local_read_ahead.py) announces planned files to the kernel
+(POSIX_FADV_WILLNEED) from helper threads, unless they are cached already. Descriptors of single-file containers are cached.
 Reads never open a FIFO, socket or device (special_files.py refuses them).
 Never renames, never fsyncs, never creates temporaries (the commit is the
 checkpoint layer's: varstore/checkpoint/publish/atomic.py); knows nothing about
@@ -26,6 +26,7 @@ from varstore.errors import CorruptCheckpointError
 from varstore.storage._fs_types import has_room, in_memory, path_in_memory
 from varstore.storage._local_errors import permission_denied
 from varstore.storage.protocol import Buffer
+from varstore.storage.local_read_ahead import LocalFilesReadAhead, LocalReadAhead, cached_already
 from varstore.storage.special_files import check_regular_file, open_for_reading
 
 __all__ = ["LocalStorage", "LocalWriter", "LocalReadAhead", "LocalFilesReadAhead", "bytes_of", "pread_into", "pwrite_all", "start_writeback",
@@ -111,181 +112,6 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> None:
         function = _SYNC_FILE_RANGE = _sync_file_range()
     if function is not None:
         function(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)  # type: ignore[operator]  # errors ignored: fsync reports them
-
-
-class LocalReadAhead:
-    """A thread announcing planned extents to the kernel (POSIX_FADV_WILLNEED), at most `window` bytes ahead.
-
-    `done(offset)` is called after each read of a planned extent; `stop()`
-    ends the thread and waits for it (before the descriptor is closed).
-    """
-
-    def __init__(self, fd: int, extents: Sequence[tuple[int, int]], window: int) -> None:
-        self._pending = dict(extents)  # file offset -> nbytes, planned and not yet read
-        self._consumed = 0
-        self._stopped = False
-        import threading  # read-ahead threads only: opening a checkpoint and reading one value needs none
-
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, args=(fd, list(extents), window),
-                                        name="varstore-readahead", daemon=True)
-        self._thread.start()
-
-    def _run(self, fd: int, extents: list[tuple[int, int]], window: int) -> None:
-        issued = 0
-        for offset, nbytes in extents:
-            with self._cond:
-                while not self._stopped and issued - self._consumed >= window:
-                    self._cond.wait()
-                if self._stopped:
-                    return
-            try:
-                os.posix_fadvise(fd, offset, nbytes, os.POSIX_FADV_WILLNEED)
-            except (OSError, AttributeError):
-                return
-            issued += nbytes
-
-    def done(self, offset: int) -> None:
-        nbytes = self._pending.pop(offset, None)
-        if nbytes is not None:
-            with self._cond:
-                self._consumed += nbytes
-                self._cond.notify()
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify()
-        self._thread.join()
-
-
-#: Files `_cached_already` looks at (evenly spread over the list).
-_CACHE_SAMPLE_FILES = 8
-
-
-def _cached_already(paths: Sequence[str]) -> bool:
-    """True when the first and last byte of each of up to `_CACHE_SAMPLE_FILES` of `paths` (evenly spread)
-    are in the page cache: read with RWF_NOWAIT, which fails instead of waiting for the disk. False when
-    one is not, a file cannot be opened, or the kernel or file system cannot tell (no RWF_NOWAIT)."""
-    nowait = getattr(os, "RWF_NOWAIT", None)
-    if nowait is None or not paths:
-        return False
-    step = max(1, len(paths) // _CACHE_SAMPLE_FILES)
-    probe = bytearray(1)
-    for path in paths[::step][:_CACHE_SAMPLE_FILES]:
-        try:
-            fd = open_for_reading(path)
-        except OSError:  # also SpecialFileError: the reader reports it
-            return False
-        try:
-            size = os.fstat(fd).st_size
-            for offset in {0, max(0, size - 1)} if size else ():
-                os.preadv(fd, [probe], offset, nowait)
-        except OSError:  # BlockingIOError: on the disk, not in memory; or RWF_NOWAIT unsupported here
-            return False
-        finally:
-            os.close(fd)
-    return True
-
-
-class LocalFilesReadAhead:
-    """Threads announcing whole files to the kernel (POSIX_FADV_WILLNEED), at most `window` bytes ahead.
-
-    For containers with one file per value (Zarr chunk files): the files are
-    read in the planned order, so `done(offset)` consumes the next planned
-    file of non-zero size whatever the offset (entries of size 0 are small
-    companions announced whole, such as an array's zarr.json, and count for
-    nothing). Opening a file on a cold cache waits on the disk for each
-    directory and inode on its path, so `threads` threads open every planned
-    file in order (announcing the companions), however far ahead, several
-    such waits in flight; one more thread announces the values' bytes behind
-    them, at most `window` bytes ahead of the reader. `stop()` ends the
-    threads and waits for them. A file that cannot be opened is skipped (the
-    reader reports it).
-    """
-
-    def __init__(self, files: Sequence[tuple[str, int]], window: int, threads: int = 6) -> None:
-        self._files = list(files)
-        self._opened = [False] * len(self._files)
-        self._taken = 0  # files handed to an opening thread
-        self._issued = 0  # value bytes announced
-        self._next = 0  # the next planned file the reader consumes
-        self._consumed = 0
-        self._window = window
-        self._stopped = False
-        import threading  # as LocalReadAhead
-
-        self._cond = threading.Condition()
-        openers = max(1, min(threads, len(self._files)))
-        self._threads = [threading.Thread(target=self._open_ahead, name="varstore-readahead", daemon=True)
-                         for _ in range(openers)]
-        self._threads.append(threading.Thread(target=self._announce, name="varstore-readahead", daemon=True))
-        for thread in self._threads:
-            thread.start()
-
-    def _open_ahead(self) -> None:
-        files = self._files
-        while True:
-            with self._cond:
-                if self._stopped or self._taken >= len(files):
-                    return
-                j = self._taken
-                self._taken += 1
-            path, nbytes = files[j]
-            try:
-                fd = open_for_reading(path)
-            except OSError:  # also SpecialFileError: the reader reports it
-                fd = -1
-            if fd >= 0:
-                try:
-                    if not nbytes:
-                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-                except (OSError, AttributeError):
-                    pass
-                finally:
-                    os.close(fd)
-            with self._cond:
-                self._opened[j] = True
-                self._cond.notify_all()
-
-    def _announce(self) -> None:
-        for j, (path, nbytes) in enumerate(self._files):
-            if not nbytes:
-                continue
-            with self._cond:
-                while not self._stopped and (not self._opened[j] or self._issued - self._consumed >= self._window):
-                    self._cond.wait()
-                if self._stopped:
-                    return
-                self._issued += nbytes
-            try:
-                fd = open_for_reading(path)
-            except OSError:
-                continue
-            try:
-                os.posix_fadvise(fd, 0, nbytes, os.POSIX_FADV_WILLNEED)
-            except (OSError, AttributeError):
-                return
-            finally:
-                os.close(fd)
-
-    def done(self, offset: int) -> None:
-        with self._cond:
-            files = self._files
-            while self._next < len(files):
-                nbytes = files[self._next][1]
-                self._next += 1
-                if nbytes:
-                    self._consumed += nbytes
-                    self._cond.notify_all()
-                    break
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify_all()
-        for thread in self._threads:
-            thread.join()
 
 
 class LocalWriter:
@@ -481,12 +307,12 @@ class LocalStorage:
         """Announces whole files ((key, nbytes) in the order they will be read) ahead of the reader;
         None for fewer than two files, on a tmpfs/ramfs, where the pages are memory already and the
         seven threads only cost CPU (W1 Zarr restore: ~15 ms of ~100, issue 39), or when a sample of the
-        files is in the page cache already (`_cached_already`: W1 at 0.05 scale, 384 chunk files on
+        files is in the page cache already (`local_read_ahead.cached_already`: W1 at 0.05 scale, 384 chunk files on
         ext4, page cache warm: restore 65-73 ms with the threads, 48-52 without)."""
         if len(files) < 2 or path_in_memory(self._os_path(files[0][0])):
             return None
         paths = [(self._os_path(key), nbytes) for key, nbytes in files]
-        if _cached_already([path for path, _ in paths]):
+        if cached_already([path for path, _ in paths]):
             return None
         return LocalFilesReadAhead(paths, window_bytes)
 
