@@ -5,7 +5,8 @@ from it, large ones in 8 MiB pieces each handed to the disk at once
 (sync_file_range write-back) into blocks reserved with posix_fallocate
 (not on a tmpfs, where that only zero-fills pages: _fs_types.py).
 Read-ahead (local_read_ahead.py) announces planned files to the kernel
-(POSIX_FADV_WILLNEED) from helper threads, unless they are cached already. Descriptors of single-file containers are cached.
+(POSIX_FADV_WILLNEED) from helper threads, unless they are cached already.
+Descriptors of single-file containers are cached.
 Reads never open a FIFO, socket or device (special_files.py refuses them).
 Never renames, never fsyncs, never creates temporaries (the commit is the
 checkpoint layer's: varstore/checkpoint/publish/atomic.py); knows nothing about
