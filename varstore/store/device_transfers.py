@@ -276,7 +276,9 @@ class _Batch:
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
 
-            threads = max(1, min(READ_THREADS, len(os.sched_getaffinity(0))))
+            affinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere every CPU counts
+            cpus = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+            threads = max(1, min(READ_THREADS, cpus))
             self._pool = ThreadPoolExecutor(threads, thread_name_prefix="varstore-gpu-read",
                                             initializer=_mark_reader)
         self._filling.append(transfers.fill_then_copy(self._pool, fill, staged, target))
