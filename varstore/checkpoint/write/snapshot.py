@@ -188,7 +188,11 @@ def save_async(final: Path, entries: list[Any], *, step: int | None = None,
     counts both kinds of copies.
 
     Returns once every value has been copied (so the caller may mutate its
-    variables at once). With `max_snapshot_bytes` (bytes), at most that many
+    variables at once). Without `max_snapshot_bytes` the background thread
+    starts after the last copy: started first, its HDF5 and Python work held
+    the GIL while the caller copied (384 host copies of W1 at 0.05 scale: the
+    call took 33 ms instead of 7-9; the call and the write together, the same).
+    With `max_snapshot_bytes` (bytes), at most that many
     bytes of copies are alive: the call then blocks while the background
     thread writes the copies already taken and frees them, and returns when
     the last value has been copied. Nothing of the caller's runs between the
