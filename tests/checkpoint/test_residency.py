@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import mmap
+import os
 import sys
 import threading
 import time
@@ -88,13 +89,16 @@ def test_load_of_a_large_checkpoint_fills_populated_arrays_exactly(tmp_path, mon
     seen: list[int] = []
     original = residency.populated
 
-    def counting(arrays):  # what vs.load hands over: every new array, in read order
+    def counting(arrays, resident):  # what vs.load hands over: every new array, in read order
         seen.append(sum(a.nbytes for a in arrays))
-        return original(arrays)
+        asked.append(resident())
+        return original(arrays, resident)
 
+    asked: list[bool] = []
     monkeypatch.setattr("varstore.checkpoint.read.load.populated", counting)
     loaded = vs.load(path)
     assert seen == [sum(v.nbytes for v in values.values())]  # 20 MiB: over MIN_POPULATE_BYTES
+    assert asked == [True] or not hasattr(os, "RWF_NOWAIT")  # just written: in the page cache (or a tmpfs)
     assert list(loaded) == list(values)
     for name, value in values.items():
         np.testing.assert_array_equal(loaded[name], value)
@@ -114,9 +118,9 @@ def test_restore_into_variables_without_memory_populates_their_new_arrays(tmp_pa
     seen: list[list[int]] = []
     original = residency.populated
 
-    def counting(arrays):
+    def counting(arrays, resident):
         seen.append([a.nbytes for a in arrays])
-        return original(arrays)
+        return original(arrays, resident)
 
     monkeypatch.setattr("varstore.checkpoint.read.read_engine.populated", counting)
     vs.restore(path, store)
@@ -190,9 +194,9 @@ def test_a_loop_in_key_order_reads_exact_values_into_arrays_made_ahead(tmp_path,
     started: list[int] = []
     original = residency.ArraysAhead.start.__func__
 
-    def start(cls, plan, window):
+    def start(cls, plan, window, resident=None):
         started.append(len(plan))
-        return original(cls, plan, window)
+        return original(cls, plan, window, resident)
 
     monkeypatch.setattr(residency.ArraysAhead, "start", classmethod(start))
     with vs.open_checkpoint(path) as ck:
@@ -230,3 +234,79 @@ def test_a_reader_abandoned_mid_loop_is_collected_and_ends_its_helper(tmp_path) 
     del ck  # never closed: the helper waits for room in its window
     gc.collect()
     assert _wait_for(lambda: _populate_threads() == [])
+
+
+def _vm_flags(address: int) -> set[str]:
+    """The VmFlags of the mapping of this process that holds `address` (/proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                start, end = (int(part, 16) for part in head.split("-"))
+                inside = start <= address < end
+            elif inside and head == "VmFlags:":
+                return set(line.split()[1:])
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@needs_populate
+@pytest.mark.parametrize("resident", [False, True])
+def test_arrays_keep_numpys_huge_pages_only_when_the_bytes_are_memory_already(resident) -> None:
+    arrays = [np.full(8 << 20, 7, dtype=np.uint8) for _ in range(3)]  # 24 MiB; NumPy asks huge pages for each
+    asked: list[bool] = []
+
+    def answer() -> bool:
+        asked.append(resident)
+        return resident
+
+    plan = [(i, a.nbytes, lambda a=a: a) for i, a in enumerate(arrays)]
+    ahead = residency.ArraysAhead.start(plan, 64 << 20, answer)
+    assert ahead is not None and asked == [resident]  # asked once, before the helper starts
+    assert _wait_for(lambda: not ahead._thread.is_alive())  # every array faulted in
+    ahead.stop()
+    for array in arrays:
+        flags = _vm_flags(array.ctypes.data + (4 << 20))
+        assert ("nh" in flags) is not resident  # 4 KiB pages (MADV_NOHUGEPAGE) only for a disk read
+        assert (array == 7).all()  # faulted in, never written
+
+
+def _evict(paths) -> None:
+    """Drops clean files' pages from the page cache (fsync, then POSIX_FADV_DONTNEED)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".zarr"])
+def test_load_asks_for_huge_pages_only_when_the_checkpoint_is_in_memory(tmp_path, monkeypatch, suffix) -> None:
+    from varstore.storage._fs_types import path_in_memory
+    from varstore.storage.local_read_ahead import cached_already
+
+    if path_in_memory(str(tmp_path)) or not hasattr(os, "RWF_NOWAIT"):
+        pytest.skip("a tmpfs, or no RWF_NOWAIT: nothing to tell apart")
+    values = {f"layer_{i}/kernel": np.full((512, 1024), i, dtype=np.float32) for i in range(10)}  # 20 MiB
+    path = tmp_path / f"model{suffix}"
+    vs.save(path, values)
+    files = [str(p) for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file()]
+    asked: list[bool] = []
+    original = residency.populated
+
+    def spying(arrays, resident):
+        asked.append(resident())
+        return original(arrays, resident)
+
+    monkeypatch.setattr("varstore.checkpoint.read.load.populated", spying)
+    assert vs.load(path)["layer_3/kernel"][0, 0] == 3  # just written and read: in the page cache
+    _evict(files)
+    if cached_already(files):
+        pytest.skip("pages kept despite POSIX_FADV_DONTNEED: nothing to tell apart")
+    _evict(files)  # the probe above may have started the kernel's read-ahead
+    loaded = vs.load(path)
+    assert asked == [True, False]  # the second load read the disk: 4 KiB pages
+    for name, value in values.items():
+        np.testing.assert_array_equal(loaded[name], value)

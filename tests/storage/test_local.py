@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 
@@ -367,3 +369,39 @@ def test_a_sample_file_that_is_a_fifo_or_missing_counts_as_not_cached(tmp_path: 
     assert not local_read_ahead.cached_already([str(tmp_path / "fifo")] + paths)  # never opened for reading: no hang
     assert not local_read_ahead.cached_already([str(tmp_path / "missing")] + paths)
     assert not local_read_ahead.cached_already([])
+
+
+def test_resident_tells_extents_in_the_page_cache_from_extents_on_the_disk(tmp_path: Path) -> None:
+    from varstore.storage import local, local_read_ahead
+
+    if not _evictable(tmp_path):
+        pytest.skip("a tmpfs, no RWF_NOWAIT, or pages kept despite POSIX_FADV_DONTNEED: nothing to tell apart")
+    path = tmp_path / "one.bin"
+    path.write_bytes(os.urandom(1 << 20))
+    extents = [(offset, 4096) for offset in range(0, 1 << 20, 8192)]  # 128 extents: 16 of them sampled
+    storage = local.LocalStorage()
+    assert storage.resident(str(path), extents)  # just written
+    _evict([str(path)])
+    assert not storage.resident(str(path), extents)
+    assert not local_read_ahead.extents_cached(str(path), [])  # nothing to tell: as not cached
+    paths = _written(tmp_path, 12)
+    assert storage.resident_files([(p, 5000) for p in paths])
+    _evict(paths[6:7])  # one file of the sample
+    assert not storage.resident_files([(p, 5000) for p in paths])
+    assert not storage.resident_files([])
+
+
+def test_everything_on_a_tmpfs_is_resident(tmp_path: Path) -> None:
+    from varstore.storage import local
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not path_in_memory(str(shm)):
+        pytest.skip("no tmpfs at /dev/shm")
+    folder = Path(tempfile.mkdtemp(dir=shm))
+    try:
+        paths = _written(folder, 3)
+        storage = local.LocalStorage()
+        assert storage.resident(paths[0], [(0, 5000)])
+        assert storage.resident_files([(p, 5000) for p in paths])
+    finally:
+        shutil.rmtree(folder)

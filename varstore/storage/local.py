@@ -27,7 +27,7 @@ from varstore.errors import CorruptCheckpointError
 from varstore.storage._fs_types import has_room, in_memory, path_in_memory
 from varstore.storage._local_errors import permission_denied
 from varstore.storage.protocol import Buffer
-from varstore.storage.local_read_ahead import LocalFilesReadAhead, LocalReadAhead, cached_already
+from varstore.storage.local_read_ahead import LocalFilesReadAhead, LocalReadAhead, cached_already, extents_cached
 from varstore.storage.special_files import check_regular_file, open_for_reading
 
 __all__ = ["LocalStorage", "LocalWriter", "LocalReadAhead", "LocalFilesReadAhead", "bytes_of", "pread_into", "pwrite_all", "start_writeback",
@@ -316,6 +316,18 @@ class LocalStorage:
         if cached_already([path for path, _ in paths]):
             return None
         return LocalFilesReadAhead(paths, window_bytes)
+
+    def resident(self, key: str, extents: Sequence[tuple[int, int]]) -> bool:
+        """True when the planned `extents` ((offset, nbytes)) of `key` are memory already: the file lies on a
+        tmpfs/ramfs, or a sample of the extents is in the page cache (`local_read_ahead.extents_cached`).
+        A hint for residency.py (new arrays may take huge pages); False when it cannot tell."""
+        path = self._os_path(key)
+        return path_in_memory(path) or extents_cached(path, extents)
+
+    def resident_files(self, files: Sequence[tuple[str, int]]) -> bool:
+        """As `resident`, for whole files ((key, nbytes) in read order, Zarr chunk files)."""
+        paths = [self._os_path(key) for key, _ in files]
+        return bool(paths) and (path_in_memory(paths[0]) or cached_already(paths))
 
     # -- writes
     def writer(self, key: str, *, keep_open: bool = False) -> LocalWriter:

@@ -2,8 +2,9 @@
 
 LocalReadAhead announces planned extents of one file (POSIX_FADV_WILLNEED),
 LocalFilesReadAhead whole files (opening them ahead, then WILLNEED), each at
-most a window ahead of the reader; `cached_already` tells whether files are
-in the page cache already (then no thread is worth its cost). Never reads
+most a window ahead of the reader; `cached_already` and `extents_cached` tell
+whether files or extents are in the page cache already (then no thread is
+worth its cost, and new arrays may take huge pages: residency.py). Never reads
 values and never opens a FIFO, socket or device (special_files.py);
 LocalStorage (local.py) decides when to start them.
 """
@@ -15,7 +16,8 @@ from collections.abc import Sequence
 
 from varstore.storage.special_files import open_for_reading
 
-__all__ = ["LocalReadAhead", "LocalFilesReadAhead", "cached_already", "CACHE_SAMPLE_FILES"]
+__all__ = ["LocalReadAhead", "LocalFilesReadAhead", "cached_already", "extents_cached", "CACHE_SAMPLE_FILES",
+           "CACHE_SAMPLE_EXTENTS"]
 
 
 class LocalReadAhead:
@@ -64,32 +66,48 @@ class LocalReadAhead:
         self._thread.join()
 
 
-#: Files `cached_already` looks at (evenly spread over the list).
+#: Files `cached_already` looks at (evenly spread over the list), and extents `extents_cached` looks at.
 CACHE_SAMPLE_FILES = 8
+CACHE_SAMPLE_EXTENTS = 16
 
 
 def cached_already(paths: Sequence[str]) -> bool:
     """True when the first and last byte of each of up to `CACHE_SAMPLE_FILES` of `paths` (evenly spread)
     are in the page cache: read with RWF_NOWAIT, which fails instead of waiting for the disk. False when
     one is not, a file cannot be opened, or the kernel or file system cannot tell (no RWF_NOWAIT)."""
-    nowait = getattr(os, "RWF_NOWAIT", None)
-    if nowait is None or not paths:
-        return False
     step = max(1, len(paths) // CACHE_SAMPLE_FILES)
+    return bool(paths) and all(_probed(path, None) for path in paths[::step][:CACHE_SAMPLE_FILES])
+
+
+def extents_cached(path: str, extents: Sequence[tuple[int, int]]) -> bool:
+    """True when the first and last byte of each of up to `CACHE_SAMPLE_EXTENTS` of `extents` ((offset,
+    nbytes) in `path`, evenly spread) are in the page cache; False as `cached_already`."""
+    step = max(1, len(extents) // CACHE_SAMPLE_EXTENTS)
+    offsets = [o for offset, nbytes in extents[::step][:CACHE_SAMPLE_EXTENTS] if nbytes > 0
+               for o in (offset, offset + nbytes - 1)]
+    return bool(offsets) and _probed(path, offsets)
+
+
+def _probed(path: str, offsets: list[int] | None) -> bool:
+    """Whether 1-byte RWF_NOWAIT reads at `offsets` (None: the file's first and last byte) all succeed."""
+    nowait = getattr(os, "RWF_NOWAIT", None)
+    if nowait is None:
+        return False
     probe = bytearray(1)
-    for path in paths[::step][:CACHE_SAMPLE_FILES]:
-        try:
-            fd = open_for_reading(path)
-        except OSError:  # also SpecialFileError: the reader reports it
-            return False
-        try:
+    try:
+        fd = open_for_reading(path)
+    except OSError:  # also SpecialFileError: the reader reports it
+        return False
+    try:
+        if offsets is None:
             size = os.fstat(fd).st_size
-            for offset in {0, max(0, size - 1)} if size else ():
-                os.preadv(fd, [probe], offset, nowait)
-        except OSError:  # BlockingIOError: on the disk, not in memory; or RWF_NOWAIT unsupported here
-            return False
-        finally:
-            os.close(fd)
+            offsets = sorted({0, max(0, size - 1)}) if size else []
+        for offset in offsets:
+            os.preadv(fd, [probe], offset, nowait)
+    except OSError:  # BlockingIOError: on the disk, not in memory; or RWF_NOWAIT unsupported here
+        return False
+    finally:
+        os.close(fd)
     return True
 
 

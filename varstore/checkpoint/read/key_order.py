@@ -52,6 +52,8 @@ class OrderedReader(Protocol):
 
     def start_read_ahead(self, names: list[str], window: int) -> ReadAhead | None: ...
 
+    def resident(self, names: list[str]) -> bool: ...
+
     def packed_blob(self, limit: int = ...) -> bytearray | None: ...
 
     def new_array(self, index: int) -> npt.NDArray[Any]: ...
@@ -87,8 +89,8 @@ class KeyOrder:
         elif not self._following and index + 1 < len(self._reader.manifest.names):
             self._following = True  # once per run of reads in order: planning looks at every later name
             reader = self._reader
+            self._arrays = self._start_arrays(index + 1)  # first: it asks whether the bytes are memory already
             self.ahead = reader.start_read_ahead(reader.manifest.names[index:], LAZY_READ_AHEAD_BYTES)
-            self._arrays = self._start_arrays(index + 1)
             if self.blob is None and reader.manifest.columns["path"][index] is None:
                 # small variables packed in one blob: one read for the whole loop, not one per variable
                 self.blob = reader.packed_blob(LAZY_PACKED_CACHE_BYTES)
@@ -113,7 +115,9 @@ class KeyOrder:
         plan: list[tuple[int, int, Callable[[], Any]]] = [
             (i, sizes[i], functools.partial(make, i))
             for i in range(start, len(paths)) if paths[i] is not None and sizes[i]]
-        return ArraysAhead.start(plan, LAZY_READ_AHEAD_BYTES) if plan else None
+        names = reader.manifest.names
+        resident = functools.partial(reader.resident, [names[i] for i, _, _ in plan])
+        return ArraysAhead.start(plan, LAZY_READ_AHEAD_BYTES, resident) if plan else None
 
     def new_array(self, index: int) -> npt.NDArray[Any] | None:
         """The new array made ahead for the own-array variable at `index` (a loop in key order), or None."""

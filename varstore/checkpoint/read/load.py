@@ -15,6 +15,7 @@ Never writes.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import os
@@ -103,7 +104,8 @@ def load_varstore(path: os.PathLike[str] | str | VarstoreReader, names: list[str
             reader.check_stored(record)  # before allocating what the manifest claims
             out[name] = np.empty(record.shape, dtype=record.numpy_dtype)
         if out:
-            with populated(list(out.values())):  # in restore's read order: page faults overlap the disk
+            # in restore's read order: page faults overlap the disk; huge pages when no disk is read
+            with populated(list(out.values()), functools.partial(reader.resident, list(out))):
                 restore(reader, out, verify=verify)  # names not selected are merely "unexpected" there
         if not packed or not out:
             return out or packed  # one kind only: already in the order selected

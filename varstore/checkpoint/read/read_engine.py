@@ -96,18 +96,17 @@ def _read_fresh(plan: ReadPlan) -> list[Any]:
     """Reads and checks the values of Variables without memory into new memory, before any variable
     changes (all-or-nothing for them); the packed values are checked on the blob first."""
     values: list[Any] = []
-    with plan.checks.phase(plan.fresh_ahead, READ_AHEAD_BYTES, plan.packed_checks, device_transfers.settle):
-        host = {id(obj): np.empty(obj.shape, dtype=obj.dtype) for obj, _ in plan.fresh
-                if not devices.is_gpu(obj.device)}
-        with populated(list(host.values())):  # page faults overlap the disk (residency.py)
-            for obj, source in plan.fresh:
-                new = host.get(id(obj))
-                if new is None:  # new device memory, filled through pinned staging
-                    values.append(device_transfers.fill_on_device(source.read_into, obj.shape, obj.dtype,
-                                                                  obj.device))
-                    continue
-                source.read_into(new)
-                values.append(new)
+    host = {id(obj): np.empty(obj.shape, dtype=obj.dtype) for obj, _ in plan.fresh if not devices.is_gpu(obj.device)}
+    # page faults overlap the disk (residency.py); asked whether the bytes are memory before any read-ahead
+    with populated(list(host.values()), plan.fresh_resident), \
+            plan.checks.phase(plan.fresh_ahead, READ_AHEAD_BYTES, plan.packed_checks, device_transfers.settle):
+        for obj, source in plan.fresh:
+            new = host.get(id(obj))
+            if new is None:  # new device memory, filled through pinned staging
+                values.append(device_transfers.fill_on_device(source.read_into, obj.shape, obj.dtype, obj.device))
+                continue
+            source.read_into(new)
+            values.append(new)
     return values
 
 

@@ -65,6 +65,8 @@ class ReadPlan:
         is used; None unless verifying an eager read with a blob.
       fresh_ahead, ahead: the storage's read-ahead over the bytes of `fresh` and of `restores` + `fills`
         (in that order), started with a window; None for none.
+      fresh_resident: asks the storage whether the bytes of `fresh` are memory already (residency.py's
+        hint, asked before their read-ahead starts); None for a lazy read.
       checks: the read's ReadChecks (the blob, the crc32c checks, the running read-ahead).
     """
 
@@ -79,6 +81,7 @@ class ReadPlan:
         self.packed_checks: tuple[ManifestColumns, list[int]] | None = None
         self.fresh_ahead: StartReadAhead | None = None
         self.ahead: StartReadAhead | None = None
+        self.fresh_resident: Callable[[], bool] | None = None
 
 
 def plan_read(reader: VarstoreReader, items: Sequence[tuple[str, str, Any]], *, verify: bool,
@@ -133,14 +136,16 @@ def plan_read(reader: VarstoreReader, items: Sequence[tuple[str, str, Any]], *, 
     reads = reader.bound_reads()
     sources: list[Any] = [reader.source(ckpt, verify=verify) if kind == "lazy" else reader.record(ckpt)
                           for (ckpt, _, _), kind in zip(rest, kinds)]
-    fresh_ahead = ahead = None
+    fresh_ahead = ahead = fresh_resident = None
     if not lazy:
         reader.locate([item[0] for item, kind in zip(rest, kinds) if kind != "lazy"])  # Zarr: metadata in parallel
-        fresh_ahead = _read_ahead(reader, [item[0] for item, kind in zip(rest, kinds) if kind == "fresh"])
+        fresh_names = [item[0] for item, kind in zip(rest, kinds) if kind == "fresh"]
+        fresh_ahead = _read_ahead(reader, fresh_names)
+        fresh_resident = functools.partial(reader.resident, fresh_names)
         ahead = _read_ahead(reader, [item[0] for item, kind in zip(rest, kinds) if kind == "restore"]
                             + [item[0] for item, kind in zip(rest, kinds) if kind == "fill"])
     plan = ReadPlan(ReadChecks(reader.path, verify, blob), batch, fresh_batch)
-    plan.fresh_ahead, plan.ahead = fresh_ahead, ahead
+    plan.fresh_ahead, plan.ahead, plan.fresh_resident = fresh_ahead, ahead, fresh_resident
     for group in (batch, fresh_batch):
         if group.indices and blob is not None:
             group.values = packed_views(blob, manifest.columns, manifest.names, group.indices, str(reader.path))

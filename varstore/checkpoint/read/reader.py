@@ -273,6 +273,17 @@ class VarstoreReader(CheckpointReader):
         start = getattr(self.storage, "read_ahead_files", None)
         return start(files, window) if files and start is not None else None
 
+    def resident(self, names: list[str]) -> bool:
+        """Whether the bytes of `names` are memory already (a tmpfs, or the page cache) so that reading them
+        waits on no disk: the storage's hint (LocalStorage.resident); False where it cannot tell."""
+        planned = self.direct_extents(names)
+        if planned is not None:
+            check = getattr(self.storage, "resident", None)
+            return check is not None and check(planned[0], planned[1])
+        files = self.hint_files(names)
+        check_files = getattr(self.storage, "resident_files", None)
+        return bool(files) and check_files is not None and check_files(files)
+
     def close(self) -> None:
         order = getattr(self, "_order", None)
         if order is not None:

@@ -11,13 +11,18 @@ each page is mapped writable without being written, so a page the reader has
 already filled keeps its bytes and the two threads may race freely. The faults
 then overlap the disk instead of following it.
 
-Each range of an array of 4 MiB and more is first marked MADV_NOHUGEPAGE: with the common `defrag = madvise`
-setting, the huge pages NumPy asks for are sometimes compacted on the fault,
-which made such loads bimodal. W1 at 0.25 scale (303 MB, 384 arrays), an HDF5
-checkpoint, `load_varstore` in fresh processes, cold cache, 10 runs each:
-0.195-0.437 s with huge pages (4 of 10 over 0.36 s), 0.186-0.232 s without;
-before this module, 0.28-1.19 s (docs/benchmarks/README.md). Arrays filled
-this way therefore live on 4 KiB pages.
+When the bytes to read must come from a disk, each range of an array of 4 MiB and
+more is first marked MADV_NOHUGEPAGE: with the common `defrag = madvise`
+setting, the huge pages NumPy asks for made cold loads bimodal. W1 at 0.25
+scale (303 MB, 384 arrays), an HDF5 checkpoint, `load_varstore` in fresh
+processes, cold cache, 10 runs each: 0.195-0.437 s with huge pages (4 of 10
+over 0.36 s), 0.186-0.232 s without; before this module, 0.28-1.19 s
+(docs/benchmarks/README.md). When the caller says the bytes are memory already
+(`resident`: a tmpfs, or the page cache; the reader asks its storage before the
+first read), the arrays keep NumPy's huge pages: nothing competes for memory
+while they fault, and faulting 2 MiB at a time costs less than a third of 512
+faults of 4 KiB (W1 `vs.load` from a tmpfs in fresh processes: 196 ms of CPU
+against 294 ms, issue 39).
 
 `ArraysAhead` does the same for a loop that makes one new array per read
 (`ck[name]` in key order): its helper makes the next arrays and faults them in,
@@ -88,13 +93,14 @@ def _page_ranges(array: Any) -> list[tuple[int, int]]:
     return ranges
 
 
-def _populate_one(madvise: Any, array: Any, stopped: Callable[[], bool]) -> bool:
-    """Faults in one C-contiguous array; False when stopped or the kernel refused (the reads fault the rest)."""
-    huge = array.nbytes >= NUMPY_HUGEPAGE_BYTES
+def _populate_one(madvise: Any, array: Any, stopped: Callable[[], bool], huge_pages: bool) -> bool:
+    """Faults in one C-contiguous array (on 4 KiB pages unless `huge_pages`); False when stopped or the
+    kernel refused (the reads fault the rest)."""
+    small_pages = array.nbytes >= NUMPY_HUGEPAGE_BYTES and not huge_pages
     for address, nbytes in _page_ranges(array):
         if stopped():
             return False
-        if huge:  # best effort: without it, faults as NumPy asked
+        if small_pages:  # best effort: without it, faults as NumPy asked
             madvise(address, nbytes, _MADV_NOHUGEPAGE)
         if madvise(address, nbytes, _MADV_POPULATE_WRITE) != 0:
             return False  # EINVAL before Linux 5.14, ENOMEM
@@ -106,12 +112,14 @@ def _itself(array: Any) -> Any:
 
 
 @contextmanager
-def populated(arrays: Sequence[Any]) -> Iterator[None]:
+def populated(arrays: Sequence[Any], resident: Callable[[], bool] | None = None) -> Iterator[None]:
     """Faults in `arrays` (NumPy arrays the block is about to fill, in the order it fills them) from a
     helper thread while the block runs; a hint only.
 
     Args:
       arrays: new arrays; C-contiguous ones of at least a page are faulted in, the rest left to the block.
+      resident: called once, before the thread starts, when there is one: True when the bytes the block
+        reads are memory already (the arrays then keep NumPy's huge pages); None: as False.
 
     Does nothing when the arrays hold fewer than MIN_POPULATE_BYTES bytes together or the system
     cannot (see the module docstring). The thread (an ArraysAhead whose window holds them all) is
@@ -121,7 +129,7 @@ def populated(arrays: Sequence[Any]) -> Iterator[None]:
     chosen = [a for a in arrays if a.nbytes >= _PAGE and a.flags.c_contiguous]
     plan: list[tuple[int, int, Callable[[], Any]]] = [
         (position, a.nbytes, functools.partial(_itself, a)) for position, a in enumerate(chosen)]
-    ahead = ArraysAhead.start(plan, window=sum(a.nbytes for a in chosen))
+    ahead = ArraysAhead.start(plan, window=sum(a.nbytes for a in chosen), resident=resident)
     try:
         yield
     finally:
@@ -145,10 +153,11 @@ class ArraysAhead:
       window: bytes (the loop's read-ahead window).
     """
 
-    def __init__(self, plan: list[tuple[int, int, Callable[[], Any]]], window: int) -> None:
+    def __init__(self, plan: list[tuple[int, int, Callable[[], Any]]], window: int, huge_pages: bool = False) -> None:
         import threading
 
         self._plan = plan
+        self._huge_pages = huge_pages
         self._window = window
         self._ready: dict[int, tuple[Any, int]] = {}
         self._ahead_bytes = 0
@@ -158,14 +167,16 @@ class ArraysAhead:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def start(cls, plan: list[tuple[int, int, Callable[[], Any]]], window: int) -> ArraysAhead | None:
+    def start(cls, plan: list[tuple[int, int, Callable[[], Any]]], window: int,
+              resident: Callable[[], bool] | None = None) -> ArraysAhead | None:
         """A running ArraysAhead, or None when the plan holds fewer than MIN_POPULATE_BYTES bytes or the
-        system cannot fault memory in (see the module docstring)."""
+        system cannot fault memory in (see the module docstring). `resident` is asked once, here, before
+        any read: True keeps NumPy's huge pages (the bytes to read are memory already)."""
         if sum(nbytes for _, nbytes, _ in plan) < MIN_POPULATE_BYTES or not _libc_madvise():
             return None
         import threading
 
-        ahead = cls(plan, window)
+        ahead = cls(plan, window, huge_pages=resident is not None and resident())
         ahead._thread = threading.Thread(target=ahead._run, name="varstore-populate", daemon=True)
         ahead._thread.start()
         return ahead
@@ -185,7 +196,7 @@ class ArraysAhead:
                 array = make()
             except Exception:  # noqa: BLE001 - a hint only: the loop's own read reports the problem
                 return
-            if array.flags.c_contiguous and not _populate_one(madvise, array, self._is_stopped):
+            if array.flags.c_contiguous and not _populate_one(madvise, array, self._is_stopped, self._huge_pages):
                 return
             with condition:
                 if self._stopped:
