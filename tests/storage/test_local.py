@@ -405,3 +405,45 @@ def test_everything_on_a_tmpfs_is_resident(tmp_path: Path) -> None:
         assert storage.resident_files([(p, 5000) for p in paths])
     finally:
         shutil.rmtree(folder)
+
+
+def test_a_digested_read_fills_the_buffer_and_returns_the_crc32c_of_every_piece(tmp_path: Path) -> None:
+    from varstore.checkpoint.format.checksum import crc32c_raw
+    from varstore.storage import local
+
+    data = os.urandom(local.DIGEST_PIECE_BYTES * 2 + 12345)  # two whole pieces and a part
+    path = tmp_path / "value.bin"
+    path.write_bytes(b"head" + data)
+    storage = local.LocalStorage()
+    for length in (0, 1, local.DIGEST_PIECE_BYTES, len(data)):
+        out = np.zeros(length, np.uint8)
+        found = storage.read_range_digest(str(path), 4, length, out, crc32c_raw)
+        assert out.tobytes() == data[:length]
+        assert found == crc32c_raw(data[:length])
+    with pytest.raises(CorruptCheckpointError, match="truncated"):
+        storage.read_range_digest(str(path), 4, len(data) + 1, np.zeros(len(data) + 1, np.uint8), crc32c_raw)
+
+
+def test_bulk_restore_takes_the_checksum_of_large_local_values_on_the_way(tmp_path: Path, monkeypatch) -> None:
+    import varstore as vs
+    from varstore.storage import local
+
+    values = {f"w{i}": np.full((1024, 512), i, np.float32) for i in range(3)}  # 2 MiB each
+    path = tmp_path / "model.h5"
+    vs.save(path, values)
+    digested: list[int] = []
+    real = local.LocalStorage.read_range_digest
+
+    def counting(self, key, offset, length, out, digest):
+        digested.append(length)
+        return real(self, key, offset, length, out, digest)
+
+    monkeypatch.setattr(local.LocalStorage, "read_range_digest", counting)
+    targets = {name: np.zeros_like(value) for name, value in values.items()}
+    vs.restore(path, targets)
+    assert digested == [2 << 20] * 3
+    for name, value in values.items():
+        np.testing.assert_array_equal(targets[name], value)
+    with vs.open_checkpoint(path) as ck:  # a lazy read too
+        assert ck["w2"][5, 5] == 2
+    assert digested == [2 << 20] * 4

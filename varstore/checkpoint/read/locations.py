@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from varstore.backends import Backend, BackendReader, RawExtent
+from varstore.checkpoint.format.checksum import crc32c_raw
 from varstore.checkpoint.format.manifest import MANIFEST_PATH, ManifestColumns, Record, storage_layout
 from varstore.errors import CorruptCheckpointError
 from varstore.storage import Storage
@@ -170,8 +171,11 @@ class VariableBytes:
             self.read_extent(extent, 0, blob, f"'{self._path}' (packed variables)")
         return blob
 
-    def read_extent(self, extent: RawExtent, skip: int, out: Any, where: str, check_size: bool = False) -> None:
-        """Fills `out` (an array or bytearray) from `extent`, starting `skip` bytes into it.
+    def read_extent(self, extent: RawExtent, skip: int, out: Any, where: str, check_size: bool = False,
+                    checksum: bool = False) -> int | None:
+        """Fills `out` (an array or bytearray) from `extent`, starting `skip` bytes into it. With `checksum`,
+        returns the crc32c of the bytes read when the storage takes it on the way, piece by piece while in
+        cache (LocalStorage.read_range_digest); None otherwise (the caller checksums `out` itself).
 
         Raises:
           CorruptCheckpointError: the file is missing or too short (with `check_size`, before reading).
@@ -183,8 +187,12 @@ class VariableBytes:
                     f"'{extent.file}' of checkpoint '{self._path}' is truncated: it has {size} bytes, "
                     f"needs at least {extent.offset + extent.nbytes}")
         nbytes = out.nbytes if isinstance(out, np.ndarray) else len(out)
+        digest = getattr(self._storage, "read_range_digest", None) if checksum else None
         try:
+            if digest is not None:
+                return int(digest(str(extent.file), extent.offset + skip, nbytes, out, crc32c_raw))
             self._storage.read_range(str(extent.file), extent.offset + skip, nbytes, out)
+            return None
         except FileNotFoundError as err:
             raise CorruptCheckpointError(
                 f"'{extent.file}' of checkpoint '{self._path}' is missing (truncated checkpoint?)") from err

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from varstore._limits import check_value_size
+from varstore.checkpoint.read.read_checks import checksum_error
 from varstore.checkpoint.read.reader_api import read_through_cast
 from varstore.errors import CorruptCheckpointError
 
@@ -40,7 +41,8 @@ class BoundReads:
     Attributes:
       path: the checkpoint, for messages.
       locate: a record -> its extent, or None when only the backend can read it (VariableBytes.record_extent).
-      read_extent: fills a buffer from an extent (VariableBytes.read_extent).
+      read_extent: fills a buffer from an extent, its crc32c taken on the way where the storage can
+        (VariableBytes.read_extent).
       check_stored: refuses a record claiming more than its storage holds (VariableBytes.check_stored).
       limits: (location, max_bytes, max_expansion) of the read limit (_limits.check_value_size).
       pin_check: raises CheckpointReplacedError when a directory was replaced, chained to its argument;
@@ -51,7 +53,7 @@ class BoundReads:
     __slots__ = ("path", "locate", "read_extent", "check_stored", "limits", "pin_check", "fill")
 
     def __init__(self, path: object, locate: Callable[[Record], RawExtent | None],
-                 read_extent: Callable[..., None], check_stored: Callable[[Record], None],
+                 read_extent: Callable[..., int | None], check_stored: Callable[[Record], None],
                  limits: tuple[str, int | None, float | None],
                  pin_check: Callable[[BaseException | None], None] | None,
                  fill: Callable[[Record, Any, bool], None]) -> None:
@@ -131,11 +133,15 @@ class PlannedValue:
                 if extent is None:
                     reads.fill(record, out, self._verify)  # only the backend can read it
                     return
-                reads.read_extent(extent, 0, out, f"variable '{record.name}' in '{reads.path}'", check_size=True)
+                found = reads.read_extent(extent, 0, out, f"variable '{record.name}' in '{reads.path}'",
+                                          check_size=True, checksum=self._verify and record.checksum is not None)
                 ahead = self._checks.read_ahead
                 if ahead is not None:
                     ahead.done(extent.offset)
-                self._checks.check(record, out)
+                if found is None:
+                    self._checks.check(record, out)
+                elif found != record.checksum:
+                    checksum_error(reads.path, record, found)
         except Exception as err:
             if pin_check is not None:
                 pin_check(err)  # a replaced directory: CheckpointReplacedError instead of the read's own error

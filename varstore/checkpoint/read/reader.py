@@ -397,10 +397,15 @@ class VarstoreReader(CheckpointReader):
                     self._store.read_array(
                         record.path, out.reshape(-1).view(storage_dtype).reshape(storage_shape))
                 else:
-                    self._bytes.read_extent(extent, 0, out, where, check_size=True)
+                    found = self._bytes.read_extent(extent, 0, out, where, check_size=True,
+                                                    checksum=verify and record.checksum is not None)
                     ahead = self._order.ahead if session is None else session.read_ahead
                     if ahead is not None:
                         ahead.done(extent.offset)
+                    if found is not None:  # taken on the way (a local file)
+                        if found != record.checksum:
+                            self.checksum_error(record, found)
+                        return
         if verify and record.checksum is not None:
             if session is not None and session.defer is not None and session.defer(record, out):
                 return
