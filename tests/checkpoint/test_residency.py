@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import varstore as vs
+from tests._page_cache import evict
 from varstore.checkpoint.read import residency
 
 
@@ -271,17 +272,6 @@ def test_arrays_keep_numpys_huge_pages_only_when_the_bytes_are_memory_already(re
         assert (array == 7).all()  # faulted in, never written
 
 
-def _evict(paths) -> None:
-    """Drops clean files' pages from the page cache (fsync, then POSIX_FADV_DONTNEED)."""
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
 @pytest.mark.parametrize("suffix", [".h5", ".zarr"])
 def test_load_asks_for_huge_pages_only_when_the_checkpoint_is_in_memory(tmp_path, monkeypatch, suffix) -> None:
     from varstore.storage._fs_types import path_in_memory
@@ -302,10 +292,10 @@ def test_load_asks_for_huge_pages_only_when_the_checkpoint_is_in_memory(tmp_path
 
     monkeypatch.setattr("varstore.checkpoint.read.load.populated", spying)
     assert vs.load(path)["layer_3/kernel"][0, 0] == 3  # just written and read: in the page cache
-    _evict(files)
+    evict(files)
     if cached_already(files):
         pytest.skip("pages kept despite POSIX_FADV_DONTNEED: nothing to tell apart")
-    _evict(files)  # the probe above may have started the kernel's read-ahead
+    evict(files)  # the probe above may have started the kernel's read-ahead
     loaded = vs.load(path)
     assert asked == [True, False]  # the second load read the disk: 4 KiB pages
     for name, value in values.items():

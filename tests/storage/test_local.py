@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests._page_cache import evict
 from varstore.errors import CorruptCheckpointError
 from varstore.storage import ConditionalStorage, LocalStorage, Storage, storage_for
 from varstore.storage._fs_types import path_in_memory
@@ -271,7 +272,7 @@ def test_files_on_a_tmpfs_get_no_read_ahead_threads(shm_dir: Path, tmp_path: Pat
         return
     for name in "ab":
         (tmp_path / name).write_bytes(bytes(4096))
-    _evict([str(tmp_path / "a"), str(tmp_path / "b")])
+    evict([str(tmp_path / "a"), str(tmp_path / "b")])
     read_ahead = LocalStorage(tmp_path).read_ahead_files([("a", 4096), ("b", 4096)], 1 << 20)
     assert read_ahead is not None  # on a disk, not in the page cache: the threads stay
     read_ahead.stop()
@@ -325,16 +326,6 @@ def test_files_in_the_page_cache_get_no_read_ahead_threads(tmp_path: Path) -> No
     assert storage.read_ahead_files([(path, 5000) for path in paths], 1 << 20) is None
 
 
-def _evict(paths: list[str]) -> None:
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
 def _evictable(tmp_path: Path) -> bool:
     """Whether POSIX_FADV_DONTNEED drops a clean file's pages here (tried on a file of its own: a probe that
     finds pages missing may start the kernel's read-ahead of them)."""
@@ -345,7 +336,7 @@ def _evictable(tmp_path: Path) -> bool:
     canary = tmp_path / "canary"
     canary.mkdir()
     probe = _written(canary, 1)
-    _evict(probe)
+    evict(probe)
     return not local_read_ahead.cached_already(probe)
 
 
@@ -355,7 +346,7 @@ def test_files_evicted_from_the_page_cache_get_the_read_ahead(tmp_path: Path) ->
     if not _evictable(tmp_path):
         pytest.skip("a tmpfs, no RWF_NOWAIT, or pages kept despite POSIX_FADV_DONTNEED: nothing to tell apart")
     paths = _written(tmp_path, 20)
-    _evict(paths[len(paths) // 2:len(paths) // 2 + 1])  # one file of the sample
+    evict(paths[len(paths) // 2:len(paths) // 2 + 1])  # one file of the sample
     ahead = local.LocalStorage().read_ahead_files([(path, 5000) for path in paths], 1 << 20)
     assert isinstance(ahead, local_read_ahead.LocalFilesReadAhead)
     ahead.stop()
@@ -381,12 +372,12 @@ def test_resident_tells_extents_in_the_page_cache_from_extents_on_the_disk(tmp_p
     extents = [(offset, 4096) for offset in range(0, 1 << 20, 8192)]  # 128 extents: 16 of them sampled
     storage = local.LocalStorage()
     assert storage.resident(str(path), extents)  # just written
-    _evict([str(path)])
+    evict([str(path)])
     assert not storage.resident(str(path), extents)
     assert not local_read_ahead.extents_cached(str(path), [])  # nothing to tell: as not cached
     paths = _written(tmp_path, 12)
     assert storage.resident_files([(p, 5000) for p in paths])
-    _evict(paths[6:7])  # one file of the sample
+    evict(paths[6:7])  # one file of the sample
     assert not storage.resident_files([(p, 5000) for p in paths])
     assert not storage.resident_files([])
 
