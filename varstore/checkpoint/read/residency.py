@@ -19,10 +19,11 @@ processes, cold cache, 10 runs each: 0.195-0.437 s with huge pages (4 of 10
 over 0.36 s), 0.186-0.232 s without; before this module, 0.28-1.19 s
 (docs/benchmarks/README.md). When the caller says the bytes are memory already
 (`resident`: a tmpfs, or the page cache; the reader asks its storage before the
-first read), the arrays keep NumPy's huge pages: nothing competes for memory
-while they fault, and faulting 2 MiB at a time costs less than a third of 512
-faults of 4 KiB (W1 `vs.load` from a tmpfs in fresh processes: 196 ms of CPU
-against 294 ms, issue 39).
+first read), the arrays keep NumPy's huge pages, and faulting them costs less:
+W1 `vs.load` from a tmpfs in fresh processes, 140 ms of CPU against 211 ms;
+from the page cache of an ext4 disk, median wall 81-96 ms against 131-145 ms,
+with a longer tail (9 of 84 loads over 200 ms, at most 275 ms; 1 of 84 on
+4 KiB pages). Issue 39, docs/benchmarks/README.md.
 
 `ArraysAhead` does the same for a loop that makes one new array per read
 (`ck[name]` in key order): its helper makes the next arrays and faults them in,
