@@ -398,10 +398,47 @@ def test_everything_on_a_tmpfs_is_resident(tmp_path: Path) -> None:
         shutil.rmtree(folder)
 
 
+def _tells_cached_ranges(tmp_path: Path) -> bool:
+    """Whether this kernel answers cachestat(2) (Linux 6.5+) for a file just written here, or it is a tmpfs."""
+    from varstore.storage import local_read_ahead
+
+    probe = tmp_path / "probe.bin"
+    probe.write_bytes(b"x" * 10000)
+    fd = os.open(probe, os.O_RDONLY)
+    try:
+        return path_in_memory(str(probe)) or local_read_ahead.range_cached(fd, 0, 10000)
+    finally:
+        os.close(fd)
+
+
+def test_range_cached_tells_pages_in_memory_from_pages_on_the_disk(tmp_path: Path) -> None:
+    from varstore.storage import local_read_ahead
+
+    if not _evictable(tmp_path) or not _tells_cached_ranges(tmp_path):
+        pytest.skip("a tmpfs, no cachestat(2) (Linux 6.5+), or pages kept despite POSIX_FADV_DONTNEED")
+    path = tmp_path / "value.bin"
+    path.write_bytes(os.urandom(3 << 20))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert local_read_ahead.range_cached(fd, 0, 3 << 20)  # just written
+        assert local_read_ahead.range_cached(fd, 12345, 1000)  # any range inside
+        assert not local_read_ahead.range_cached(fd, 0, (3 << 20) + 4096)  # past the end: no pages there
+        assert not local_read_ahead.range_cached(fd, 0, 0)
+        evict([str(path)])
+        assert not local_read_ahead.range_cached(fd, 1 << 20, 4096)
+        assert not local_read_ahead.range_cached(fd, 1 << 20, 4096)  # asking twice read nothing in (no read-ahead)
+        os.pread(fd, 4096, 1 << 20)
+        assert local_read_ahead.range_cached(fd, 1 << 20, 4096)
+    finally:
+        os.close(fd)
+
+
 def test_a_digested_read_fills_the_buffer_and_returns_the_crc32c_of_every_piece(tmp_path: Path) -> None:
     from varstore.checkpoint.format.checksum import crc32c_raw
     from varstore.storage import local
 
+    if not _tells_cached_ranges(tmp_path):
+        pytest.skip("no cachestat(2) (Linux 6.5+): reads outside a tmpfs are never digested on the way")
     data = os.urandom(local.DIGEST_PIECE_BYTES * 2 + 12345)  # two whole pieces and a part
     path = tmp_path / "value.bin"
     path.write_bytes(b"head" + data)
@@ -413,6 +450,24 @@ def test_a_digested_read_fills_the_buffer_and_returns_the_crc32c_of_every_piece(
         assert found == crc32c_raw(data[:length])
     with pytest.raises(CorruptCheckpointError, match="truncated"):
         storage.read_range_digest(str(path), 4, len(data) + 1, np.zeros(len(data) + 1, np.uint8), crc32c_raw)
+
+
+def test_a_digested_read_of_bytes_on_the_disk_reads_them_whole_and_leaves_the_check(tmp_path: Path) -> None:
+    from varstore.checkpoint.format.checksum import crc32c_raw
+    from varstore.storage import local
+
+    if not _evictable(tmp_path) or not _tells_cached_ranges(tmp_path):
+        pytest.skip("a tmpfs, no cachestat(2) (Linux 6.5+), or pages kept despite POSIX_FADV_DONTNEED")
+    data = os.urandom(local.DIGEST_PIECE_BYTES * 3)
+    path = tmp_path / "value.bin"
+    path.write_bytes(data)
+    evict([str(path)])
+    out = np.zeros(len(data), np.uint8)
+    assert local.LocalStorage().read_range_digest(str(path), 0, len(data), out, crc32c_raw) is None  # not digested
+    assert out.tobytes() == data  # but read, whole
+    out[:] = 0
+    assert local.LocalStorage().read_range_digest(str(path), 0, len(data), out, crc32c_raw) == crc32c_raw(data)
+    assert out.tobytes() == data  # in memory now: digested on the way
 
 
 def test_bulk_restore_takes_the_checksum_of_large_local_values_on_the_way(tmp_path: Path, monkeypatch) -> None:

@@ -2,22 +2,27 @@
 
 LocalReadAhead announces planned extents of one file (POSIX_FADV_WILLNEED),
 LocalFilesReadAhead whole files (opening them ahead, then WILLNEED), each at
-most a window ahead of the reader; `cached_already` and `extents_cached` tell
-whether files or extents are in the page cache already (then no thread is
-worth its cost, and new arrays may take huge pages: residency.py). Never reads
+most a window ahead of the reader; `cached_already`, `extents_cached` and
+`range_cached` tell whether files or byte ranges are in the page cache already
+(then no thread is worth its cost, new arrays may take huge pages:
+residency.py, and a read may take its checksum on the way: local.py). Never reads
 values and never opens a FIFO, socket or device (special_files.py);
 LocalStorage (local.py) decides when to start them.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
+import platform
+import sys
 from collections.abc import Sequence
+from typing import Any
 
 from varstore.storage.special_files import open_for_reading
 
-__all__ = ["LocalReadAhead", "LocalFilesReadAhead", "cached_already", "extents_cached", "CACHE_SAMPLE_FILES",
-           "CACHE_SAMPLE_EXTENTS"]
+__all__ = ["LocalReadAhead", "LocalFilesReadAhead", "cached_already", "extents_cached", "range_cached",
+           "CACHE_SAMPLE_FILES", "CACHE_SAMPLE_EXTENTS"]
 
 
 class LocalReadAhead:
@@ -109,6 +114,46 @@ def _probed(path: str, offsets: list[int] | None) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+#: cachestat(2)'s number (Linux 6.5+) on the architectures whose table has it at 451.
+_SYS_CACHESTAT = {"x86_64": 451, "aarch64": 451, "arm64": 451}
+_cachestat: Any = None  # (libc's syscall, its number), loaded on first use; False where there is none
+
+
+def _cachestat_call() -> Any:
+    global _cachestat
+    if _cachestat is None:
+        _cachestat = False
+        number = _SYS_CACHESTAT.get(platform.machine()) if sys.platform.startswith("linux") else None
+        if number is not None:
+            try:
+                import ctypes
+
+                function = ctypes.CDLL(None, use_errno=True).syscall
+                function.restype = ctypes.c_long
+                _cachestat = (function, number, ctypes)
+            except (OSError, AttributeError):  # no libc symbol: stay without
+                _cachestat = False
+    return _cachestat
+
+
+def range_cached(fd: int, offset: int, length: int) -> bool:
+    """True when every page of bytes [offset, offset + length) of the open file `fd` is in the page cache,
+    asked with cachestat(2) (Linux 6.5+), which, unlike a read with RWF_NOWAIT, starts no read-ahead and
+    so leaves the kernel's sequential read-ahead of the file as it was. False when a page is not, or the
+    kernel cannot tell (an older kernel, another system: the caller then treats the bytes as on the disk)."""
+    call = _cachestat_call()
+    if not call or length <= 0:
+        return False
+    function, number, ctypes = call
+    page = mmap.PAGESIZE
+    first, end = offset // page * page, -(-(offset + length) // page) * page
+    span = (ctypes.c_uint64 * 2)(first, end - first)  # struct cachestat_range {off, len}
+    stat = (ctypes.c_uint64 * 5)()  # struct cachestat: nr_cache, nr_dirty, nr_writeback, nr_evicted, ...
+    if function(number, ctypes.c_uint(fd), ctypes.byref(span), ctypes.byref(stat), ctypes.c_uint(0)) != 0:
+        return False  # ENOSYS (older kernel), EBADF, EOPNOTSUPP (hugetlbfs)
+    return int(stat[0]) >= (end - first) // page
 
 
 class LocalFilesReadAhead:

@@ -174,8 +174,8 @@ class VariableBytes:
     def read_extent(self, extent: RawExtent, skip: int, out: Any, where: str, check_size: bool = False,
                     checksum: bool = False) -> int | None:
         """Fills `out` (an array or bytearray) from `extent`, starting `skip` bytes into it. With `checksum`,
-        returns the crc32c of the bytes read when the storage takes it on the way, piece by piece while in
-        cache (LocalStorage.read_range_digest); None otherwise (the caller checksums `out` itself).
+        returns the crc32c of the bytes read when the storage took it on the way, piece by piece while in
+        cache (LocalStorage.read_range_digest: bytes in memory); None otherwise (the caller checksums `out`).
 
         Raises:
           CorruptCheckpointError: the file is missing or too short (with `check_size`, before reading).
@@ -190,7 +190,8 @@ class VariableBytes:
         digest = getattr(self._storage, "read_range_digest", None) if checksum else None
         try:
             if digest is not None:
-                return int(digest(str(extent.file), extent.offset + skip, nbytes, out, crc32c_raw))
+                found = digest(str(extent.file), extent.offset + skip, nbytes, out, crc32c_raw)
+                return None if found is None else int(found)
             self._storage.read_range(str(extent.file), extent.offset + skip, nbytes, out)
             return None
         except FileNotFoundError as err:
