@@ -85,12 +85,23 @@ def cached_already(paths: Sequence[str]) -> bool:
 
 
 def extents_cached(path: str, extents: Sequence[tuple[int, int]]) -> bool:
-    """True when the first and last byte of each of up to `CACHE_SAMPLE_EXTENTS` of `extents` ((offset,
-    nbytes) in `path`, evenly spread) are in the page cache; False as `cached_already`."""
+    """True when up to `CACHE_SAMPLE_EXTENTS` of `extents` ((offset, nbytes) in `path`, evenly spread) are in
+    the page cache: every page of each (range_cached) where the kernel has cachestat(2), else the first and
+    last byte of each (RWF_NOWAIT, as `cached_already`). False when one is not, or nothing can tell."""
     step = max(1, len(extents) // CACHE_SAMPLE_EXTENTS)
-    offsets = [o for offset, nbytes in extents[::step][:CACHE_SAMPLE_EXTENTS] if nbytes > 0
-               for o in (offset, offset + nbytes - 1)]
-    return bool(offsets) and _probed(path, offsets)
+    sample = [(offset, nbytes) for offset, nbytes in extents[::step][:CACHE_SAMPLE_EXTENTS] if nbytes > 0]
+    if not sample:
+        return False
+    if not _cachestat_call():
+        return _probed(path, [o for offset, nbytes in sample for o in (offset, offset + nbytes - 1)])
+    try:
+        fd = open_for_reading(path)
+    except OSError:  # also SpecialFileError: the reader reports it
+        return False
+    try:
+        return all(range_cached(fd, offset, nbytes) for offset, nbytes in sample)
+    finally:
+        os.close(fd)
 
 
 def _probed(path: str, offsets: list[int] | None) -> bool:
@@ -129,10 +140,14 @@ def _cachestat_call() -> Any:
         if number is not None:
             try:
                 import ctypes
+                import errno
 
                 function = ctypes.CDLL(None, use_errno=True).syscall
                 function.restype = ctypes.c_long
-                _cachestat = (function, number, ctypes)
+                ctypes.set_errno(0)  # EBADF for fd -1 where it runs; ENOSYS before 6.5, EPERM under a seccomp filter
+                function(number, ctypes.c_uint(0xFFFFFFFF), None, None, ctypes.c_uint(0))
+                if ctypes.get_errno() == errno.EBADF:
+                    _cachestat = (function, number, ctypes)
             except (OSError, AttributeError):  # no libc symbol: stay without
                 _cachestat = False
     return _cachestat
