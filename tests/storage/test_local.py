@@ -493,3 +493,22 @@ def test_bulk_restore_takes_the_checksum_of_large_local_values_on_the_way(tmp_pa
     with vs.open_checkpoint(path) as ck:  # a lazy read too
         assert ck["w2"][5, 5] == 2
     assert digested == [2 << 20] * 4
+
+
+def test_without_cachestat_extents_are_probed_with_rwf_nowait(tmp_path: Path, monkeypatch) -> None:
+    from varstore.storage import local_read_ahead
+
+    if not _evictable(tmp_path):
+        pytest.skip("a tmpfs, no RWF_NOWAIT, or pages kept despite POSIX_FADV_DONTNEED: nothing to tell apart")
+    monkeypatch.setattr(local_read_ahead, "_cachestat", False)  # as a kernel before 6.5
+    path = tmp_path / "one.bin"
+    path.write_bytes(os.urandom(1 << 20))
+    extents = [(offset, 4096) for offset in range(0, 1 << 20, 65536)]
+    assert local_read_ahead.extents_cached(str(path), extents)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert not local_read_ahead.range_cached(fd, 0, 4096)  # cannot tell: as not cached
+    finally:
+        os.close(fd)
+    evict([str(path)])
+    assert not local_read_ahead.extents_cached(str(path), extents)
