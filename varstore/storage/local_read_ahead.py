@@ -145,7 +145,7 @@ def _cachestat_call() -> Any:
                 function = ctypes.CDLL(None, use_errno=True).syscall
                 function.restype = ctypes.c_long
                 ctypes.set_errno(0)  # EBADF for fd -1 where it runs; ENOSYS before 6.5, EPERM under a seccomp filter
-                function(number, ctypes.c_uint(0xFFFFFFFF), None, None, ctypes.c_uint(0))
+                function(ctypes.c_long(number), ctypes.c_uint(0xFFFFFFFF), None, None, ctypes.c_uint(0))
                 if ctypes.get_errno() == errno.EBADF:
                     _cachestat = (function, number, ctypes)
             except (OSError, AttributeError):  # no libc symbol: stay without
@@ -166,7 +166,7 @@ def range_cached(fd: int, offset: int, length: int) -> bool:
     first, end = offset // page * page, -(-(offset + length) // page) * page
     span = (ctypes.c_uint64 * 2)(first, end - first)  # struct cachestat_range {off, len}
     stat = (ctypes.c_uint64 * 5)()  # struct cachestat: nr_cache, nr_dirty, nr_writeback, nr_evicted, ...
-    if function(number, ctypes.c_uint(fd), ctypes.byref(span), ctypes.byref(stat), ctypes.c_uint(0)) != 0:
+    if function(ctypes.c_long(number), ctypes.c_uint(fd), ctypes.byref(span), ctypes.byref(stat), ctypes.c_uint(0)) != 0:
         return False  # ENOSYS (older kernel), EBADF, EOPNOTSUPP (hugetlbfs)
     return int(stat[0]) >= (end - first) // page
 
