@@ -31,8 +31,8 @@ from varstore.storage.local_read_ahead import (LocalFilesReadAhead, LocalReadAhe
                                                range_cached)
 from varstore.storage.special_files import check_regular_file, open_for_reading
 
-__all__ = ["LocalStorage", "LocalWriter", "LocalReadAhead", "LocalFilesReadAhead", "bytes_of", "pread_into", "pread_digest_into", "pwrite_all", "start_writeback",
-           "remove_path"]
+__all__ = ["LocalStorage", "LocalWriter", "LocalReadAhead", "LocalFilesReadAhead", "bytes_of", "pread_into",
+           "pread_digest_into", "pwrite_all", "start_writeback", "remove_path", "DIGEST_PIECE_BYTES"]
 
 #: Bytes per preadv/pwrite call (Linux caps single transfers near 2 GiB).
 _MAX_IO = 1 << 30

@@ -166,7 +166,8 @@ def range_cached(fd: int, offset: int, length: int) -> bool:
     first, end = offset // page * page, -(-(offset + length) // page) * page
     span = (ctypes.c_uint64 * 2)(first, end - first)  # struct cachestat_range {off, len}
     stat = (ctypes.c_uint64 * 5)()  # struct cachestat: nr_cache, nr_dirty, nr_writeback, nr_evicted, ...
-    if function(ctypes.c_long(number), ctypes.c_uint(fd), ctypes.byref(span), ctypes.byref(stat), ctypes.c_uint(0)) != 0:
+    found = function(ctypes.c_long(number), ctypes.c_uint(fd), ctypes.byref(span), ctypes.byref(stat), ctypes.c_uint(0))
+    if found != 0:
         return False  # ENOSYS (older kernel), EBADF, EOPNOTSUPP (hugetlbfs)
     return int(stat[0]) >= (end - first) // page
 
