@@ -77,9 +77,10 @@ CACHE_SAMPLE_EXTENTS = 16
 
 
 def cached_already(paths: Sequence[str]) -> bool:
-    """True when the first and last byte of each of up to `CACHE_SAMPLE_FILES` of `paths` (evenly spread)
-    are in the page cache: read with RWF_NOWAIT, which fails instead of waiting for the disk. False when
-    one is not, a file cannot be opened, or the kernel or file system cannot tell (no RWF_NOWAIT)."""
+    """True when up to `CACHE_SAMPLE_FILES` of `paths` (evenly spread) are in the page cache: every page of
+    each (range_cached) where the kernel has cachestat(2), else their first and last byte, read with
+    RWF_NOWAIT, which fails instead of waiting for the disk. False when one is not, a file cannot be
+    opened, or the kernel or file system cannot tell (neither call)."""
     step = max(1, len(paths) // CACHE_SAMPLE_FILES)
     return bool(paths) and all(_probed(path, None) for path in paths[::step][:CACHE_SAMPLE_FILES])
 
@@ -105,9 +106,10 @@ def extents_cached(path: str, extents: Sequence[tuple[int, int]]) -> bool:
 
 
 def _probed(path: str, offsets: list[int] | None) -> bool:
-    """Whether 1-byte RWF_NOWAIT reads at `offsets` (None: the file's first and last byte) all succeed."""
+    """Whether 1-byte RWF_NOWAIT reads at `offsets` all succeed; `offsets` None: the whole file is cached
+    (range_cached where the kernel can tell, else its first and last byte read so)."""
     nowait = getattr(os, "RWF_NOWAIT", None)
-    if nowait is None:
+    if nowait is None and (offsets is not None or not _cachestat_call()):
         return False
     probe = bytearray(1)
     try:
@@ -117,7 +119,11 @@ def _probed(path: str, offsets: list[int] | None) -> bool:
     try:
         if offsets is None:
             size = os.fstat(fd).st_size
+            if _cachestat_call():
+                return size == 0 or range_cached(fd, 0, size)
             offsets = sorted({0, max(0, size - 1)}) if size else []
+        if nowait is None:
+            return False
         for offset in offsets:
             os.preadv(fd, [probe], offset, nowait)
     except OSError:  # BlockingIOError: on the disk, not in memory; or RWF_NOWAIT unsupported here
