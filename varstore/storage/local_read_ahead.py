@@ -77,55 +77,42 @@ CACHE_SAMPLE_EXTENTS = 16
 
 
 def cached_already(paths: Sequence[str]) -> bool:
-    """True when up to `CACHE_SAMPLE_FILES` of `paths` (evenly spread) are in the page cache: every page of
-    each (range_cached) where the kernel has cachestat(2), else their first and last byte, read with
-    RWF_NOWAIT, which fails instead of waiting for the disk. False when one is not, a file cannot be
-    opened, or the kernel or file system cannot tell (neither call)."""
+    """True when up to `CACHE_SAMPLE_FILES` of `paths` (evenly spread) are in the page cache, each whole
+    (see `_file_cached`). False when one is not, a file cannot be opened, or nothing can tell."""
     step = max(1, len(paths) // CACHE_SAMPLE_FILES)
-    return bool(paths) and all(_probed(path, None) for path in paths[::step][:CACHE_SAMPLE_FILES])
+    return bool(paths) and all(_file_cached(path, None) for path in paths[::step][:CACHE_SAMPLE_FILES])
 
 
 def extents_cached(path: str, extents: Sequence[tuple[int, int]]) -> bool:
     """True when up to `CACHE_SAMPLE_EXTENTS` of `extents` ((offset, nbytes) in `path`, evenly spread) are in
-    the page cache: every page of each (range_cached) where the kernel has cachestat(2), else the first and
-    last byte of each (RWF_NOWAIT, as `cached_already`). False when one is not, or nothing can tell."""
+    the page cache (see `_file_cached`). False when one is not, or nothing can tell."""
     step = max(1, len(extents) // CACHE_SAMPLE_EXTENTS)
     sample = [(offset, nbytes) for offset, nbytes in extents[::step][:CACHE_SAMPLE_EXTENTS] if nbytes > 0]
-    if not sample:
-        return False
-    if not _cachestat_call():
-        return _probed(path, [o for offset, nbytes in sample for o in (offset, offset + nbytes - 1)])
+    return bool(sample) and _file_cached(path, sample)
+
+
+def _file_cached(path: str, ranges: list[tuple[int, int]] | None) -> bool:
+    """Whether `ranges` ((offset, nbytes); None: the whole file) of `path` are in the page cache: every page
+    (range_cached) where the kernel has cachestat(2), else the first and last byte of each, read with
+    RWF_NOWAIT, which fails instead of waiting for the disk (a miss starts read-ahead of its own)."""
+    nowait: int = getattr(os, "RWF_NOWAIT", 0)
+    exact = bool(_cachestat_call())
+    if not exact and not nowait:
+        return False  # nothing can tell
     try:
         fd = open_for_reading(path)
     except OSError:  # also SpecialFileError: the reader reports it
         return False
     try:
-        return all(range_cached(fd, offset, nbytes) for offset, nbytes in sample)
-    finally:
-        os.close(fd)
-
-
-def _probed(path: str, offsets: list[int] | None) -> bool:
-    """Whether 1-byte RWF_NOWAIT reads at `offsets` all succeed; `offsets` None: the whole file is cached
-    (range_cached where the kernel can tell, else its first and last byte read so)."""
-    nowait = getattr(os, "RWF_NOWAIT", None)
-    if nowait is None and (offsets is not None or not _cachestat_call()):
-        return False
-    probe = bytearray(1)
-    try:
-        fd = open_for_reading(path)
-    except OSError:  # also SpecialFileError: the reader reports it
-        return False
-    try:
-        if offsets is None:
+        if ranges is None:
             size = os.fstat(fd).st_size
-            if _cachestat_call():
-                return size == 0 or range_cached(fd, 0, size)
-            offsets = sorted({0, max(0, size - 1)}) if size else []
-        if nowait is None:
-            return False
-        for offset in offsets:
-            os.preadv(fd, [probe], offset, nowait)
+            ranges = [(0, size)] if size else []
+        if exact:
+            return all(range_cached(fd, offset, nbytes) for offset, nbytes in ranges)
+        probe = bytearray(1)
+        for offset, nbytes in ranges:
+            for at in {offset, offset + nbytes - 1}:
+                os.preadv(fd, [probe], at, nowait)
     except OSError:  # BlockingIOError: on the disk, not in memory; or RWF_NOWAIT unsupported here
         return False
     finally:
