@@ -334,6 +334,26 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+def _write_inputs(root: Path, works: list[str], cells: list[tuple[str, str, str]], scale: float) -> None:
+    """The inputs of every read cell, one file per method and workload, written anew (untimed) for each round.
+
+    Which physical pages a tmpfs file gets is a draw, and on this VM it moves
+    the cost of reading the file by up to ~20% (W1 read back from one file:
+    40-52 ms of CPU for the same bytes written by the same code, the draw
+    moving with the CPU whose free-page list served the write, run to run).
+    Files written once would keep one draw per method for every round; written
+    anew, each round draws again and the medians average the draws out.
+    """
+    for work in works:
+        arrays = workload(work, scale)
+        for method in sorted({cell[0] for cell in cells if cell[2] == work and cell[1] != "save"}):
+            suffix, _, save, _ = METHODS[method]
+            path = root / f"{work}-{method}{suffix}"
+            _remove(path)
+            save(arrays, path)
+        del arrays
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=ROUNDS)
@@ -358,14 +378,8 @@ def main(argv: list[str] | None = None) -> int:
         methods = [m for m in args.methods.split(",") if m]
         works = [w for w in args.workloads.split(",") if w]
         cells = _cells(works, methods, tuple(x for x in args.phases.split(",") if x))
-        # The inputs of every read cell: one file per method and workload, written once (untimed).
-        for work in works:
-            arrays = workload(work, args.scale)
-            for method in sorted({cell[0] for cell in cells if cell[2] == work and cell[1] != "save"}):
-                suffix, _, save, _ = METHODS[method]
-                save(arrays, root / f"{work}-{method}{suffix}")
-            del arrays
         for r in range(args.rounds):
+            _write_inputs(root, works, cells, args.scale)
             shift = (r * 7) % len(cells)
             for cell in cells[shift:] + cells[:shift]:
                 method, phase, work = cell
