@@ -14,6 +14,7 @@ from varstore.checkpoint import open_varstore as open_checkpoint
 from varstore.checkpoint.format.manifest import storage_layout
 from varstore.errors import ChecksumError
 from varstore.store.scopes import VariableStore
+from varstore.store.host_arrays import owns_memory
 
 
 def _flip(path: Path, name: str, at: int = 8) -> None:
@@ -203,7 +204,7 @@ def test_packed_values_into_uninitialized_variables_are_own_copies(ckpt: Path) -
         assert got.dtype == value.dtype and got.shape == value.shape
     buffers = [made[name]._state.buffer for name in values if name != "big"]
     # each owns its memory: no variable keeps the packed blob (or a neighbour) alive
-    assert all(b.flags.owndata and b.flags.c_contiguous and b.flags.writeable for b in buffers)
+    assert all(owns_memory(b) and b.flags.c_contiguous and b.flags.writeable for b in buffers)
     made["slot/04"].assign(np.full((2, 3), -1, np.float32))
     np.testing.assert_array_equal(made["slot/05"].numpy(), values["slot/05"])
 

@@ -44,9 +44,14 @@ def load(path: os.PathLike[str] | str, names: list[str] | None = None, filter: s
       variables hold at least half of that blob, they are views of it (no
       copy each, as safetensors' arrays are views of its buffers), so it lives
       as long as one of them does. From a varstore checkpoint on Linux 5.14+,
-      a helper thread faults the arrays in ahead of the reads, and arrays of
-      4 MiB and more are on 4 KiB pages, not transparent huge pages
-      (varstore/checkpoint/read/residency.py).
+      a helper thread faults the arrays in ahead of the reads; arrays of
+      4 MiB and more are on 4 KiB pages when the bytes come from a disk or
+      object storage, on transparent huge pages when they are in memory
+      already (varstore/checkpoint/read/residency.py). The arrays read from a
+      varstore checkpoint start on a page (256 KiB and more) or a 64-byte
+      line (4 KiB and more), so the kernel copies into them aligned: each is
+      then a view of a private buffer up to 4 KiB larger (`.base` is that
+      buffer, `flags.owndata` is False; varstore/store/host_arrays.py).
 
     Raises:
       UnknownVariableError: a name in `names` that the checkpoint lacks.

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore.errors import DeviceError
+from varstore.store.host_arrays import host_empty
 
 __all__ = [
     "device_copies",
@@ -280,7 +281,7 @@ def empty(shape: tuple[int, ...], dtype: npt.DTypeLike, label: str) -> Any:
         cp = array_module(label)
         with cp.cuda.Device(int(label.split(":")[1])):
             return cp.empty(shape, dtype=dtype)
-    return np.empty(shape, dtype=dtype)
+    return host_empty(shape, dtype)  # page-aligned from 256 KiB: restores into it copy aligned
 
 
 def copy_into(destination: Any, source: Any, *, casting: Casting = "same_kind") -> None:

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from varstore.store import devices
 from varstore.store._variable_state import VariableState
+from varstore.store.host_arrays import owns_memory
 from varstore.store.value_sources import check_host_value
 from varstore.store.values import check_fits
 
@@ -149,8 +150,8 @@ def restore_many(variables: Sequence[BatchVariable], values: Sequence[Any], adop
                 continue
             state = variable._state
             buf = state.buffer
-            if (adopt and buf is None and type(value) is np.ndarray and value.base is None  # a view: copied
-                    and value.dtype == variable._dtype and value.flags.owndata and value.flags.c_contiguous
+            if (adopt and buf is None and type(value) is np.ndarray and owns_memory(value)  # a view: copied
+                    and value.dtype == variable._dtype and value.flags.c_contiguous
                     and value.flags.writeable and not devices.is_gpu(variable._device)):
                 state.buffer = value
             elif type(value) is not np.ndarray and devices.is_device_array(value):  # read to a GPU already

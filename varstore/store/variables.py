@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from varstore import dtypes
-from varstore.store import device_transfers, devices, ownership, placement
+from varstore.store import device_transfers, devices, host_arrays, ownership, placement
 from varstore.store._array_interop import ArrayInterop
 from varstore.store._assignment import Assignable
 from varstore.errors import DtypeMismatchError, InitializationCycleError, InitializerError, ScopeError, ShapeMismatchError
@@ -319,7 +319,7 @@ class Variable(Assignable, ArrayInterop, VariableOptions):
     def _run_initializer(self) -> None:
         value = self._initializer_value()
         if (type(value) is np.ndarray and value.dtype == self._dtype and value.flags.c_contiguous
-                and value.flags.owndata and value.flags.writeable and value.flags.aligned
+                and host_arrays.owns_memory(value) and value.flags.writeable and value.flags.aligned
                 and not devices.is_gpu(self._device) and sys.getrefcount(value) <= 2):
             # A fresh host array nobody else references (refcount: this frame only): adopt it as the
             # buffer instead of copying, so materializing never holds two copies of a variable (the
@@ -371,7 +371,7 @@ class Variable(Assignable, ArrayInterop, VariableOptions):
             source.read_into(self._state.buffer)
             return
         if not devices.is_gpu(self._device):
-            host = np.empty(self._shape, dtype=self._dtype)
+            host = host_arrays.host_empty(self._shape, self._dtype)
             source.read_into(host)
             self._state.buffer = devices.to_device(host, self._device)
             return

@@ -29,6 +29,7 @@ from varstore.checkpoint.read.read_engine import PACKED_CACHE_BYTES, check_packe
 from varstore.checkpoint.read.reader import VarstoreReader, open_varstore
 from varstore.checkpoint.read.residency import populated
 from varstore.checkpoint.read.restoration import restore
+from varstore.store.host_arrays import host_empty
 
 __all__ = ["load_varstore", "select_names"]
 
@@ -102,7 +103,7 @@ def load_varstore(path: os.PathLike[str] | str | VarstoreReader, names: list[str
         for name in rest:
             record = reader.record(name)
             reader.check_stored(record)  # before allocating what the manifest claims
-            out[name] = np.empty(record.shape, dtype=record.numpy_dtype)
+            out[name] = host_empty(record.shape, record.numpy_dtype)  # page-aligned: the kernel's copy runs aligned
         if out:
             # in restore's read order: page faults overlap the disk; huge pages when no disk is read
             with populated(list(out.values()), functools.partial(reader.resident, list(out))):

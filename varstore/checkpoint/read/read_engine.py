@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from varstore.store import device_transfers, devices
+from varstore.store.host_arrays import host_empty
 from varstore.checkpoint.read.read_checks import THREADED_CHECK_BYTES
 from varstore.checkpoint.read.read_plan import PACKED_CACHE_BYTES, ReadPlan, check_packed, plan_read
 from varstore.checkpoint.read.reader import VarstoreReader
@@ -96,7 +97,7 @@ def _read_fresh(plan: ReadPlan) -> list[Any]:
     """Reads and checks the values of Variables without memory into new memory, before any variable
     changes (all-or-nothing for them); the packed values are checked on the blob first."""
     values: list[Any] = []
-    host = {id(obj): np.empty(obj.shape, dtype=obj.dtype) for obj, _ in plan.fresh if not devices.is_gpu(obj.device)}
+    host = {id(obj): host_empty(obj.shape, obj.dtype) for obj, _ in plan.fresh if not devices.is_gpu(obj.device)}
     # page faults overlap the disk (residency.py); asked whether the bytes are memory before any read-ahead
     with populated(list(host.values()), plan.fresh_resident), \
             plan.checks.phase(plan.fresh_ahead, READ_AHEAD_BYTES, plan.packed_checks, device_transfers.settle):

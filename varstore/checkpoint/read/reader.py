@@ -50,6 +50,7 @@ from varstore.errors import (
 )
 from varstore.storage import ReadAhead, Storage, is_remote
 from varstore.storage.path_pin import NO_PIN, pin_local, pinned
+from varstore.store.host_arrays import host_empty
 
 if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import
     import numpy.typing as npt
@@ -249,7 +250,7 @@ class VarstoreReader(CheckpointReader):
         """A new, unfilled array for the variable at manifest position `index`, after `check_stored` (its errors)."""
         record = self.record(self._names[index])
         self.check_stored(record)
-        return np.empty(record.shape, dtype=record.numpy_dtype)
+        return host_empty(record.shape, record.numpy_dtype)
 
     def source(self, name: str, *, verify: bool = True) -> CheckpointValue:
         """The ValueSource of one variable (reads happen when the core asks)."""

@@ -20,6 +20,7 @@ import numpy as np
 
 from varstore.errors import ValueTooLargeError
 from varstore.storage import url_from_path
+from varstore.store.host_arrays import host_empty
 
 if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import; VariableInfo see __getattr__
     import numpy.typing as npt
@@ -216,7 +217,7 @@ def checked_out(name: str, shape: tuple[int, ...], dtype: np.dtype,
     """
     if out is None:
         try:
-            return np.empty(shape, dtype=dtype)
+            return host_empty(shape, dtype)
         except (MemoryError, ValueError, OverflowError) as err:
             place = f" in {where}" if where else ""
             declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
