@@ -237,3 +237,21 @@ def test_cpu_benchmark_tiny_run_checks_every_value(tmp_path):
         ("safetensors", "restore-lazy"), ("safetensors", "save"), ("varstore-h5", "restore-lazy"), ("varstore-h5", "save")]
     assert all(run["ok"] and run["cpu_s"] > 0 and run["wall_s"] > 0 for r in runs for run in r["runs"])
     assert "| W2 | restore-lazy | varstore-h5 |" in proc.stdout
+
+
+def test_copy_alignment_prints_the_matrix_and_the_checked_a_b_and_leaves_its_tmpfs_folder_empty():
+    """docs/benchmarks/copy_alignment.py (issue 39, seventh pass) at a tiny scale: every (file offset, destination)
+    pair of part 1 and every (format, phase, alignment) cell of part 2, each value checked, its tmpfs folder removed."""
+    shm = Path("/dev/shm")
+    proc = subprocess.run([sys.executable, str(BENCH / "copy_alignment.py"), "--rounds", "1", "--engine-rounds", "1",
+                           "--scale", "0.002"], check=False, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split(" | ") for line in proc.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    matrix = [(row[0], row[1]) for row in rows if len(row) == 4][1:]
+    assert matrix == [(f"| {f}", str(d)) for f in (0, 16, 64, 512) for d in (0, 16, 64)]
+    engine = [row for row in rows if len(row) == 9][1:]
+    assert [(row[0], row[1], row[2]) for row in engine] == [
+        (f"| {fmt}", phase, kind) for fmt in ("h5", "zarr") for phase in ("load", "restore-lazy")
+        for kind in ("aligned", "np.empty")]
+    assert all(row[8] == "ok |" for row in engine) and all(row[7] == "1.00x" for row in engine[1::2])
+    assert not (shm.is_dir() and list(shm.glob("varstore-align-*")))
