@@ -512,3 +512,28 @@ def test_without_cachestat_extents_are_probed_with_rwf_nowait(tmp_path: Path, mo
         os.close(fd)
     evict([str(path)])
     assert not local_read_ahead.extents_cached(str(path), extents)
+
+
+@pytest.mark.parametrize("writeback", [True, False])
+def test_write_at_digest_writes_the_bytes_and_returns_their_crc32c(tmp_path: Path, writeback: bool) -> None:
+    """LocalWriter.write_at_digest: the bytes land at their offset; the digest runs over each piece once, in order."""
+    from varstore.checkpoint.format.checksum import crc32c_raw
+    from varstore.storage.local import DIGEST_PIECE_BYTES
+
+    storage = LocalStorage(tmp_path)
+    storage.writeback = writeback
+    data = np.random.default_rng(3).integers(0, 256, 2 * DIGEST_PIECE_BYTES + 999, dtype=np.uint8)
+    pieces: list[int] = []
+
+    def digest(piece: object, value: int) -> int:
+        pieces.append(memoryview(piece).nbytes)  # type: ignore[arg-type]
+        return crc32c_raw(piece, value)
+
+    writer = storage.writer("f.bin", keep_open=True)
+    writer.write_at(0, b"head")
+    found = writer.write_at_digest(4, data, digest)  # type: ignore[attr-defined]
+    writer.finish()
+    storage.close()
+    assert pieces == [DIGEST_PIECE_BYTES, DIGEST_PIECE_BYTES, 999]
+    assert found == crc32c_raw(data.tobytes())
+    assert (tmp_path / "f.bin").read_bytes() == b"head" + data.tobytes()

@@ -175,18 +175,23 @@ class LocalWriter:
         self._reserved = True
         self._storage._reserved.add(self.key)
 
+    def _reserve_for(self, offset: int, nbytes: int) -> None:
+        """Reserves the blocks of a write of `nbytes` at `offset` first (writes into allocated extents run
+        ~2x faster on ext4), unless the file was reserved whole, lies on a tmpfs, or the disk is short."""
+        if nbytes >= _FALLOCATE_BYTES and not self._reserved and self.key not in self._storage._reserved:
+            if in_memory(self._fd):  # nothing to reserve on a tmpfs: writes to this file never try again
+                self._reserved = True
+            elif has_room(self._fd, nbytes):
+                try:
+                    os.posix_fallocate(self._fd, offset, nbytes)
+                except OSError:
+                    pass
+
     def write_at(self, offset: int, data: Buffer) -> None:
         fd = self._fd
         view = bytes_of(data)
         nbytes = len(view)
-        if nbytes >= _FALLOCATE_BYTES and not self._reserved and self.key not in self._storage._reserved:
-            if in_memory(fd):  # nothing to reserve on a tmpfs: writes to this file never try again
-                self._reserved = True
-            elif has_room(fd, nbytes):
-                try:  # reserve the blocks first: writes into allocated extents run ~2x faster on ext4
-                    os.posix_fallocate(fd, offset, nbytes)
-                except OSError:
-                    pass
+        self._reserve_for(offset, nbytes)
         if not self._storage.writeback:
             pwrite_all(fd, view, offset)
             return
@@ -194,6 +199,27 @@ class LocalWriter:
             piece = view[start:start + _WRITEBACK_BYTES]
             pwrite_all(fd, piece, offset + start)
             self._written(offset + start, len(piece))
+
+    def write_at_digest(self, offset: int, data: Buffer, digest: Callable[[Buffer, int], int]) -> int:
+        """`write_at`, returning `digest(piece, value)` (crc32c_raw's signature, from 0) taken over each piece
+        of DIGEST_PIECE_BYTES just before the piece is written, so both read it from the CPU's cache. W1's 318
+        MiB into a tmpfs, one thread: +7 ms of CPU over the writes alone, against +11 ms for a crc32c of each
+        whole value first, and 20-25 ms in the engine's former split (the caller's crc32c from memory beside
+        a writer thread; issue 39)."""
+        fd = self._fd
+        view = bytes_of(data)
+        total = len(view)
+        self._reserve_for(offset, total)
+        writeback = self._storage.writeback
+        value = done = 0
+        while done < total:
+            piece = view[done:done + DIGEST_PIECE_BYTES]
+            value = digest(piece, value)
+            pwrite_all(fd, piece, offset + done)
+            if writeback:
+                self._written(offset + done, len(piece))
+            done += len(piece)
+        return value
 
     def _written(self, offset: int, nbytes: int) -> None:
         """Counts bytes just written; every `_WRITEBACK_BYTES` of them go to disk write-back at once.
