@@ -295,8 +295,10 @@ def test_zarr_json_documents_are_written_at_once_on_a_tmpfs_and_by_helpers_on_a_
     monkeypatch.setattr(store, "path_in_memory", lambda _path: in_memory)
     path = _save(tmp_path)
     assert len(writers) >= len(VALUES)  # every array's zarr.json (and its groups')
-    on_caller = {name == threading.current_thread().name for name in writers}
-    assert on_caller == ({True} if in_memory else {False})
+    # on a tmpfs each document is written at once by the thread that makes it (the caller, or the helper
+    # creating the arrays ahead of the caller's writes: metadata_ahead.py); on a disk by the JSON helpers
+    by_helpers = {name.startswith("varstore-zarr-json") for name in writers}
+    assert by_helpers == ({False} if in_memory else {True})
     loaded = varstore.load(path)
     for name, value in VALUES.items():
         np.testing.assert_array_equal(loaded[name], value)

@@ -75,12 +75,17 @@ class BackendWriter(Protocol):
     native_bytes_strings: bool
 
     def create_array(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
-                     attrs: dict[str, Any]) -> RawExtent | None:
+                     attrs: dict[str, Any], *, hold_attrs: bool = False) -> RawExtent | None:
         """Creates an array at `path` ("a/b/c"; parent groups are created).
 
         Returns the extent where the caller must write its bytes, or None when
         the caller must call `write_array` instead (scalars, zero-size arrays).
+        `hold_attrs`: the caller will call `add_attrs` for this array (a backend
+        that writes an array's attributes in one document may wait for them).
         """
+
+    def add_attrs(self, path: str, attrs: dict[str, Any]) -> None:
+        """Adds attributes to an array created with `create_array` (with `hold_attrs` where it matters)."""
 
     def write_array(self, path: str, value: npt.NDArray[Any]) -> None:
         """Writes a whole array created with `create_array` through the library."""

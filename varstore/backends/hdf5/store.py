@@ -196,7 +196,8 @@ class Hdf5Writer:
         return group
 
     def create_array(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
-                     attrs: dict[str, Any]) -> RawExtent | None:
+                     attrs: dict[str, Any], *, hold_attrs: bool = False) -> RawExtent | None:
+        """See BackendWriter (`hold_attrs` is for Zarr: HDF5 writes `attrs` now, `add_attrs` the rest)."""
         parent, _, leaf = path.rpartition("/")
         if shape:  # h5py's create_dataset without its Python (make_new_dset's calls, the type id cached)
             type_id = self._types.get(dtype)
@@ -214,6 +215,10 @@ class Hdf5Writer:
         if offset is None or offset < self.header_bytes:
             return None
         return RawExtent(self.path, int(offset), nbytes)
+
+    def add_attrs(self, path: str, attrs: dict[str, Any]) -> None:
+        """Adds attributes the array at `path` does not have yet (a checksum known once its bytes are written)."""
+        _set_attrs(h5py.h5d.open(self._file.id, path.encode("utf-8")), attrs, fresh=True)
 
     def write_array(self, path: str, value: npt.NDArray[Any]) -> None:
         dataset = self._file[path]

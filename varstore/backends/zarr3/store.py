@@ -168,6 +168,7 @@ class Zarr3Writer:
         self._pool: ThreadPoolExecutor | None = None
         self._pending: list[Future[None]] = []
         self._in_memory = not uploads and path_in_memory(str(self.path))  # documents written at once
+        self._held: dict[str, dict[str, Any]] = {}  # zarr.json documents waiting for add_attrs, by array path
 
     def _write_json_soon(self, node: str, document: dict[str, Any]) -> None:
         """Writes a zarr.json from a helper thread (JSON_WRITER_THREADS); encoding errors raise here,
@@ -233,7 +234,7 @@ class Zarr3Writer:
 
     def create_array(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
                      attrs: dict[str, Any], chunks: tuple[int, ...] | None = None,
-                     compression: str | None = None) -> RawExtent | None:
+                     compression: str | None = None, *, hold_attrs: bool = False) -> RawExtent | None:
         """See BackendWriter; `chunks` (a multi-writer save) gives a regular grid whose chunk
         files the writers create (chunk_path: `<array>/c/...` directories made here when the grid
         is one chunk), and no extent is returned for a grid of several. `compression` ("zstd") records
@@ -248,7 +249,10 @@ class Zarr3Writer:
             from varstore.backends.zarr3.codecs import compression_codecs
 
             document["codecs"] = compression_codecs(compression, dtype)
-        self._write_json_soon(path, document)
+        if hold_attrs:  # its zarr.json waits for add_attrs (written at close at the latest)
+            self._held[path] = document
+        else:
+            self._write_json_soon(path, document)
         self._written += [directory, directory / "zarr.json"]
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if nbytes == 0 or not whole:
@@ -263,6 +267,12 @@ class Zarr3Writer:
         self._written.append(chunk)
         return RawExtent(chunk, 0, nbytes)
 
+    def add_attrs(self, path: str, attrs: dict[str, Any]) -> None:
+        """Adds `attrs` to the array at `path` created with `hold_attrs`, and writes its zarr.json."""
+        document = self._held.pop(path)
+        document["attributes"] = {**document.get("attributes", {}), **attrs}
+        self._write_json_soon(path, document)
+
     def write_array(self, path: str, value: npt.NDArray[Any]) -> None:
         if value.size:  # pragma: no cover - every non-empty array has an extent
             raise CorruptCheckpointError(f"array '{path}' must be written through its extent")
@@ -276,6 +286,9 @@ class Zarr3Writer:
         Raises:
           OSError: a document could not be written (the first such error).
         """
+        held, self._held = self._held, {}
+        for path, document in held.items():  # arrays whose attributes never came: written as they are
+            self._write_json_soon(path, document)
         error = self._wait_for_writes()
         if error is not None:
             raise error
