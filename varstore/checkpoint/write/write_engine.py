@@ -1,10 +1,15 @@
 """The bulk write engine: stream planned values into a new container; `write_container` is its one call.
 
-Owns the threads of a save: one background thread does the positional
-writes through the Storage protocol (a bounded number in flight) while the
-caller's thread fetches and checksums the next value. Each value goes with
-one write straight from the variable's buffer to the place the backend laid
-out for it; small variables are copied into a bounded staging window of the
+Owns the threads of a save. A blocking, uncompressed save into files: the
+caller's thread fetches each value and writes it through the Storage
+protocol, its crc32c taken piece by piece just before each piece is written
+(`write_at_digest`, both from the CPU's cache), while a helper thread makes
+the arrays ahead (metadata_ahead.py); the checksum attributes follow the
+data. Any other save (async, compressed, or to a storage that uploads): one
+background thread does the positional writes (a bounded number in flight)
+while the caller's thread fetches and checksums the next value and makes
+its array. Each value goes straight from the variable's buffer to the place
+the backend laid out for it; small variables are copied into a bounded staging window of the
 packed blob (packed.py). The manifest goes last. Never holds a second copy
 of the model; never renames (the commit is atomic.py's) and decides nothing
 about which variables or names (plan.py does).
@@ -35,6 +40,7 @@ from varstore.checkpoint.format.manifest import (
 )
 from varstore.checkpoint.format.packed import pack_window
 from varstore.checkpoint.format.entry import SnapshotEntry
+from varstore.checkpoint.write.metadata_ahead import MetadataAhead
 from varstore.checkpoint.write.plan import PlannedEntry, array_attrs, checked_value, host_value, root_attrs
 from varstore.storage import Storage, StorageWriter, storage_for
 from varstore.store.variables import host_views
@@ -48,10 +54,12 @@ _MAX_PENDING = 8
 
 
 class _Writes:
-    """A single background thread doing positional writes through a Storage, a bounded number in flight."""
+    """A single background thread doing positional writes through a Storage, a bounded number in flight;
+    `synchronous`: every write on the caller's thread instead (the thread is never started)."""
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, synchronous: bool = False) -> None:
         self._storage = storage
+        self._synchronous = synchronous
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="varstore-write")
         self._slots = threading.BoundedSemaphore(_MAX_PENDING)
         self._futures: list[Future[None]] = []
@@ -87,16 +95,43 @@ class _Writes:
                 if not keep:
                     writer.finish()
         finally:
-            self._slots.release()
             if done is not None:
                 done()
+
+    def _write_queued(self, extent: RawExtent, data: Any, keep: bool, done: Callable[[], None] | None) -> None:
+        try:
+            self._write(extent, data, keep, done)
+        finally:
+            self._slots.release()
+
+    def write_now(self, extent: RawExtent, data: Any, keep: bool, checksum: bool) -> int | None:
+        """Writes `data` at `extent` on the caller's thread; with `checksum`, returns its crc32c, taken piece
+        by piece just before each piece is written where the storage's writer can (`write_at_digest`)."""
+        self._note(extent.file)
+        writer = self._writer(extent.file, keep)
+        try:
+            if not checksum:
+                writer.write_at(extent.offset, data)
+                return None
+            fused = getattr(writer, "write_at_digest", None)
+            if fused is not None:
+                return int(fused(extent.offset, data, crc32c_raw))
+            value = crc32c_of(data)
+            writer.write_at(extent.offset, data)
+            return value
+        finally:
+            if not keep:
+                writer.finish()
 
     def submit(self, extent: RawExtent, data: Any, keep: bool, done: Callable[[], None] | None = None) -> None:
         """Queues a write of `data` at `extent`; `keep` keeps the file open (a shared single file);
         `done()` is called once the bytes were handed over (or the write failed)."""
         self._note(extent.file)
+        if self._synchronous:
+            self._write(extent, data, keep, done)
+            return
         self._slots.acquire()
-        self._futures.append(self._pool.submit(self._write, extent, data, keep, done))
+        self._futures.append(self._pool.submit(self._write_queued, extent, data, keep, done))
         if len(self._futures) > 4 * _MAX_PENDING:
             self._reap()
 
@@ -153,7 +188,12 @@ def write_container(tmp: Path, fmt: str, entries: list[Any], records: list[Recor
     target = storage_for(tmp)[0] if storage is None else storage
     # a directory's metadata documents go through the storage too (one that uploads sends them at once)
     writer = backend.open_writer(tmp, INDEX_HEADER_BYTES if single_file else 0, storage=target)
-    writes = _Writes(target)
+    # A blocking, uncompressed save into files: the caller writes every value (checksummed piece by piece
+    # as written) while a helper thread creates the arrays ahead (metadata_ahead.py); else a writer thread
+    # writes while the caller checksums and creates. An uploading storage keeps the writer thread.
+    swapped = release is None and compression is None and not getattr(target, "uploads", False)
+    writes = _Writes(target, synchronous=swapped)
+    ahead: MetadataAhead | None = None
     if single_file:
         # Reserve the data's blocks in one go before HDF5 lays out anything: the file's extents then
         # lie on disk in file order (per-dataset reservations interleaved with HDF5's metadata writes
@@ -168,6 +208,16 @@ def write_container(tmp: Path, fmt: str, entries: list[Any], records: list[Recor
                 PACKED_PATH, np.dtype("u1"), (packed_nbytes,),
                 {"description": "small variables packed back to back; see _varstore/manifest"})
         native = writer.native_bytes_strings
+        slots: dict[int, int] = {}  # record index -> its position among the arrays made ahead
+        requests: list[tuple[str, np.dtype, tuple[int, ...], dict[str, Any]]] = []
+        if swapped:
+            for index, record in enumerate(records):
+                if record.path is not None:
+                    slots[index] = len(requests)
+                    stored_dtype, stored_shape = storage_layout(record.numpy_dtype, record.shape, native)
+                    attrs = {k: v for k, v in array_attrs(record).items() if k != "checksum"}
+                    requests.append((record.path, stored_dtype, stored_shape, attrs))
+            ahead = MetadataAhead(writer, requests)
         window: list[int] = []
         window_values: list[Any] = []  # fetched when reached: values stream in order
         window_variables: list[int] = []  # positions in the window whose Variable is fetched at flush
@@ -218,6 +268,17 @@ def write_container(tmp: Path, fmt: str, entries: list[Any], records: list[Recor
                 window_bytes += record.nbytes
                 continue
             value = host_value(entry, record, tmp)
+            if ahead is not None:
+                _, storage_dtype, storage_shape, _ = requests[slots[index]]
+                extent = ahead.extent(slots[index])
+                if extent is None:  # through the library (HDF5 scalars)
+                    record.checksum = crc32c_of(value) if checksum else None
+                    writer.write_array(record.path, value.reshape(-1).view(storage_dtype).reshape(storage_shape))
+                else:
+                    if single_file:
+                        record.file_offset = extent.offset
+                    record.checksum = writes.write_now(extent, value, single_file, checksum)
+                continue
             if checksum:
                 record.checksum = crc32c_of(value)
             storage_dtype, storage_shape = storage_layout(value.dtype, record.shape, native)
@@ -240,6 +301,12 @@ def write_container(tmp: Path, fmt: str, entries: list[Any], records: list[Recor
                     record.file_offset = extent.offset
                 writes.submit(extent, value, single_file, done)
         flush_window()
+        if ahead is not None:
+            ahead.stop()
+            for index in slots:  # the attributes held back: each checksum, known now
+                record = records[index]
+                checksum_attr = array_attrs(record).get("checksum")
+                writer.add_attrs(str(record.path), {} if checksum_attr is None else {"checksum": checksum_attr})
         atomic.fault_point("after_data")
         writes.drain()
         atomic.fault_point("before_checksums")
@@ -260,6 +327,8 @@ def write_container(tmp: Path, fmt: str, entries: list[Any], records: list[Recor
         writes.close()
         make_durable(paths + writes.files)
     except BaseException:
+        if ahead is not None:
+            ahead.stop()  # before the writer is closed under it
         writes.close()
         abort = getattr(writer, "abort", None)
         if abort is not None:
