@@ -10,9 +10,10 @@ background thread does the positional writes (a bounded number in flight)
 while the caller's thread fetches and checksums the next value and makes
 its array. Each value goes straight from the variable's buffer to the place
 the backend laid out for it; small variables are copied into a bounded
-staging window of the packed blob (packed.py). The manifest goes last. Never holds a second copy
-of the model; never renames (the commit is atomic.py's) and decides nothing
-about which variables or names (plan.py does).
+staging window of the packed blob (packed.py). The manifest goes last.
+Never holds a second copy of the model; never renames (the commit is
+atomic.py's) and decides nothing about which variables or names (plan.py
+does).
 """
 
 from __future__ import annotations
