@@ -37,6 +37,7 @@ from varstore.checkpoint.format.manifest import (
     Record,
     encode_index_header,
     encode_manifest,
+    format_checksum,
     storage_layout,
 )
 from varstore.checkpoint.format.packed import pack_window
@@ -89,12 +90,7 @@ class _Writes:
 
     def _write(self, extent: RawExtent, data: Any, keep: bool, done: Callable[[], None] | None) -> None:
         try:
-            writer = self._writer(extent.file, keep)
-            try:
-                writer.write_at(extent.offset, data)
-            finally:
-                if not keep:
-                    writer.finish()
+            self.write_now(extent, data, keep, checksum=False)
         finally:
             if done is not None:
                 done()
@@ -304,10 +300,10 @@ def write_container(tmp: Path, fmt: str, entries: list[Any], records: list[Recor
         flush_window()
         if ahead is not None:
             ahead.stop()
-            for index in slots:  # the attributes held back: each checksum, known now
-                record = records[index]
-                checksum_attr = array_attrs(record).get("checksum")
-                writer.add_attrs(str(record.path), {} if checksum_attr is None else {"checksum": checksum_attr})
+            for index in slots:  # the attributes held back: each checksum, known now (held Zarr documents
+                record = records[index]  # without one are written at close)
+                if record.checksum is not None:
+                    writer.add_attrs(str(record.path), {"checksum": format_checksum(record.checksum)})
         atomic.fault_point("after_data")
         writes.drain()
         atomic.fault_point("before_checksums")
