@@ -141,3 +141,44 @@ def test_packed_small_values_are_written_by_the_caller_too(tmp_path: Path, suffi
         ck.verify()
         for name, value in values.items():
             np.testing.assert_array_equal(ck[name], value)
+
+
+def _layout(path: Path) -> tuple[int, dict[str, int | None]]:
+    with h5py.File(path, "r") as f:
+        return path.stat().st_size, {name: f[name].id.get_offset() for name in f if name != "_varstore"}
+
+
+def test_the_same_hdf5_save_lays_out_the_same_file_however_the_threads_interleave(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HDF5 places a scalar's value when it is written: the caller writes scalars once every array is made, so a
+    helper running behind or ahead of the caller gives the same offsets and size (CI once saw another size)."""
+    values = {"a": VALUES["layer_0/kernel"], "step": np.int64(7), "b": VALUES["layer_1/kernel"],
+              "rate": np.float32(0.5), "c": VALUES["layer_2/kernel"], "d": VALUES["layer_3/kernel"]}
+    real_create, real_write = Hdf5Writer.create_array, LocalWriter.write_at_digest
+    scalar_writes: list[str] = []
+    real_scalar = Hdf5Writer.write_array
+
+    def helper_behind(self: Hdf5Writer, path: str, *args: object, **kwargs: object) -> object:
+        if threading.current_thread().name == "varstore-metadata" and path != "a":
+            threading.Event().wait(0.03)  # the caller reaches each scalar before the arrays after it exist
+        return real_create(self, path, *args, **kwargs)  # type: ignore[arg-type]
+
+    def caller_behind(self: LocalWriter, *args: object, **kwargs: object) -> int:
+        threading.Event().wait(0.03)  # the helper has made every array before the caller reaches a scalar
+        return real_write(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    def recording_scalar(self: Hdf5Writer, path: str, value: np.ndarray) -> None:
+        scalar_writes.append(path)
+        real_scalar(self, path, value)
+
+    monkeypatch.setattr(Hdf5Writer, "write_array", recording_scalar)
+    layouts = []
+    for slow in ((Hdf5Writer, "create_array", helper_behind), (LocalWriter, "write_at_digest", caller_behind)):
+        with monkeypatch.context() as patch:
+            patch.setattr(*slow)
+            layouts.append(_layout(vs.save(tmp_path / f"{slow[1]}.h5", values)))
+    assert scalar_writes == ["step", "rate"] * 2  # the scalars went through the library, as the case needs
+    assert layouts[0] == layouts[1]
+    assert layouts[0][1]["step"] is not None and layouts[0][1]["rate"] is not None
+    loaded = vs.load(tmp_path / "create_array.h5")
+    assert loaded["step"] == 7 and loaded["rate"] == np.float32(0.5)

@@ -206,6 +206,7 @@ def write_container(tmp: Path, fmt: str, entries: list[Any], records: list[Recor
                 {"description": "small variables packed back to back; see _varstore/manifest"})
         native = writer.native_bytes_strings
         slots: dict[int, int] = {}  # record index -> its position among the arrays made ahead
+        through_library: list[tuple[str, Any]] = []  # (array path, stored value): written after the helper
         requests: list[tuple[str, np.dtype, tuple[int, ...], dict[str, Any]]] = []
         if swapped:
             for index, record in enumerate(records):
@@ -268,9 +269,10 @@ def write_container(tmp: Path, fmt: str, entries: list[Any], records: list[Recor
             if ahead is not None:
                 _, storage_dtype, storage_shape, _ = requests[slots[index]]
                 extent = ahead.extent(slots[index])
-                if extent is None:  # through the library (HDF5 scalars)
+                if extent is None:  # through the library (HDF5 scalars), once every array is made (below)
                     record.checksum = crc32c_of(value) if checksum else None
-                    writer.write_array(record.path, value.reshape(-1).view(storage_dtype).reshape(storage_shape))
+                    stored = value.reshape(-1).view(storage_dtype).reshape(storage_shape)
+                    through_library.append((record.path, stored.copy()))  # a scalar or empty: a copy costs nothing
                 else:
                     if single_file:
                         record.file_offset = extent.offset
@@ -300,6 +302,12 @@ def write_container(tmp: Path, fmt: str, entries: list[Any], records: list[Recor
         flush_window()
         if ahead is not None:
             ahead.stop()
+            # HDF5 places a scalar's value when it is written: written while the helper was still making
+            # arrays, it took whichever place the race gave it, and the same save made files of different
+            # sizes (docs/cli.md's truncated-file example differed in CI). Written here, after every array
+            # is made, in order, the file's layout is the same every time.
+            for path, stored in through_library:
+                writer.write_array(path, stored)
             for index in slots:  # the attributes held back: each checksum, known now (held Zarr documents
                 record = records[index]  # without one are written at close)
                 if record.checksum is not None:
