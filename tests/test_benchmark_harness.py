@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "docs" / "benchmarks"
 sys.path.insert(0, str(BENCH))
@@ -255,3 +257,25 @@ def test_copy_alignment_prints_the_matrix_and_the_checked_a_b_and_leaves_its_tmp
         for kind in ("aligned", "np.empty")]
     assert all(row[8] == "ok |" for row in engine) and all(row[7] == "1.00x" for row in engine[1::2])
     assert not (shm.is_dir() and list(shm.glob("varstore-align-*")))
+
+
+def test_floors_prints_every_cell_with_its_floor_checks_the_values_and_leaves_its_tmpfs_folder_empty():
+    """docs/benchmarks/floors.py (issue 39, eighth pass) at a tiny scale: the save cells with the two floor rows
+    (the parts a checksummed checkpoint of each format cannot do without), the restore cells, the values checked."""
+    shm = Path("/dev/shm")
+    proc = subprocess.run([sys.executable, str(BENCH / "floors.py"), "--rounds", "1", "--scale", "0.002"],
+                          check=False, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split(" | ") for line in proc.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    cells = [row[0][2:] for row in rows if row[0] != "| cell"]
+    assert cells == [
+        "safetensors save_file", "values alone (pwrite)", "values + crc32c (1 MiB pieces)", "HDF5 metadata alone",
+        "Zarr metadata alone", "varstore h5", "varstore h5, checksum=False", "varstore zarr",
+        "varstore zarr, checksum=False", "floor: values + crc32c + HDF5 metadata",
+        "floor: values + crc32c + Zarr metadata", "h5py read_direct", "varstore h5 restore", "varstore zarr restore",
+        "zarr chunk files + crc32c, same kind of arrays", "zarr chunk files + crc32c, page-aligned arrays"]
+    medians = {row[0][2:]: float(row[1]) for row in rows if row[0] != "| cell"}
+    assert medians["floor: values + crc32c + HDF5 metadata"] == pytest.approx(
+        medians["values + crc32c (1 MiB pieces)"] + medians["HDF5 metadata alone"], abs=0.11)
+    assert [row[-1] for row in rows if row[0][2:] in ("safetensors save_file", "h5py read_direct")] == ["1.00x |"] * 2
+    assert not (shm.is_dir() and list(shm.glob("varstore-floors-*")))
