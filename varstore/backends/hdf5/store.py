@@ -143,6 +143,10 @@ LIBVER = ("v110", "latest")
 #: 512-byte user block (HDF5 refuses a larger alignment with one).
 DATA_ALIGNMENT_BYTES = 64
 ALIGN_THRESHOLD_BYTES = 4096
+#: Dataset ids a writer keeps open for add_attrs at most: each holds ~11 KiB of HDF5's state while open
+#: (4,096 held: 75 MiB of RSS against 29 MiB), so at most ~11 MiB. W1's 75 checksum attributes added
+#: through kept ids: 2.6 ms of CPU against 5.3 ms opening each dataset by its path again.
+HELD_DATASETS = 1024
 
 
 def _dataset_dcpl() -> Any:
@@ -176,6 +180,7 @@ class Hdf5Writer:
         self._groups: dict[str, Any] = {"": self._file.id}  # low-level ids of the groups made so far, by path
         self._gcpl: Any = None  # h5py's group creation list (no timestamps), made on first use
         self._types: dict[np.dtype, Any] = {}  # dtype -> its HDF5 type id (h5t.py_create, logical)
+        self._held: dict[str, Any] = {}  # array path -> its dataset id, kept for add_attrs (hold_attrs)
 
     def _group(self, path: str) -> Any:
         """The group at `path` ("" for the root), created with its parents on first use.
@@ -197,7 +202,8 @@ class Hdf5Writer:
 
     def create_array(self, path: str, dtype: np.dtype, shape: tuple[int, ...],
                      attrs: dict[str, Any], *, hold_attrs: bool = False) -> RawExtent | None:
-        """See BackendWriter (`hold_attrs` is for Zarr: HDF5 writes `attrs` now, `add_attrs` the rest)."""
+        """See BackendWriter. HDF5 writes `attrs` now; with `hold_attrs` it keeps the dataset's id (up to
+        HELD_DATASETS of them) for `add_attrs`, which then skips opening the dataset by its path again."""
         parent, _, leaf = path.rpartition("/")
         if shape:  # h5py's create_dataset without its Python (make_new_dset's calls, the type id cached)
             type_id = self._types.get(dtype)
@@ -209,6 +215,8 @@ class Hdf5Writer:
             dataset = h5py.Group(self._group(parent)).create_dataset(leaf, shape=shape, dtype=dtype,
                                                                       dcpl=self._dcpl).id
         _set_attrs(dataset, attrs, fresh=True)
+        if hold_attrs and len(self._held) < HELD_DATASETS:
+            self._held[path] = dataset
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         offset = dataset.get_offset() if nbytes else None
         # HDF5 reports an unallocated address (scalars) as None, or as user block size - 1 with one.
@@ -218,7 +226,10 @@ class Hdf5Writer:
 
     def add_attrs(self, path: str, attrs: dict[str, Any]) -> None:
         """Adds attributes the array at `path` does not have yet (a checksum known once its bytes are written)."""
-        _set_attrs(h5py.h5d.open(self._file.id, path.encode("utf-8")), attrs, fresh=True)
+        dataset = self._held.pop(path, None)
+        if dataset is None:
+            dataset = h5py.h5d.open(self._file.id, path.encode("utf-8"))
+        _set_attrs(dataset, attrs, fresh=True)
 
     def write_array(self, path: str, value: npt.NDArray[Any]) -> None:
         dataset = self._file[path]
@@ -232,11 +243,13 @@ class Hdf5Writer:
             self._file.attrs[key] = _attr_value(value)
 
     def close(self) -> list[Path]:
+        self._held.clear()
         self._file.close()
         return [self.path]
 
     def abort(self) -> None:
         """Closes without caring about errors (the caller removes the file)."""
+        self._held.clear()
         try:
             self._file.close()
         except Exception:  # noqa: BLE001 - best effort on an already failing path
