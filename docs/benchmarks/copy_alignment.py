@@ -25,7 +25,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cpu import _peak_kib, _reset_peak, _vs_store, workload  # noqa: E402  (the same W1 and RSS probe)
+from cpu import _peak_kib, _reset_peak, _vs_store, tmpfs_scratch, workload  # noqa: E402  (the same W1 and RSS probe)
 
 FILE_OFFSETS = (0, 16, 64, 512)
 DESTINATION_OFFSETS = (0, 16, 64)
@@ -144,14 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.child[2] == "1", args.scale)))
         return 0
-    root = Path(tempfile.mkdtemp(prefix="varstore-align-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
-    try:
+    with tmpfs_scratch("varstore-align-") as root:
         print(f"Copy alignment: tmpfs, W1 at scale {args.scale}, process CPU medians; {os.cpu_count()} CPUs\n")
         print("\n".join(raw_part(root, args.rounds, args.scale)))
         print()
         print("\n".join(engine_part(root, args.engine_rounds, args.scale)))
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

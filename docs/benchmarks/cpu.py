@@ -37,6 +37,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Callable
 
 import numpy as np
@@ -354,6 +356,19 @@ def _write_inputs(root: Path, works: list[str], cells: list[tuple[str, str, str]
         del arrays
 
 
+@contextmanager
+def tmpfs_scratch(prefix: str) -> Iterator[Path]:
+    """A new folder on the tmpfs (`/dev/shm`; the system's temporary folder without one), removed at the end,
+    also on an error, Ctrl-C or SIGTERM (the benchmark scripts' one scratch folder each)."""
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=ROUNDS)
@@ -371,10 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(child(*args.child[:3], args.scale, args.path)))
         return 0
 
-    root = Path(tempfile.mkdtemp(prefix="varstore-cpu-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
-    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    try:
+    with tmpfs_scratch("varstore-cpu-") as root:
         methods = [m for m in args.methods.split(",") if m]
         works = [w for w in args.workloads.split(",") if w]
         cells = _cells(works, methods, tuple(x for x in args.phases.split(",") if x))
@@ -392,9 +405,6 @@ def main(argv: list[str] | None = None) -> int:
                 if phase == "save":
                     _remove(path)
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-        signal.signal(signal.SIGTERM, previous)
 
     print(report(results, args))
     if args.json:

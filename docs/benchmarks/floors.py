@@ -29,7 +29,6 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,7 +37,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cpu import _resident_zeros, _vs_store, workload  # noqa: E402  (the same W1 and destinations)
+from cpu import _resident_zeros, _vs_store, tmpfs_scratch, workload  # noqa: E402  (the same W1 and destinations)
 
 PIECE = 1 << 20  # as DIGEST_PIECE_BYTES
 ATTRS = {"trainable": True, "collections": ["trainable_variables", "variables"], "dtype": "float32"}
@@ -206,16 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--parts", default="save,restore", help="a subset of save,restore")
     args = p.parse_args(argv)
-    root = Path(tempfile.mkdtemp(prefix="varstore-floors-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
-    try:
+    with tmpfs_scratch("varstore-floors-") as root:
         print(f"Floors: tmpfs, W1 at scale {args.scale}, {args.rounds} rotated rounds, process CPU medians; "
               f"{os.cpu_count()} CPUs\n")
         if "save" in args.parts:
             print("\n".join(save_part(root, args.rounds, args.scale)) + "\n")
         if "restore" in args.parts:
             print("\n".join(restore_part(root, args.rounds, args.scale)))
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
     return 0
 
 
