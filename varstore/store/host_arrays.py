@@ -61,6 +61,17 @@ def host_empty(shape: tuple[int, ...], dtype: npt.DTypeLike) -> npt.NDArray[Any]
     return raw[start:start + nbytes].view(dt).reshape(shape)
 
 
+def _buffer_refs(array: npt.NDArray[Any]) -> int:
+    """sys.getrefcount of `array.base`, taken the same way for `owns_memory` and for its calibration."""
+    return sys.getrefcount(array.base)
+
+
+#: `_buffer_refs` of a view that alone holds its buffer, measured at import (2 on CPython 3.11: the view's
+#: `.base` and getrefcount's argument). Measured rather than written down because CPython 3.14 borrows
+#: references where it can and documents smaller counts (a constant 3 would then pass a shared buffer).
+_SOLE_HOLDER_REFS = _buffer_refs(np.empty(2 * PAGE_BYTES, dtype=np.uint8)[CACHE_LINE_BYTES:PAGE_BYTES])
+
+
 def owns_memory(array: npt.NDArray[Any]) -> bool:
     """True when `array` is the whole of memory no other array shares: a fresh NumPy array, or one of
     `host_empty`'s (a view of the whole of a private uint8 buffer, but for its alignment, with no other
@@ -68,8 +79,7 @@ def owns_memory(array: npt.NDArray[Any]) -> bool:
     if array.flags.owndata:
         return True
     raw = array.base
-    # the buffer held by `array` alone: its `.base`, this frame's name and getrefcount's argument
     return (type(raw) is np.ndarray and raw.base is None and raw.flags.owndata and raw.dtype == np.uint8
             and raw.ndim == 1 and 0 <= raw.nbytes - array.nbytes <= PAGE_BYTES and array.flags.c_contiguous
             and raw.ctypes.data <= array.ctypes.data < raw.ctypes.data + PAGE_BYTES
-            and sys.getrefcount(raw) <= 3)
+            and _buffer_refs(array) - 1 <= _SOLE_HOLDER_REFS)  # -1: this frame's `raw`
