@@ -31,7 +31,7 @@ import numpy as np
 if TYPE_CHECKING:  # annotations only: numpy.typing costs ~1 ms at import (a lazy reader never needs it)
     import numpy.typing as npt
 
-__all__ = ["host_empty", "owns_memory", "ALIGN_MIN_BYTES", "PAGE_BYTES", "CACHE_LINE_BYTES"]
+__all__ = ["host_empty", "owns_memory", "held_by_one_name", "ALIGN_MIN_BYTES", "PAGE_BYTES", "CACHE_LINE_BYTES"]
 
 #: Host pages on every platform varstore runs on (Linux x86-64 and arm64 with 4 KiB pages).
 PAGE_BYTES = 4096
@@ -61,15 +61,46 @@ def host_empty(shape: tuple[int, ...], dtype: npt.DTypeLike) -> npt.NDArray[Any]
     return raw[start:start + nbytes].view(dt).reshape(shape)
 
 
-def _buffer_refs(array: npt.NDArray[Any]) -> int:
-    """sys.getrefcount of `array.base`, taken the same way for `owns_memory` and for its calibration."""
-    return sys.getrefcount(array.base)
+# Adoption tests by reference count. A count written down (3 for "only the caller's name") breaks where the
+# interpreter takes or borrows references differently (CPython 3.14 borrows where it can and documents smaller
+# getrefcount values, so a constant would pass a shared object), so each test is calibrated at import through
+# the same chain of calls on an object known to be held once. A real extra holder is a strong reference and
+# counts on every interpreter.
 
 
-#: `_buffer_refs` of a view that alone holds its buffer, measured at import (2 on CPython 3.11: the view's
-#: `.base` and getrefcount's argument). Measured rather than written down because CPython 3.14 borrows
-#: references where it can and documents smaller counts (a constant 3 would then pass a shared buffer).
-_SOLE_HOLDER_REFS = _buffer_refs(np.empty(2 * PAGE_BYTES, dtype=np.uint8)[CACHE_LINE_BYTES:PAGE_BYTES])
+def _refs(obj: object) -> int:
+    return sys.getrefcount(obj)
+
+
+def _count(obj: object) -> int:
+    """References to `obj` beyond this call's parameter, against a probe held by one name here."""
+    probe = object()
+    return _refs(obj) - _refs(probe)
+
+
+def _as_held_by_one_name(obj: object) -> int:  # held_by_one_name's frame, for the calibration below
+    return _count(obj)
+
+
+def _one_name_probe() -> int:
+    probe = object()  # the caller's one name, as `value` in Variable._run_initializer
+    return _as_held_by_one_name(probe)
+
+
+def _buffer_count(array: npt.NDArray[Any]) -> int:
+    raw = array.base
+    return _count(raw)
+
+
+_ONE_NAME = _one_name_probe()
+#: A host_empty-shaped view whose buffer nothing else holds (the np.empty temporary is gone after slicing).
+_SOLE_BUFFER = _buffer_count(np.empty(2 * PAGE_BYTES, dtype=np.uint8)[CACHE_LINE_BYTES:][:PAGE_BYTES])
+
+
+def held_by_one_name(obj: object) -> bool:
+    """True when nothing but the caller's one name references `obj`: a fresh initializer result that can be
+    adopted without a copy, as `Variable._run_initializer` does."""
+    return _count(obj) <= _ONE_NAME
 
 
 def owns_memory(array: npt.NDArray[Any]) -> bool:
@@ -78,8 +109,9 @@ def owns_memory(array: npt.NDArray[Any]) -> bool:
     view of that buffer alive). A fresh NumPy array's own views are the caller's to rule out (refcount)."""
     if array.flags.owndata:
         return True
+    if _buffer_count(array) > _SOLE_BUFFER:  # counted before this frame holds the buffer too
+        return False
     raw = array.base
     return (type(raw) is np.ndarray and raw.base is None and raw.flags.owndata and raw.dtype == np.uint8
             and raw.ndim == 1 and 0 <= raw.nbytes - array.nbytes <= PAGE_BYTES and array.flags.c_contiguous
-            and raw.ctypes.data <= array.ctypes.data < raw.ctypes.data + PAGE_BYTES
-            and _buffer_refs(array) - 1 <= _SOLE_HOLDER_REFS)  # -1: this frame's `raw`
+            and raw.ctypes.data <= array.ctypes.data < raw.ctypes.data + PAGE_BYTES)

@@ -13,7 +13,6 @@ Never does file I/O, never imports the checkpoint layer or `scopes.py`.
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, Union
@@ -320,7 +319,7 @@ class Variable(Assignable, ArrayInterop, VariableOptions):
         value = self._initializer_value()
         if (type(value) is np.ndarray and value.dtype == self._dtype and value.flags.c_contiguous
                 and host_arrays.owns_memory(value) and value.flags.writeable and value.flags.aligned
-                and not devices.is_gpu(self._device) and sys.getrefcount(value) <= 2):
+                and not devices.is_gpu(self._device) and host_arrays.held_by_one_name(value)):
             # A fresh host array nobody else references (refcount: this frame only): adopt it as the
             # buffer instead of copying, so materializing never holds two copies of a variable (the
             # freed temporaries stayed in the malloc heap: ~100 MiB of RSS for a 1.2 GB model).
