@@ -13,6 +13,7 @@ Knows nothing about variables, manifests, checksums or atomic renames.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -217,7 +218,7 @@ class Hdf5Writer:
         _set_attrs(dataset, attrs, fresh=True)
         if hold_attrs and len(self._held) < HELD_DATASETS:
             self._held[path] = dataset
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = int(math.prod(shape)) * dtype.itemsize  # math.prod: 0.1 us a call, np.prod 3.3
         offset = dataset.get_offset() if nbytes else None
         # HDF5 reports an unallocated address (scalars) as None, or as user block size - 1 with one.
         if offset is None or offset < self.header_bytes:
@@ -328,7 +329,7 @@ class Hdf5Reader:
         # An unallocated address reads as None, or as user block size - 1 in a file with a user block.
         if offset is None or offset < self._userblock:
             return None
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = int(math.prod(shape)) * dtype.itemsize  # math.prod: 0.1 us a call, np.prod 3.3
         return RawExtent(self.path, int(offset), nbytes)
 
     def stored_nbytes(self, path: str) -> int | None:

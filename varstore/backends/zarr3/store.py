@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -254,7 +255,7 @@ class Zarr3Writer:
         else:
             self._write_json_soon(path, document)
         self._written += [directory, directory / "zarr.json"]
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = int(math.prod(shape)) * dtype.itemsize  # math.prod: 0.1 us a call, np.prod 3.3
         if nbytes == 0 or not whole:
             return None
         if chunks is None:
