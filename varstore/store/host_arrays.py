@@ -68,14 +68,8 @@ def host_empty(shape: tuple[int, ...], dtype: npt.DTypeLike) -> npt.NDArray[Any]
 # counts on every interpreter.
 
 
-def _refs(obj: object) -> int:
-    return sys.getrefcount(obj)
-
-
 def _count(obj: object) -> int:
-    """References to `obj` beyond this call's parameter, against a probe held by one name here."""
-    probe = object()
-    return _refs(obj) - _refs(probe)
+    return sys.getrefcount(obj)
 
 
 def _as_held_by_one_name(obj: object) -> int:  # held_by_one_name's frame, for the calibration below
